@@ -11,7 +11,7 @@ import signal
 import sys
 from collections.abc import Callable, Sequence
 
-from nemo_gym.config import ConfigError, dump_yaml, load_config
+from nemo_gym.config import ConfigError, dump_yaml, head_url_from_config, load_config
 
 
 def console_command(body: Callable[[list[str]], int]) -> Callable[[Sequence[str] | None], None]:
@@ -65,7 +65,6 @@ def _run(argv: list[str]) -> int:
 def _status(argv: list[str]) -> int:
     import aiohttp
 
-    from nemo_gym.rollout_collection import head_url_from_config
     from nemo_gym.server import auth_headers
     from nemo_gym.server_client import ServerCallError, ServerClient
 

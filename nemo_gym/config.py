@@ -345,3 +345,9 @@ def head_server_address(config: Mapping[str, Any]) -> tuple[str, int]:
     if not isinstance(port, int) or not 0 <= port < 65536:
         raise ConfigError(f"head_server.port must be an integer 0-65535, got {port!r}")
     return host, port
+
+
+def head_url_from_config(config: Mapping[str, Any]) -> str:
+    """The head server URL named by ``head_server`` in a config (default 127.0.0.1:11000)."""
+    host, port = head_server_address(config)
+    return f"http://{host}:{port}"

@@ -58,7 +58,7 @@ from nemo_gym.collection_io import (
     warn,
     write_metrics_file,
 )
-from nemo_gym.config import ConfigError, head_server_address
+from nemo_gym.config import ConfigError, head_url_from_config
 from nemo_gym.metrics import compute_aggregate_metrics
 from nemo_gym.server import ENV_HEAD_URL, auth_headers
 from nemo_gym.server_client import ServerCallError, ServerClient, raise_for_status
@@ -68,12 +68,6 @@ AGGREGATE_TIMEOUT_S = 600.0
 _Pair = tuple[dict[str, Any], dict[str, Any]]  # (row, result) of one rollout
 _GENERIC_CLASSES = frozenset({"agent_error", "upstream_error"})
 _FAILURE_CLASS_IN_TEXT = re.compile(r"failure_class[\"']?\s*[:=]\s*[\"']?([a-z][a-z0-9_]*)")
-
-
-def head_url_from_config(config: Mapping[str, Any]) -> str:
-    """The head server URL named by ``head_server`` in a config (default 127.0.0.1:11000)."""
-    host, port = head_server_address(config)
-    return f"http://{host}:{port}"
 
 
 class RolloutCollectionConfig(BaseModel):

@@ -15,7 +15,6 @@ import contextvars
 import inspect
 import logging
 import os
-import resource
 import socket
 import sys
 import time
@@ -32,15 +31,22 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+# The shared wire names are re-exported here: servers and tests import them from nemo_gym.server.
+from nemo_gym.protocol import (  # noqa: F401
+    AUTH_HEADER,
+    ENV_AUTH_TOKEN,
+    ENV_HEAD_URL,
+    ENV_INSTANCE_NAME,
+    ENV_SERVER_CONFIG,
+    ROLLOUT_PREFIX,
+    SESSION_COOKIE,
+    auth_headers,
+    raise_fd_limit,
+)
+from nemo_gym.server_client import ServerCallError, ServerClient
+
 logger = logging.getLogger("nemo_gym")
 
-ENV_SERVER_CONFIG = "NEMO_GYM_SERVER_CONFIG"
-ENV_INSTANCE_NAME = "NEMO_GYM_INSTANCE_NAME"
-ENV_HEAD_URL = "NEMO_GYM_HEAD_URL"
-ENV_AUTH_TOKEN = "NEMO_GYM_AUTH_TOKEN"
-AUTH_HEADER = "authorization"
-SESSION_COOKIE = "session_id"
-ROLLOUT_PREFIX = "/ng-rollout/"
 
 _current_session_id: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "nemo_gym_session_id", default=None
@@ -219,8 +225,6 @@ class BaseServer:
     def server_client(self) -> Any:
         """The process's :class:`~nemo_gym.server_client.ServerClient` (created on first use)."""
         if self._server_client is None:
-            from nemo_gym.server_client import ServerClient
-
             self._server_client = ServerClient.from_env()
         return self._server_client
 
@@ -275,8 +279,6 @@ class BaseServer:
         self, handler: Callable[[Any], Awaitable[Any]], body_model_of: Callable[..., Any] | None = None
     ) -> Callable[[Request], Awaitable[Response]]:
         """The starlette endpoint for a handler: parse, validate, call, serialize, catch."""
-        from nemo_gym.server_client import ServerCallError
-
         model = body_model(body_model_of or handler)
         max_bytes = self.config.max_body_bytes
         server_name = self.name
@@ -524,24 +526,6 @@ async def register_with_head(head_url: str, name: str, server_type: str, host: s
                 raise
             await asyncio.sleep(delay)
             delay = min(delay * 2, 1.0)
-
-
-def auth_headers() -> dict[str, str]:
-    """The auth header for outbound calls when ``NEMO_GYM_AUTH_TOKEN`` is set."""
-    token = os.environ.get(ENV_AUTH_TOKEN)
-    return {"Authorization": f"Bearer {token}"} if token else {}
-
-
-def raise_fd_limit() -> int:
-    """Raise the soft open-file limit to the hard limit; returns the soft limit now in force."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft < hard:
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-            soft = hard
-        except (ValueError, OSError):
-            pass
-    return soft
 
 
 def configure_logging() -> None:

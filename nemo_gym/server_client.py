@@ -21,7 +21,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from nemo_gym.server import ENV_HEAD_URL, ROLLOUT_PREFIX, SESSION_COOKIE, auth_headers, raise_fd_limit
+from nemo_gym.protocol import ENV_HEAD_URL, ROLLOUT_PREFIX, SESSION_COOKIE, auth_headers, raise_fd_limit
 
 DEFAULT_TIMEOUT_S = float(os.environ.get("NEMO_GYM_CLIENT_TIMEOUT_S", "1800"))
 DEFAULT_CONNECT_RETRIES = 4
