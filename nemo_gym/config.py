@@ -212,23 +212,32 @@ def load_config(
     argv: Sequence[str] = (),
     *,
     base: Mapping[str, Any] | None = None,
+    initial: Mapping[str, Any] | None = None,
     cwd: Path | None = None,
+    env_yaml: Path | None = None,
+    read_env_yaml: bool = True,
     validate_refs: bool = True,
 ) -> dict[str, Any]:
-    """Compose the global config from ``base``, config files, ``env.yaml`` and overrides.
+    """Compose the global config: ``base`` < config files < ``env.yaml`` < ``initial`` < ``argv``.
 
+    ``base`` holds defaults the config files override; ``initial`` is a trainer's own config dict
+    (NeMo Gym's ``initial_global_config_dict``): it overrides the files and ``env.yaml``, and only
+    command-line overrides win over it. Both may list ``config_paths``. ``env_yaml`` names the
+    env file (default: ``env.yaml`` in ``cwd``); ``read_env_yaml=False`` skips it.
     ``validate_refs=False`` skips the server-ref check, for commands that start no server
     (data preparation) and so need not configure every server a ref names.
     """
     overrides = parse_overrides(argv)
     cwd = cwd or Path.cwd()
-    env_path = cwd / ENV_YAML
-    env_config = load_yaml_file(env_path) if env_path.exists() else {}
+    env_path = env_yaml or cwd / ENV_YAML
+    env_config = load_yaml_file(env_path) if read_env_yaml and env_path.exists() else {}
 
     paths: list[str] = []
     if base and "config_paths" in base:
         paths += _as_path_list(base["config_paths"], "the base config")
     paths += _as_path_list(env_config.get("config_paths"), ENV_YAML)
+    if initial and "config_paths" in initial:
+        paths += _as_path_list(initial["config_paths"], "the initial config")
     for override in overrides:
         if override.path == "config_paths":
             paths += _as_path_list(override.value, "the command line")
@@ -237,6 +246,7 @@ def load_config(
     for path in paths:
         config = deep_merge(config, load_config_file(path))
     config = deep_merge(config, env_config)
+    config = deep_merge(config, {k: v for k, v in (initial or {}).items() if k != "config_paths"})
     if paths:
         config["config_paths"] = paths
     for override in overrides:

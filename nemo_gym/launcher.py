@@ -1,23 +1,31 @@
 """Starting a stack: the head server in this process, every configured server as a child process.
 
 Process placement sits behind :class:`ProcessBackend` (``LocalProcessBackend`` here; a Ray
-backend can implement the same two methods). :class:`Stack` starts the head server, launches
+backend can implement the same two methods). ``LocalProcessBackend`` starts each server through
+the launch hooks of :mod:`nemo_gym.launch_hooks` (NeMo Gym's ``setup_env_command`` and
+``run_command``), which a trainer may replace. :class:`Stack` starts the head server, launches
 every server, waits until each has registered the port it bound and answers ``GET /``, and
 watches the children: when one dies it says which, shows its last log lines and stops the rest.
+An instance with ``external_url``, or one the launch hooks gave no process, is registered as an
+external endpoint instead.
+
+Config keys the launcher reads: ``default_host`` (the address servers bind and register when
+they set no ``host``), ``port_range_low``/``port_range_high`` (the range servers and a port-0
+head server pick their port from), ``head_server.host``/``head_server.port``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
-import ctypes
 import os
 import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -28,12 +36,14 @@ import orjson
 
 from nemo_gym.config import ConfigError, ServerInstance, head_server_address, project_root, server_instances
 from nemo_gym.head_server import HeadServer, Replica
+from nemo_gym.launch_hooks import DEFAULT_HOOKS, LaunchHooks, LaunchSettings, current_launch, server_command
 from nemo_gym.server import (
     ENV_HEAD_URL,
     ENV_INSTANCE_NAME,
     ENV_SERVER_CONFIG,
     auth_headers,
     bind_socket,
+    bind_socket_in_range,
     make_uvicorn_server,
 )
 
@@ -46,68 +56,89 @@ class StackError(RuntimeError):
 
 @dataclass
 class LaunchSpec:
-    """What a backend needs to start one server process."""
+    """What a backend needs to start one server process.
+
+    ``command`` is the argv of the server itself; ``server_dir`` holds its ``app.py`` (which may
+    not exist when a launch hook replaces the process); ``global_config`` is what NeMo Gym's
+    ``setup_env_command`` hook receives.
+    """
 
     instance: ServerInstance
     command: list[str]
     env: dict[str, str]
     cwd: str
+    server_dir: Path = Path()
+    global_config: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass
 class ServerProcess:
-    """A started server process: its pid, its recent log lines, and a way to wait for it."""
+    """A started server process: its pid, its recent log lines, and a way to wait for it.
+
+    ``process`` is anything with ``poll() -> exit code or None`` (a ``subprocess.Popen``).
+    """
 
     name: str
     kind: str
     pid: int
-    process: asyncio.subprocess.Process
+    process: Any
     log_tail: collections.deque[str] = field(default_factory=lambda: collections.deque(maxlen=LOG_TAIL_LINES))
     reader: asyncio.Task[None] | None = None
 
     async def wait(self) -> int:
         """Wait for the process to exit; its exit code."""
-        return await self.process.wait()
+        # Polling keeps this cancellable and free of threads; a few servers at 10 Hz cost nothing.
+        while (code := self.process.poll()) is None:
+            await asyncio.sleep(0.1)
+        return int(code)
 
     @property
     def returncode(self) -> int | None:
         """The exit code, or None while it runs."""
-        return self.process.returncode
+        return self.process.poll()
 
 
 class ProcessBackend(Protocol):
-    """Where server processes run. ``start`` launches one; ``stop`` ends one."""
+    """Where server processes run. ``start`` launches one (None: it runs elsewhere); ``stop`` ends one."""
 
-    async def start(self, spec: LaunchSpec, log: Callable[[str, str], None]) -> ServerProcess: ...
+    async def start(self, spec: LaunchSpec, log: Callable[[str, str], None]) -> ServerProcess | None: ...
 
     async def stop(self, proc: ServerProcess, grace_s: float) -> None: ...
 
 
-def _die_with_parent() -> None:
-    # Children get SIGTERM if ng_run dies (even by kill -9), so no server outlives its stack.
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
-
-
 class LocalProcessBackend:
-    """Servers as child processes of this one, in the same Python environment."""
+    """Servers as child processes of this one, in the same Python environment, started by launch hooks.
 
-    async def start(self, spec: LaunchSpec, log: Callable[[str, str], None]) -> ServerProcess:
-        """Start one server; its output lines go to ``log(name, line)``."""
-        process = await asyncio.create_subprocess_exec(
-            *spec.command,
-            env=spec.env,
-            cwd=spec.cwd,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
-            start_new_session=True,
-            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
-        )
-        proc = ServerProcess(spec.instance.name, spec.instance.kind, process.pid, process)
+    ``hooks`` default to :data:`nemo_gym.launch_hooks.DEFAULT_HOOKS`; ``nemo_gym.cli.RunHelper``
+    passes hooks that call whatever ``nemo_gym.cli.setup_env_command`` / ``run_command`` are at
+    launch time, so a trainer can replace them.
+    """
+
+    def __init__(self, hooks: LaunchHooks = DEFAULT_HOOKS) -> None:
+        self.hooks = hooks
+
+    async def start(self, spec: LaunchSpec, log: Callable[[str, str], None]) -> ServerProcess | None:
+        """Start one server; its output lines go to ``log(name, line)``.
+
+        Returns None when the ``run_command`` hook started no process of ours (it returned no
+        ``subprocess.Popen``): the instance then runs elsewhere, at its configured host:port.
+        """
+        name = spec.instance.name
+        setup = self.hooks.setup_env_command(spec.server_dir, spec.global_config, name)
+        python, entrypoint = spec.command[0], Path(spec.command[-1])
+        command = server_command(setup, name, python, entrypoint)
+        token = current_launch.set(LaunchSettings(spec.env, spec.cwd))
+        try:
+            process = self.hooks.run_command(command, spec.server_dir)
+        finally:
+            current_launch.reset(token)
+        if not isinstance(process, subprocess.Popen):
+            return None
+        proc = ServerProcess(name, spec.instance.kind, process.pid, process)
         proc.reader = asyncio.create_task(_pump_lines(proc, log))
+        if not entrypoint.is_file():
+            await self.stop(proc, 1.0)
+            raise ConfigError(f"server {name!r}: entrypoint {str(entrypoint)!r} not found")
         return proc
 
     async def stop(self, proc: ServerProcess, grace_s: float) -> None:
@@ -139,18 +170,28 @@ def _signal_group(pid: int, sig: int) -> None:
 
 
 async def _pump_lines(proc: ServerProcess, log: Callable[[str, str], None]) -> None:
-    stream = proc.process.stdout
-    assert stream is not None
-    while True:
-        line = await stream.readline()
-        if not line:
-            return
-        text = line.decode(errors="replace").rstrip("\n")
-        proc.log_tail.append(text)
-        log(proc.name, text)
+    pipe = proc.process.stdout
+    if pipe is None:
+        return
+    loop = asyncio.get_running_loop()
+    stream = asyncio.StreamReader(limit=1 << 20, loop=loop)
+    transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(stream), pipe)
+    try:
+        while True:
+            try:
+                line = await stream.readline()
+            except ValueError:  # one line over the limit: drop it, keep reading
+                continue
+            if not line:
+                return
+            text = line.decode(errors="replace").rstrip("\n")
+            proc.log_tail.append(text)
+            log(proc.name, text)
+    finally:
+        transport.close()
 
 
-def find_entrypoint(instance: ServerInstance, cwd: Path | None = None) -> Path:
+def locate_entrypoint(instance: ServerInstance, cwd: Path | None = None) -> Path | None:
     """The server's ``app.py``: ``<kind>/<impl>/<entrypoint>`` under the working directory or the project."""
     entrypoint = str(instance.fields.get("entrypoint", "app.py"))
     relative = Path(instance.kind) / instance.impl / entrypoint
@@ -158,14 +199,33 @@ def find_entrypoint(instance: ServerInstance, cwd: Path | None = None) -> Path:
         candidate = root / relative
         if candidate.is_file():
             return candidate.resolve()
-    raise ConfigError(
-        f"server {instance.name!r}: entrypoint {str(relative)!r} not found under {cwd or Path.cwd()} or {project_root()}"
-    )
+    return None
 
 
-def launch_spec(instance: ServerInstance, head_url: str, cwd: Path | None = None) -> LaunchSpec:
-    """The command and environment that start one configured server."""
-    path = find_entrypoint(instance, cwd)
+def find_entrypoint(instance: ServerInstance, cwd: Path | None = None) -> Path:
+    """Like :func:`locate_entrypoint`, but a missing file is a :class:`ConfigError` naming the server."""
+    path = locate_entrypoint(instance, cwd)
+    if path is None:
+        relative = Path(instance.kind) / instance.impl / str(instance.fields.get("entrypoint", "app.py"))
+        raise ConfigError(
+            f"server {instance.name!r}: entrypoint {str(relative)!r} not found under {cwd or Path.cwd()} or {project_root()}"
+        )
+    return path
+
+
+def launch_spec(
+    instance: ServerInstance,
+    head_url: str,
+    cwd: Path | None = None,
+    global_config: Mapping[str, Any] | None = None,
+) -> LaunchSpec:
+    """The command and environment that start one configured server.
+
+    A missing entrypoint is not an error yet: a replaced launch hook may start no process for
+    it (the backend reports a missing file when it does start one).
+    """
+    found = locate_entrypoint(instance, cwd)
+    path = found or project_root() / instance.kind / instance.impl / str(instance.fields.get("entrypoint", "app.py"))
     root = path.parent.parent.parent  # the folder holding <kind>/<impl>/app.py
     env = dict(os.environ)
     env[ENV_SERVER_CONFIG] = orjson.dumps({**instance.fields, "name": instance.name}).decode()
@@ -175,7 +235,14 @@ def launch_spec(instance: ServerInstance, head_url: str, cwd: Path | None = None
         p for p in (str(root), str(project_root()), env.get("PYTHONPATH", "")) if p
     )
     env["PYTHONUNBUFFERED"] = "1"
-    return LaunchSpec(instance, [sys.executable, str(path)], env, str(cwd or Path.cwd()))
+    return LaunchSpec(
+        instance,
+        [sys.executable, str(path)],
+        env,
+        str(cwd or Path.cwd()),
+        server_dir=path.parent,
+        global_config=dict(global_config or {}),
+    )
 
 
 def num_workers(instance: ServerInstance) -> int:
@@ -193,6 +260,29 @@ def num_workers(instance: ServerInstance) -> int:
             f"server {instance.name!r}: num_workers must be a positive integer, got {workers!r}"
         )
     return workers
+
+
+def port_range(config: Mapping[str, Any]) -> tuple[int, int] | None:
+    """``(port_range_low, port_range_high)`` from the config, or None when neither is set."""
+    low, high = config.get("port_range_low"), config.get("port_range_high")
+    if low is None and high is None:
+        return None
+    if not isinstance(low, int) or not isinstance(high, int) or not 0 < low <= high < 65536:
+        raise ConfigError(
+            f"port_range_low/port_range_high must both be ports 1-65535 with low <= high, got {low!r}/{high!r}"
+        )
+    return low, high
+
+
+def apply_global_server_settings(config: Mapping[str, Any], instances: Iterable[ServerInstance]) -> None:
+    """Give every server the global ``default_host`` and port range unless it sets its own."""
+    default_host = config.get("default_host")
+    bounds = port_range(config)
+    for instance in instances:
+        if default_host and "host" not in instance.fields:
+            instance.fields["host"] = str(default_host)
+        if bounds is not None and "port_range_low" not in instance.fields:
+            instance.fields["port_range_low"], instance.fields["port_range_high"] = bounds
 
 
 def print_log_line(name: str, line: str) -> None:
@@ -219,6 +309,8 @@ class Stack:
     ) -> None:
         self.config = dict(config)
         self.instances = server_instances(self.config)
+        self.port_range = port_range(self.config)
+        apply_global_server_settings(self.config, self.instances.values())
         self.backend = backend or LocalProcessBackend()
         self.log = log
         self.cwd = cwd
@@ -227,6 +319,8 @@ class Stack:
         self.processes: dict[str, ServerProcess] = {}
         self.head_url = ""
         self.startup_seconds: float | None = None
+        self.failure: StackError | None = None
+        self._unlaunched: set[str] = set()
         self._head_server: Any = None
         self._head_task: asyncio.Task[None] | None = None
         self._stopping = asyncio.Event()
@@ -238,19 +332,22 @@ class Stack:
             raise ConfigError("no server instances in the config; pass +config_paths=[...]")
         external = {n: i for n, i in self.instances.items() if i.fields.get("external_url")}
         specs = [
-            launch_spec(i, "http://placeholder", self.cwd)
+            launch_spec(i, "http://placeholder", self.cwd, self.config)
             for n, i in self.instances.items()
             if n not in external
         ]
         await self._start_head()
         try:
             for instance in external.values():
-                await self._register_external(instance)
+                await self._register_external(instance, instance.fields["external_url"])
             for spec in specs:
                 spec.env[ENV_HEAD_URL] = self.head_url
                 workers = num_workers(spec.instance)
                 for index in range(workers):
                     proc = await self.backend.start(spec, self.log)
+                    if proc is None:
+                        await self._register_unlaunched(spec.instance)
+                        break
                     if workers > 1:
                         proc.name = f"{spec.instance.name}[{index}]"
                     self.processes[proc.name] = proc
@@ -263,24 +360,43 @@ class Stack:
     async def _start_head(self) -> None:
         host, port = head_server_address(self.config)
         try:
-            sock = bind_socket(host, port)
+            if port == 0 and self.port_range is not None:
+                sock = bind_socket_in_range(host, *self.port_range)
+            else:
+                sock = bind_socket(host, port)
         except OSError as exc:
             raise StackError(
                 f"head server cannot bind {host}:{port}: {exc.strerror or exc}. "
                 "Is another ng_run using it? Set head_server.port=<free port> (0 picks one)."
             ) from exc
         bound_host, bound_port = sock.getsockname()[:2]
+        if bound_host in ("0.0.0.0", "::"):
+            # Bound on every interface: servers and clients reach it at the configured default_host.
+            bound_host = str(self.config.get("default_host") or "127.0.0.1")
+        bound_host = f"[{bound_host}]" if ":" in bound_host else bound_host
         self.head_url = f"http://{bound_host}:{bound_port}"
         self._head_server = make_uvicorn_server(self.head.build_app(), embedded=True)
         self._head_task = asyncio.create_task(self._head_server.serve(sockets=[sock]))
 
-    async def _register_external(self, instance: ServerInstance) -> None:
+    async def _register_unlaunched(self, instance: ServerInstance) -> None:
+        """Register an instance the launch hooks gave no process at its configured host:port."""
+        host, port = instance.fields.get("host"), instance.fields.get("port")
+        if not host or not isinstance(port, int) or port <= 0:
+            raise ConfigError(
+                f"server {instance.name!r}: its launch started no process, so it must run elsewhere; "
+                f"give it host and port (got host={host!r}, port={port!r})"
+            )
+        self._unlaunched.add(instance.name)
+        host = f"[{host}]" if ":" in str(host) else str(host)
+        await self._register_external(instance, f"http://{host}:{port}")
+
+    async def _register_external(self, instance: ServerInstance, urls: str | list[str]) -> None:
         """Register an existing endpoint (a trainer's own server) under its instance name, no process.
 
-        ``external_url`` (one URL or a list of replicas) is the server root: agents post
+        ``urls`` (``external_url``: one URL or a list of replicas) is the server root: agents post
         ``/v1/responses`` and ``/v1/chat/completions`` under it. Each URL must answer HTTP.
+        The launcher registers it itself (callers never register with the head server for it).
         """
-        urls = instance.fields["external_url"]
         urls = [urls] if isinstance(urls, str) else list(urls)
         async with aiohttp.ClientSession(headers=auth_headers()) as http:
             for raw_url in urls:
@@ -310,7 +426,10 @@ class Stack:
 
     async def _wait_until_healthy(self, started: float) -> None:
         deadline = started + self.startup_timeout_s
-        expected = {name: num_workers(instance) for name, instance in self.instances.items()}
+        expected = {
+            name: 1 if name in self._unlaunched else num_workers(instance)
+            for name, instance in self.instances.items()
+        }
         waiting = set(self.instances)
         while waiting:
             self._raise_if_died()
@@ -383,14 +502,23 @@ class Stack:
                 except TimeoutError:
                     pass
             self.head.registry.remove_pid(dead.pid)
-            raise StackError(
+            self.failure = StackError(
                 f"server {dead.name!r} ({dead.kind}, pid {dead.pid}) died with exit code {dead.returncode}"
                 + self._tails([dead.name])
             )
+            raise self.failure
         finally:
             stop_task.cancel()
             for task in waiters:
                 task.cancel()
+
+    def check(self) -> None:
+        """Raise :class:`StackError` naming the server if the head server or any server process died."""
+        if self.failure is not None:
+            raise self.failure
+        if self._head_task is not None and self._head_task.done() and not self._stopping.is_set():
+            raise StackError(f"the head server at {self.head_url} stopped unexpectedly")
+        self._raise_if_died()
 
     def request_stop(self) -> None:
         """Ask :meth:`wait` to return (signal-handler safe when called from the loop)."""
@@ -462,9 +590,16 @@ class StackHandle:
             raise ready["error"]
         return cls(ready["stack"], loop, thread)
 
+    def poll(self) -> None:
+        """Raise :class:`StackError` naming the server if the head server or any server has died."""
+        self.stack.check()
+        if not self.thread.is_alive():
+            raise StackError(f"the stack with head server {self.head_url} is no longer running")
+
     def stop(self, timeout_s: float = 30.0) -> None:
         """Stop every server and the head server; returns when they are gone."""
-        self.loop.call_soon_threadsafe(self.stack.request_stop)
+        if self.thread.is_alive():
+            self.loop.call_soon_threadsafe(self.stack.request_stop)
         self.thread.join(timeout_s)
 
 

@@ -12,9 +12,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import errno
 import inspect
 import logging
 import os
+import random
 import socket
 import sys
 import time
@@ -76,6 +78,9 @@ class BaseServerConfig(BaseModel):
     max_body_bytes: int = 256 * 1024 * 1024
     session_ttl_s: float = 3600.0
     max_sessions: int = 1_000_000
+    # Bounds for the port this server picks when ``port`` is 0 (NeMo Gym's port_range_low/high).
+    port_range_low: int | None = None
+    port_range_high: int | None = None
 
 
 def dumps(value: Any) -> bytes:
@@ -391,7 +396,12 @@ class BaseServer:
         ``embedded`` leaves signal handling to the host process (a trainer, a test, ``ng_run``).
         """
         raise_fd_limit()
-        sock = sock or bind_socket(self.config.host, self.config.port)
+        if sock is None:
+            low, high = self.config.port_range_low, self.config.port_range_high
+            if self.config.port == 0 and low is not None and high is not None:
+                sock = bind_socket_in_range(self.config.host, low, high)
+            else:
+                sock = bind_socket(self.config.host, self.config.port)
         host, port = sock.getsockname()[:2]
         uv_server = make_uvicorn_server(self.build_app(), embedded=embedded)
         self.uvicorn_server = uv_server
@@ -502,6 +512,20 @@ def bind_socket(host: str, port: int) -> socket.socket:
     sock.listen(4096)
     sock.setblocking(False)
     return sock
+
+
+def bind_socket_in_range(host: str, low: int, high: int) -> socket.socket:
+    """Bind a port in ``[low, high]`` (tried in random order), keeping the socket: no bind-then-release race."""
+    if not 0 < low <= high < 65536:
+        raise ValueError(f"port range [{low}, {high}] is not within 1-65535 with low <= high")
+    ports = list(range(low, high + 1))
+    random.shuffle(ports)
+    for port in ports:
+        try:
+            return bind_socket(host, port)
+        except OSError:
+            continue
+    raise OSError(errno.EADDRINUSE, f"no free port on {host} in the range [{low}, {high}]")
 
 
 async def register_with_head(head_url: str, name: str, server_type: str, host: str, port: int) -> None:
