@@ -2,6 +2,10 @@
 
 Commands that belong to one subsystem live beside it (``ng_collect_rollouts`` in
 ``nemo_gym.rollout_collection``) and use :func:`console_command` from here.
+
+Also NeMo Gym's trainer-facing names at their NeMo Gym path (NeMo RL, verl and verifiers import
+them from ``nemo_gym.cli``): :class:`RunHelper`, ``GlobalConfigDictParserConfig`` and the launch
+hooks ``setup_env_command`` / ``run_command`` (see the end of this module).
 """
 
 from __future__ import annotations
@@ -10,8 +14,13 @@ import asyncio
 import signal
 import sys
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from nemo_gym.config import ConfigError, dump_yaml, head_url_from_config, load_config
+from nemo_gym.global_config import GlobalConfigDictParserConfig
+from nemo_gym.launch_hooks import LaunchHooks, run_command, setup_env_command
+
+__all__ = ["GlobalConfigDictParserConfig", "RunHelper", "run_command", "setup_env_command"]
 
 
 def console_command(body: Callable[[list[str]], int]) -> Callable[[Sequence[str] | None], None]:
@@ -118,3 +127,56 @@ ng_run = console_command(_run)
 ng_status = console_command(_status)
 ng_dump_config = console_command(_dump_config)
 ng_version = console_command(_version)
+
+
+# ---- NeMo Gym's trainer-facing runner ---------------------------------------------------------
+# Looked up on this module at each launch, so a trainer that replaces nemo_gym.cli.setup_env_command
+# or nemo_gym.cli.run_command (verifiers, to keep its own proxy as policy_model) is honoured.
+_CLI_LAUNCH_HOOKS = LaunchHooks(
+    setup_env_command=lambda dir_path, config, prefix: setup_env_command(dir_path, config, prefix),
+    run_command=lambda command, dir_path: run_command(command, dir_path),
+)
+
+
+class RunHelper:
+    """NeMo Gym's in-process stack runner (NeMo RL, verl and verifiers call it), over :class:`~nemo_gym.launcher.StackHandle`.
+
+    ``start(global_config_dict_parser_config)`` composes the global config, starts the head
+    server and every server through this module's launch hooks, and returns once all are
+    healthy. ``poll()`` raises, naming the server, when the head server or a server process has
+    died; ``shutdown()`` stops everything. ``_server_client`` (read by clients) carries
+    ``head_server_config`` and ``global_config_dict``.
+    """
+
+    def __init__(self) -> None:
+        self._handle: Any = None
+        self._server_client: Any = None
+
+    def start(self, global_config_dict_parser_config: GlobalConfigDictParserConfig | None = None) -> None:
+        """Start every configured server; returns once all are healthy (raises naming a server that is not)."""
+        from omegaconf import OmegaConf
+
+        from nemo_gym import global_config, server_utils
+        from nemo_gym.launcher import LocalProcessBackend, StackHandle
+
+        global_config.set_global_config_dict(global_config_dict_parser_config)
+        config_dict = global_config.get_global_config_dict()
+        config = OmegaConf.to_container(config_dict, resolve=True)
+        assert isinstance(config, dict)
+        self._handle = StackHandle.start({str(k): v for k, v in config.items()}, backend=LocalProcessBackend(_CLI_LAUNCH_HOOKS))
+        head = server_utils.BaseServerConfig(**self._handle.head_server_config)
+        self._server_client = server_utils.ServerClient(
+            head_server_config=head, global_config_dict=config_dict
+        )
+
+    def poll(self) -> None:
+        """Raise ``StackError`` naming the server if the head server or any server process has died."""
+        if self._handle is None:
+            raise RuntimeError("RunHelper.poll() before start(): no servers are running")
+        self._handle.poll()
+
+    def shutdown(self) -> None:
+        """Stop every server and the head server (safe to call twice, or after a failed start)."""
+        handle, self._handle = self._handle, None
+        if handle is not None:
+            handle.stop()

@@ -86,7 +86,9 @@ def run_command(command: str, working_dir_path: Path) -> subprocess.Popen[bytes]
     launch = current_launch.get()
     if launch is None:
         env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(working_dir_path), env.get("PYTHONPATH", "")) if p)
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(working_dir_path), env.get("PYTHONPATH", "")) if p
+        )
         launch = LaunchSettings(env, str(working_dir_path))
     return subprocess.Popen(
         ["/bin/bash", "-c", command],

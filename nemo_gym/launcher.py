@@ -225,7 +225,9 @@ def launch_spec(
     it (the backend reports a missing file when it does start one).
     """
     found = locate_entrypoint(instance, cwd)
-    path = found or project_root() / instance.kind / instance.impl / str(instance.fields.get("entrypoint", "app.py"))
+    path = found or project_root() / instance.kind / instance.impl / str(
+        instance.fields.get("entrypoint", "app.py")
+    )
     root = path.parent.parent.parent  # the folder holding <kind>/<impl>/app.py
     env = dict(os.environ)
     env[ENV_SERVER_CONFIG] = orjson.dumps({**instance.fields, "name": instance.name}).decode()

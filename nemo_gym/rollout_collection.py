@@ -123,16 +123,33 @@ class RolloutOutcome:
     failure_class: str | None = None
     error: str | None = None
     elapsed_s: float = 0.0
+    status: int | None = None  # the agent's HTTP status, when it answered an error
+
+
+# The HTTP status a failure without one stands for: 5xx for infrastructure, 4xx for the row itself.
+_FAILURE_STATUS = {"timeout": 504, "unreachable": 503}
 
 
 class RolloutFailedError(Exception):
-    """A rollout failed; ``failure_class`` is timeout, unreachable, agent_error, judge_failed, ..."""
+    """A rollout failed; ``failure_class`` is timeout, unreachable, agent_error, judge_failed, ...
 
-    def __init__(self, row: dict[str, Any], failure_class: str, error: str) -> None:
+    ``status`` is an HTTP status, as trainers classify failures by it: the agent's own status
+    when it answered an error (4xx: the row is at fault; 5xx: a server is), else 504 for a
+    timeout, 503 for an unreachable server, 400 for a row that cannot be sent, 502 otherwise.
+    The error pickles (it crosses Ray actor boundaries) with all of its fields.
+    """
+
+    def __init__(
+        self, row: dict[str, Any], failure_class: str, error: str, status: int | None = None
+    ) -> None:
         super().__init__(f"rollout failed ({failure_class}): {error}")
         self.row = row
         self.failure_class = failure_class
         self.error = error
+        self.status = status if status is not None else _FAILURE_STATUS.get(failure_class, 502)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.row, self.failure_class, self.error, self.status))
 
 
 def classify_error(body: Any, text: str) -> str:
@@ -202,6 +219,12 @@ class RolloutCollectionHelper:
         for client in self._clients.values():
             await client.close()
 
+    async def __aenter__(self) -> RolloutCollectionHelper:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
     async def run_one(
         self,
         row: dict[str, Any],
@@ -218,6 +241,7 @@ class RolloutCollectionHelper:
         agent = agent_name_of(row, agent_name)
         if agent is None:
             outcome.failure_class, outcome.error = "agent_error", "row has no agent_ref.name"
+            outcome.status = 400
             return outcome
         key = row_key(row)
         rollout_id = (
@@ -235,6 +259,7 @@ class RolloutCollectionHelper:
         except ServerCallError as exc:
             if exc.kind == "http_error":
                 outcome.failure_class = classify_error(exc.body, str(exc))
+                outcome.status = exc.status
             else:
                 outcome.failure_class = {"not_found": "unreachable"}.get(exc.kind, exc.kind)
             outcome.error = _clip(str(exc))
@@ -284,7 +309,10 @@ class RolloutCollectionHelper:
             else:
                 future.set_exception(
                     RolloutFailedError(
-                        outcome.row, outcome.failure_class or "agent_error", outcome.error or ""
+                        outcome.row,
+                        outcome.failure_class or "agent_error",
+                        outcome.error or "",
+                        outcome.status,
                     )
                 )
 

@@ -56,6 +56,7 @@ class ServerInstanceInfo:
     port: int
     pid: int
     server_type: str
+    external: bool = False
 
 
 @dataclass
@@ -100,6 +101,7 @@ class ServerClient:
             k: [v] if isinstance(v, str) else list(v) for k, v in (static_urls or {}).items()
         }
         self._resolved: dict[str, list[str]] = {}
+        self._external: set[str] = set()  # base URLs of endpoints that are not nemo_gym servers
         self._sessions: dict[asyncio.AbstractEventLoop, aiohttp.ClientSession] = {}
         self._round_robin = 0
         self._headers = auth_headers()
@@ -156,6 +158,7 @@ class ServerClient:
                 port=i["port"],
                 pid=i.get("pid", 0),
                 server_type=i.get("server_type", ""),
+                external=bool(i.get("external", False)),
             )
             for i in resp.json()
         ]
@@ -174,6 +177,8 @@ class ServerClient:
         by_name: dict[str, list[str]] = {}
         for info in instances:
             by_name.setdefault(info.name, []).append(info.url)
+            if info.external:
+                self._external.add(info.url)
         self._resolved = by_name
         if server_name not in by_name:
             known = ", ".join(sorted(by_name)) or "none"
@@ -212,8 +217,8 @@ class ServerClient:
         Raises :class:`ServerCallError` of kind ``unreachable``, ``timeout`` or ``not_found``;
         an HTTP error status is returned, not raised (see :meth:`post_json`).
         """
-        path = f"{ROLLOUT_PREFIX}{rollout_id}{url_path}" if rollout_id else url_path
         base = await self.base_url(server_name, affinity=rollout_id)
+        path = self._path(base, url_path, rollout_id)
         try:
             return await self._send(
                 method, server_name, base, path, json, cookies, timeout_s or self.timeout_s
@@ -226,9 +231,16 @@ class ServerClient:
             if base in fresh and len(fresh) == 1:
                 raise
             base = await self.base_url(server_name, affinity=rollout_id)
+            path = self._path(base, url_path, rollout_id)
             return await self._send(
                 method, server_name, base, path, json, cookies, timeout_s or self.timeout_s
             )
+
+    def _path(self, base: str, url_path: str, rollout_id: str | None) -> str:
+        # The rollout prefix is ours: an external endpoint (a trainer's engine or proxy) gets the plain path.
+        if rollout_id and base not in self._external:
+            return f"{ROLLOUT_PREFIX}{rollout_id}{url_path}"
+        return url_path
 
     async def post(self, server_name: str, url_path: str, json: Any = None, **kwargs: Any) -> ServerResponse:
         """POST to a named server (see :meth:`request`)."""
@@ -240,7 +252,7 @@ class ServerClient:
 
     async def post_json(self, server_name: str, url_path: str, json: Any = None, **kwargs: Any) -> Any:
         """POST and return the parsed JSON answer; a non-2xx answer raises ``http_error``."""
-        resp = await self.post(server_name, url_path, json, **kwargs)
+        resp = await self.request("POST", server_name, url_path, json, **kwargs)
         return raise_for_status(resp, server_name, url_path)
 
     def rollout(self, rollout_id: str | None = None) -> Rollout:
@@ -369,7 +381,21 @@ def default_connection_limit() -> int:
     the agent's memory with 1024 connections than with one connection per request.
     ``NEMO_GYM_MAX_CONNECTIONS`` changes it (e.g. higher for a slow, large-batch model server).
     """
-    soft = raise_fd_limit()
-    fd_cap = max(16, (soft - 256) // 2)
     wanted = os.environ.get("NEMO_GYM_MAX_CONNECTIONS")
-    return min(fd_cap, max(1, int(wanted)) if wanted else DEFAULT_MAX_CONNECTIONS)
+    return min(fd_connection_cap(), max(1, int(wanted)) if wanted else DEFAULT_MAX_CONNECTIONS)
+
+
+def fd_connection_cap() -> int:
+    """The most connections one process may hold: half the open-file limit left after 256 spare fds."""
+    soft = raise_fd_limit()
+    return max(16, (soft - 256) // 2)
+
+
+def capped_connector(limit: int, limit_per_host: int) -> aiohttp.TCPConnector:
+    """A connector with the requested limits, each lowered to :func:`fd_connection_cap` (0 = no limit asked)."""
+    cap = fd_connection_cap()
+    return aiohttp.TCPConnector(
+        limit=min(limit, cap) if limit > 0 else cap,
+        limit_per_host=min(limit_per_host, cap) if limit_per_host > 0 else 0,
+        ttl_dns_cache=300,
+    )

@@ -1,0 +1,32 @@
+"""NeMo Gym's ``nemo_gym.config_types`` names, for trainers and NeMo Gym-style server code that import them.
+
+A compatibility layer with no logic of its own: ``BaseServerConfig`` (``host``, ``port``; NeMo RL
+and verl build the head server's address with it) and the server-ref types, over
+:mod:`nemo_gym.server`'s own.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from nemo_gym.server import BaseServerConfig, ServerRef
+
+__all__ = ["AgentServerRef", "BaseServerConfig", "ModelServerRef", "ResourcesServerRef", "ServerRef"]
+
+
+class ModelServerRef(ServerRef):
+    """A reference to a model server instance."""
+
+    type: Literal["responses_api_models"] = "responses_api_models"
+
+
+class ResourcesServerRef(ServerRef):
+    """A reference to a resources server instance."""
+
+    type: Literal["resources_servers"] = "resources_servers"
+
+
+class AgentServerRef(ServerRef):
+    """A reference to an agent server instance."""
+
+    type: Literal["responses_api_agents"] = "responses_api_agents"

@@ -1,0 +1,100 @@
+"""NeMo Gym's ``nemo_gym.global_config`` names, for trainers that import them (NeMo RL, verl, verifiers).
+
+A compatibility layer with no logic of its own: the key-name constants clients use,
+:class:`GlobalConfigDictParserConfig` (how a trainer describes the config it wants), and the
+process's current global config, which ``nemo_gym.cli.RunHelper.start`` sets and verifiers
+resets between stacks. Composition is :func:`nemo_gym.config.load_config`.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+from pydantic import BaseModel, ConfigDict
+
+from nemo_gym.config import load_config, redact
+from nemo_gym.launch_hooks import ENV_CONFIG_PATH
+
+NEMO_GYM_CONFIG_PATH_ENV_VAR_NAME = ENV_CONFIG_PATH
+CONFIG_PATHS_KEY_NAME = "config_paths"
+ENTRYPOINT_KEY_NAME = "entrypoint"
+DEFAULT_HOST_KEY_NAME = "default_host"
+HEAD_SERVER_KEY_NAME = "head_server"
+PORT_RANGE_LOW_KEY_NAME = "port_range_low"
+PORT_RANGE_HIGH_KEY_NAME = "port_range_high"
+RAY_HEAD_NODE_ADDRESS_KEY_NAME = "ray_head_node_address"
+# Accepted and ignored: every server runs in this one Python environment (no per-server venvs).
+UV_VENV_DIR_KEY_NAME = "uv_venv_dir"
+UV_CACHE_DIR_KEY_NAME = "uv_cache_dir"
+SKIP_VENV_IF_PRESENT_KEY_NAME = "skip_venv_if_present"
+DRY_RUN_KEY_NAME = "dry_run"
+POLICY_BASE_URL_KEY_NAME = "policy_base_url"
+POLICY_API_KEY_KEY_NAME = "policy_api_key"  # noqa: S105 - a key name, not a secret
+POLICY_MODEL_NAME_KEY_NAME = "policy_model_name"
+POLICY_MODEL_KEY_NAME = "policy_model"
+TASK_INDEX_KEY_NAME = "_ng_task_index"
+ROLLOUT_INDEX_KEY_NAME = "_ng_rollout_index"
+RESPONSES_CREATE_PARAMS_KEY_NAME = "responses_create_params"
+RESPONSE_KEY_NAME = "response"
+AGENT_REF_KEY_NAME = "agent_ref"
+
+_GLOBAL_CONFIG_DICT: DictConfig | None = None
+
+
+class GlobalConfigDictParserConfig(BaseModel):
+    """Where the global config comes from (NeMo Gym's fields).
+
+    ``initial_global_config_dict`` (a dict or an OmegaConf ``DictConfig``) is the trainer's own
+    config; its ``config_paths`` are followed and it wins over them and over the env file.
+    ``dotenv_path`` names the env.yaml to read (default: ``env.yaml`` in the working directory);
+    ``skip_load_from_dotenv`` skips it; ``skip_load_from_cli`` ignores ``sys.argv``;
+    ``hide_secrets`` redacts secret values in the result.
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    dotenv_path: Path | None = None
+    initial_global_config_dict: Any = None
+    skip_load_from_cli: bool = False
+    skip_load_from_dotenv: bool = False
+    hide_secrets: bool = False
+
+    def load(self) -> dict[str, Any]:
+        """The composed config as a plain dict."""
+        initial = self.initial_global_config_dict
+        if isinstance(initial, DictConfig):
+            initial = OmegaConf.to_container(initial, resolve=False)
+        if initial is not None and not isinstance(initial, Mapping):
+            raise TypeError(
+                f"initial_global_config_dict must be a dict or a DictConfig, got {type(initial).__name__}"
+            )
+        config = load_config(
+            [] if self.skip_load_from_cli else sys.argv[1:],
+            initial=initial,
+            env_yaml=self.dotenv_path,
+            read_env_yaml=not self.skip_load_from_dotenv,
+        )
+        return redact(config) if self.hide_secrets else config
+
+
+def set_global_config_dict(
+    global_config_dict_parser_config: GlobalConfigDictParserConfig | None = None,
+) -> None:
+    """Compose the global config and make it this process's current one."""
+    global _GLOBAL_CONFIG_DICT
+    parser_config = global_config_dict_parser_config or GlobalConfigDictParserConfig()
+    _GLOBAL_CONFIG_DICT = OmegaConf.create(parser_config.load())
+
+
+def get_global_config_dict(
+    global_config_dict_parser_config: GlobalConfigDictParserConfig | None = None,
+) -> DictConfig:
+    """The current global config, composed on first use."""
+    if _GLOBAL_CONFIG_DICT is None:
+        set_global_config_dict(global_config_dict_parser_config)
+    assert _GLOBAL_CONFIG_DICT is not None
+    return _GLOBAL_CONFIG_DICT
