@@ -9,9 +9,37 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+from pydantic import BaseModel, ConfigDict, ValidationError
 from starlette.routing import Route
 
-from nemo_gym.server import BaseServer, BaseServerConfig, HTTPError, ServerRef
+from nemo_gym.server import BaseServer, BaseServerConfig, HTTPError, ServerRef, validation_error_body
+
+
+class _CreateParamsShape(BaseModel):
+    """The parts of a Responses create request an agent loop relies on (other fields pass through)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    input: str | list[dict[str, Any]] = []
+    tools: list[dict[str, Any]] | None = None
+    instructions: str | None = None
+
+
+def row_create_params(row: dict[str, Any]) -> dict[str, Any]:
+    """A row's ``responses_create_params``, checked: a malformed row is a 422 naming the field, never a 500."""
+    params = row.get("responses_create_params")
+    if not isinstance(params, dict):
+        raise HTTPError(
+            422, "invalid body: responses_create_params: field required (a Responses create request)"
+        )
+    try:
+        _CreateParamsShape.model_validate(params)
+    except ValidationError as exc:
+        detail = validation_error_body(exc, "", "responses_create_params")
+        fields = [{**d, "field": f"responses_create_params.{d['field']}"} for d in detail["detail"]]
+        summary = "; ".join(f"{f['field']}: {f['message']}" for f in fields[:5])
+        raise HTTPError(422, f"invalid body: {summary}", detail=fields) from exc
+    return params
 
 
 class BaseResponsesAPIAgentConfig(BaseServerConfig):

@@ -163,7 +163,9 @@ class RunHelper:
         config_dict = global_config.get_global_config_dict()
         config = OmegaConf.to_container(config_dict, resolve=True)
         assert isinstance(config, dict)
-        self._handle = StackHandle.start({str(k): v for k, v in config.items()}, backend=LocalProcessBackend(_CLI_LAUNCH_HOOKS))
+        self._handle = StackHandle.start(
+            {str(k): v for k, v in config.items()}, backend=LocalProcessBackend(_CLI_LAUNCH_HOOKS)
+        )
         head = server_utils.BaseServerConfig(**self._handle.head_server_config)
         self._server_client = server_utils.ServerClient(
             head_server_config=head, global_config_dict=config_dict

@@ -10,9 +10,13 @@ from typing import Any
 
 import orjson
 
-from nemo_gym.base_responses_api_agent import BaseResponsesAPIAgentConfig, SimpleResponsesAPIAgent
+from nemo_gym.base_responses_api_agent import (
+    BaseResponsesAPIAgentConfig,
+    SimpleResponsesAPIAgent,
+    row_create_params,
+)
 from nemo_gym.response_items import add_usage, function_call_output_item, function_calls, input_items
-from nemo_gym.server import HTTPError, ServerRef
+from nemo_gym.server import ServerRef
 from nemo_gym.server_client import Rollout, ServerCallError
 
 
@@ -36,14 +40,11 @@ class SimpleAgent(SimpleResponsesAPIAgent):
 
     async def run(self, body: dict[str, Any]) -> dict[str, Any]:
         """One rollout: seed the session, run the loop, return the verify answer."""
-        if not isinstance(body.get("responses_create_params"), dict):
-            raise HTTPError(
-                422, "invalid body: responses_create_params: field required (a Responses create request)"
-            )
+        params = row_create_params(body)
         rollout = self.server_client.rollout(self.rollout_id)
         resources = self.config.resources_server.name
         await rollout.post_json(resources, "/seed_session", body)
-        response = await self.loop(rollout, body["responses_create_params"])
+        response = await self.loop(rollout, params)
         return await rollout.post_json(resources, "/verify", {**body, "response": response})
 
     async def responses(self, body: dict[str, Any]) -> dict[str, Any]:
