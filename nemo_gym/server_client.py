@@ -13,6 +13,7 @@ import os
 import random
 import time
 import uuid
+import weakref
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -105,6 +106,9 @@ class ServerClient:
         self._sessions: dict[asyncio.AbstractEventLoop, aiohttp.ClientSession] = {}
         self._round_robin = 0
         self._headers = auth_headers()
+        # Trainers often drop a client without close(): its sessions are closed when it is
+        # collected (or at exit) instead of warning "Unclosed client session".
+        weakref.finalize(self, _close_sessions_now, self._sessions)
 
     @classmethod
     def from_env(cls) -> ServerClient:
@@ -315,6 +319,36 @@ class ServerClient:
                     "unreachable", server_name, path, f"connection to {base} failed: {exc}"
                 ) from exc
         raise ServerCallError("timeout", server_name, path, f"no answer from {base} within {timeout_s:g}s")
+
+
+def _close_sessions_now(sessions: dict[asyncio.AbstractEventLoop, aiohttp.ClientSession]) -> None:
+    """Close the sessions of a client being collected (or at exit) on whatever state their loop is in."""
+    for loop, session in list(sessions.items()):
+        if session.closed:
+            continue
+        if loop.is_closed():
+            _close_without_loop(session)
+        elif not loop.is_running():
+            loop.run_until_complete(session.close())
+        elif asyncio._get_running_loop() is loop:
+            loop.create_task(session.close())
+        else:
+            asyncio.run_coroutine_threadsafe(session.close(), loop)
+    sessions.clear()
+
+
+def _close_without_loop(session: aiohttp.ClientSession) -> None:
+    # The loop is gone, so its sockets are too: closing only marks the session closed, which
+    # needs no loop. Step the coroutine by hand; if it ever waits on the loop, stop there.
+    closing = session.close()
+    try:
+        closing.send(None)
+    except StopIteration:
+        return
+    except RuntimeError:
+        pass
+    closing.close()
+    session.detach()
 
 
 def raise_for_status(resp: ServerResponse, server_name: str, url_path: str) -> Any:
