@@ -21,6 +21,7 @@ it is one of the row's options (the regex path trusts its capture, as NeMo Gym d
 from __future__ import annotations
 
 import re
+from itertools import pairwise
 from typing import Any, Literal
 
 from pydantic import model_validator
@@ -228,7 +229,7 @@ def is_letter_list(text: str, letters: set[str]) -> bool:
     ]
     return any(
         left != right and _LIST_SEPARATOR.fullmatch(text[left_span[1] : right_span[0]]) is not None
-        for (left, left_span), (right, right_span) in zip(found, found[1:])
+        for (left, left_span), (right, right_span) in pairwise(found)
     )
 
 
@@ -260,11 +261,10 @@ def from_regex(text: str, pattern: str, letters: set[str], options: dict[str, st
 
     A captured single letter is trusted even if it is not among the options, as NeMo Gym does.
     """
-    last = None
-    for last in re.finditer(pattern, text, re.IGNORECASE):
-        pass
-    if last is None:
+    matches = list(re.finditer(pattern, text, re.IGNORECASE))
+    if not matches:
         return None
+    last = matches[-1]
     captured = next((g for g in last.groups() if g), None) if last.groups() else last.group(0)
     value = latin_letters((captured or "").strip()).upper()
     if len(value) == 1 and value.isalpha():
