@@ -81,7 +81,9 @@ CASES = [
         library_reward=1.0,
         judge_evaluations=None,
     ),
-    case("judge confirms the miss", "What is 1 + 1?", "2", "3", 0.0, extracted_answer="3", library_reward=0.0),
+    case(
+        "judge confirms the miss", "What is 1 + 1?", "2", "3", 0.0, extracted_answer="3", library_reward=0.0
+    ),
     case(
         "judge rescues in both orders",
         "What is 14 divided by 10?",
@@ -93,9 +95,15 @@ CASES = [
     ),
     # test_verify_answer_with_library_async
     case("library boxed", "q", "4", "2 + 2 = \\boxed{4}", 1.0, "library", extracted_answer="4"),
-    case("library boxed gold", "q", "\\boxed{12}", "3 * 4 = \\boxed{12}", 1.0, "library", extracted_answer="12"),
-    case("library boxed gold 2", "q", "\\boxed{5}", "10 - 5 = \\boxed{5}", 1.0, "library", extracted_answer="5"),
-    case("library fraction", "q", "4.0", "2 + 2 = \\boxed{\\frac{8}{2}}", 1.0, "library", extracted_answer="4"),
+    case(
+        "library boxed gold", "q", "\\boxed{12}", "3 * 4 = \\boxed{12}", 1.0, "library", extracted_answer="12"
+    ),
+    case(
+        "library boxed gold 2", "q", "\\boxed{5}", "10 - 5 = \\boxed{5}", 1.0, "library", extracted_answer="5"
+    ),
+    case(
+        "library fraction", "q", "4.0", "2 + 2 = \\boxed{\\frac{8}{2}}", 1.0, "library", extracted_answer="4"
+    ),
     case("library wrong", "q", "\\boxed{12}", "3 * 4 = 13", 0.0, "library", extracted_answer="13"),
     case("library near miss", "q", "17.001", "17", 0.0, "library", extracted_answer="17"),
     case("library empty", "q", "", "", 0.0, "library", extracted_answer=None),

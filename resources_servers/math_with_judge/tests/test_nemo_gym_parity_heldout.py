@@ -25,7 +25,9 @@ def url_for():
         def make(name: str) -> MathWithJudgeServer:
             config = {"name": "math_with_judge", "library_verifier_max_concurrency": 1, **CONFIGS[name]}
             client = ServerClient(static_urls={"judge": judge}, connect_retries=1, timeout_s=30)
-            return MathWithJudgeServer({**config, "library_verifier_timeout_seconds": 60}, server_client=client)
+            return MathWithJudgeServer(
+                {**config, "library_verifier_timeout_seconds": 60}, server_client=client
+            )
 
         with lazy_servers(make) as url:
             yield url
