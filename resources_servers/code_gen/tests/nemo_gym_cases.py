@@ -6,7 +6,9 @@ from nemo_gym.response_items import message_item
 from nemo_gym.testing import ParityCase
 
 
-def case(name: str, text: str, inputs: list[str], outputs: list[str], reward: float, **expect: Any) -> ParityCase:
+def case(
+    name: str, text: str, inputs: list[str], outputs: list[str], reward: float, **expect: Any
+) -> ParityCase:
     """A row whose ``verifier_metadata.unit_tests`` are stdin/stdout pairs, answered with ``text``."""
     row = {
         "responses_create_params": {"temperature": 0},
@@ -28,6 +30,8 @@ CASES = [
         extracted_model_output="n=int(input())\nprint(n*n)",
         extracted_model_code=None,
     ),
-    case("syntax error", "```python\nprint('hello'  # Missing closing parenthesis\n```", ["\n"], ["hello"], 0.0),
+    case(
+        "syntax error", "```python\nprint('hello'  # Missing closing parenthesis\n```", ["\n"], ["hello"], 0.0
+    ),
     case("runtime error", "```python\nn=int(input())\nprint(n/0)\n```", ["5\n"], ["error"], 0.0),
 ]
