@@ -1,20 +1,12 @@
-"""structured_outputs gives NeMo Gym's reward and error_type on NeMo Gym's own verify test cases (held-out set: every fifth case, never used to tune the code)."""
+"""structured_outputs on NeMo Gym's held-out verify test cases: every fifth case, never used to tune the code."""
 
 import pytest
 
-from nemo_gym.testing import ParityCase, check_parity, lazy_servers, parity_cases
-from resources_servers.structured_outputs.app import StructuredOutputsServer
-from resources_servers.structured_outputs.tests.nemo_gym_cases import CASES, SERVERS
-
-
-@pytest.fixture(scope="module")
-def url_for():
-    with lazy_servers(
-        lambda name: StructuredOutputsServer({"name": "structured_outputs", **SERVERS[name]})
-    ) as url:
-        yield url
+from nemo_gym.testing import ParityCase, check_parity, parity_cases
+from resources_servers.structured_outputs.tests.nemo_gym_cases import CASES
+from resources_servers.structured_outputs.tests.test_nemo_gym_parity import url_for  # noqa: F401 - the same server fixture
 
 
 @pytest.mark.parametrize("case", parity_cases(CASES, held_out=True), ids=lambda c: c.name)
-def test_nemo_gym_case(url_for, case: ParityCase):
+def test_nemo_gym_held_out_case(url_for, case: ParityCase):  # noqa: F811 - the imported fixture
     check_parity(url_for(case.server), case)
