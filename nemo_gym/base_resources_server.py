@@ -64,9 +64,13 @@ class BaseSeedSessionResponse(BaseModel):
 
 
 class BaseVerifyRequest(BaseRunRequest):
-    """The row plus the agent's final ``response`` (a Responses API response object)."""
+    """The row plus the agent's final ``response`` (a Responses API response object).
 
-    response: dict[str, Any] = Field(default_factory=dict)
+    ``response`` is required, as in NeMo Gym: a body without it is a client's mistake (a 422
+    naming the field), never a rollout scored 0 on an empty answer.
+    """
+
+    response: dict[str, Any]
 
 
 class BaseVerifyResponse(BaseVerifyRequest):

@@ -1,10 +1,12 @@
 """Asking an LLM judge whether two answers are equivalent, and failing loudly when it cannot say.
 
-Any environment can use it (``equivalence_llm_judge`` and ``math_with_judge`` do). A judge that
-is unreachable, answers with an error, or answers without a verdict label is a *failed
-verification*, not a wrong answer: :class:`JudgeFailedError` makes ``/verify`` answer HTTP 502
-with ``{"error", "server", "failure_class": "judge_failed"}``, so the collector records a failure
-row instead of a reward of 0.
+Any environment can use it (``equivalence_llm_judge`` and ``math_with_judge`` do). The verdict
+is read as NeMo Gym reads it: from the text of the judge's last output message, whichever label
+occurs FIRST. A judge that is unreachable or answers with an error is a *failed verification*,
+not a wrong answer: :class:`JudgeFailedError` makes ``/verify`` answer HTTP 502 with
+``{"error", "server", "failure_class": "judge_failed"}``, so the collector records a failure row
+instead of a reward of 0. So is an answer without a verdict label, unless
+``judge_no_verdict: not_equal`` asks for NeMo Gym's behaviour (such an answer means "not equal").
 """
 
 from __future__ import annotations
@@ -12,11 +14,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from dataclasses import dataclass
-from typing import Any, Self
+from typing import Any, Literal, Self
 
 from pydantic import BaseModel, Field, model_validator
 
-from nemo_gym.response_items import output_text
 from nemo_gym.server import HTTPError
 from nemo_gym.server_client import ServerCallError
 
@@ -27,7 +28,9 @@ class JudgeSettings(BaseModel):
     """Config fields every judging environment shares (NeMo Gym's names); mix into a server config.
 
     The prompt defaults differ per environment, so ``judge_system_message`` and
-    ``judge_prompt_template`` stay with each environment's config.
+    ``judge_prompt_template`` stay with each environment's config. ``judge_no_verdict`` says what
+    a judge answer without a verdict label means: ``fail`` (a ``judge_failed`` failure, the
+    default) or ``not_equal`` (NeMo Gym's behaviour: the answers differ).
     """
 
     judge_responses_create_params: dict[str, Any] = Field(default_factory=dict)
@@ -35,6 +38,8 @@ class JudgeSettings(BaseModel):
     judge_timeout_s: float = 300.0
     judge_equal_label: str = "[[A=B]]"
     judge_not_equal_label: str = "[[A!=B]]"
+    # "fail": an answer without a label is judge_failed (ours); "not_equal": NeMo Gym's reading.
+    judge_no_verdict: Literal["fail", "not_equal"] = "fail"
 
     @model_validator(mode="after")
     def _check_judge_settings(self) -> Self:
@@ -68,29 +73,40 @@ class JudgeFailedError(HTTPError):
 
 @dataclass(frozen=True)
 class JudgeVerdict:
-    """One judge call: whether it said "equal", the label it gave, and the call for the record.
+    """One judge call: whether it said "equal", the label it gave (None: none), and the call for the record.
 
     ``evaluation`` is ``{"responses_create_params", "response", "verdict_label"}``, the shape of
     NeMo Gym's ``judge_evaluations`` entries.
     """
 
     equal: bool
-    label: str
+    label: str | None
     evaluation: dict[str, Any]
 
 
 def parse_verdict(text: str, equal_label: str, not_equal_label: str) -> str | None:
-    """The verdict label in a judge's text: whichever label occurs LAST (None if neither does).
+    """The verdict label in a judge's text: whichever label occurs FIRST (None if neither does).
 
-    Judges reason first and conclude at the end, so a label quoted early in the reasoning does
-    not decide the verdict. Works for labels that contain each other, too.
+    This is NeMo Gym's rule (its judge prompts ask for the label alone, so the first one is the
+    verdict). A label inside the other ("equal" in "not equal") starts later: the longer wins.
     """
-    positions = {label: text.rfind(label) for label in (equal_label, not_equal_label)}
+    positions = {label: text.find(label) for label in (equal_label, not_equal_label)}
     found = {label: pos for label, pos in positions.items() if pos >= 0}
     if not found:
         return None
-    # Latest end wins; a label inside the other ("equal" in "not equal") ends with it: the longer wins.
-    return max(found, key=lambda label: (found[label] + len(label), len(label)))
+    return min(found, key=lambda label: (found[label], -len(label)))
+
+
+def verdict_text(response: dict[str, Any]) -> str:
+    """The text NeMo Gym reads a verdict from: the last content part of the last output item,
+    when that item is a message ('' otherwise: a trailing reasoning item or refusal gives none)."""
+    output = response.get("output") or []
+    if not output or output[-1].get("type") != "message":
+        return ""
+    content = output[-1].get("content")
+    if isinstance(content, str):
+        return content
+    return (content[-1].get("text") or "") if content and isinstance(content[-1], dict) else ""
 
 
 async def ask_judge(
@@ -103,8 +119,13 @@ async def ask_judge(
     not_equal_label: str,
     timeout_s: float,
     semaphore: asyncio.Semaphore | None = None,
+    no_verdict: str = "fail",
 ) -> JudgeVerdict:
-    """Send ``messages`` to the judge model server; raise :class:`JudgeFailedError` unless it gives a label."""
+    """Send ``messages`` to the judge model server and read its verdict.
+
+    Raises :class:`JudgeFailedError` when the judge cannot be asked, and when its answer has no
+    label unless ``no_verdict`` is ``"not_equal"`` (then the verdict is "not equal", label None).
+    """
     params = {**create_params, "input": messages}
     limit = semaphore if semaphore is not None else contextlib.nullcontext()
     async with limit:
@@ -118,8 +139,14 @@ async def ask_judge(
         raise JudgeFailedError(judge_server, f"answered {type(response).__name__}, not a Responses object")
     if response.get("error"):
         raise JudgeFailedError(judge_server, f"answered with an error: {response['error']}")
-    text = output_text(response)
+    text = verdict_text(response)
     label = parse_verdict(text, equal_label, not_equal_label)
+    if label is None and no_verdict == "not_equal":
+        return JudgeVerdict(
+            equal=False,
+            label=None,
+            evaluation={"responses_create_params": params, "response": response, "verdict_label": None},
+        )
     if label is None:
         raise JudgeFailedError(
             judge_server,

@@ -135,6 +135,22 @@ def output_text(response: dict[str, Any]) -> str:
     return ""
 
 
+def all_output_text(response: dict[str, Any]) -> str:
+    """Every ``output_text`` part of every message in a response's output, joined with nothing.
+
+    This is the OpenAI SDK's ``Response.output_text`` (what NeMo Gym environments read): text
+    split over several messages is rejoined; reasoning items, tool calls and refusal parts add
+    nothing.
+    """
+    return "".join(
+        part.get("text") or ""
+        for item in response.get("output") or []
+        if item.get("type") == "message" and isinstance(item.get("content"), list)
+        for part in item["content"]
+        if isinstance(part, dict) and part.get("type") == "output_text"
+    )
+
+
 def function_calls(items: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """The ``function_call`` items among ``items``."""
     return [item for item in items if item.get("type") == "function_call"]

@@ -14,6 +14,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -325,3 +326,57 @@ def replay_recorded(
             assert status == 200, ours
             pairs.append((recorded, ours))
     return pairs
+
+
+@dataclass(frozen=True)
+class ParityCase:
+    """One verify case taken from NeMo Gym's own tests for a same-named environment.
+
+    ``row`` and ``output`` (the response's output items) are the inputs NeMo Gym's test used;
+    ``reward`` is the reward NeMo Gym's server gives and ``expect`` any further verify-answer
+    fields its test checks. ``server`` names the server configuration the case needs (each
+    environment's tests map names to configs).
+    """
+
+    name: str
+    row: dict[str, Any]
+    output: list[dict[str, Any]]
+    reward: float
+    expect: dict[str, Any] = field(default_factory=dict)
+    server: str = "default"
+
+
+# Every fifth case (0-based index 4, 9, ...) is held out: checked, but never used to tune fixes.
+HELD_OUT_EVERY = 5
+
+
+def parity_cases(cases: Sequence[ParityCase], *, held_out: bool) -> list[ParityCase]:
+    """The tuning cases (``held_out=False``) or the held-out ones, by the fixed every-fifth rule."""
+    return [
+        case for index, case in enumerate(cases) if (index % HELD_OUT_EVERY == HELD_OUT_EVERY - 1) == held_out
+    ]
+
+
+def check_parity(url: str, case: ParityCase, *, timeout_s: float = 60.0) -> dict[str, Any]:
+    """POST the case to ``<url>/verify``; assert NeMo Gym's reward and fields. Returns our answer."""
+    body = post_verify(url, case.row, {"output": case.output}, timeout_s=timeout_s)
+    got = {"reward": body["reward"], **{key: body.get(key) for key in case.expect}}
+    assert got == {"reward": case.reward, **case.expect}, f"{case.name}: NeMo Gym gives {case.reward}"
+    return body
+
+
+@contextlib.contextmanager
+def lazy_servers(make: Callable[[str], BaseServer]) -> Iterator[Callable[[str], str]]:
+    """Serve ``make(name)`` on first use of each name (see :func:`running_server`); yields name → URL.
+
+    For tests whose cases need several configurations of one server: only those used start.
+    """
+    with contextlib.ExitStack() as stack:
+        urls: dict[str, str] = {}
+
+        def url(name: str) -> str:
+            if name not in urls:
+                urls[name] = stack.enter_context(running_server(make(name)))
+            return urls[name]
+
+        yield url

@@ -1,10 +1,21 @@
 """equivalence_llm_judge: an LLM judge decides whether the generated answer matches the expected one.
 
-The judge is a model server named in config. Each verify asks it with a prompt template from
-config, by default in both orders (expected vs generated, then swapped) to cancel position bias;
-reward 1.0 only if every asked order says "equal". Judge calls are capped by a semaphore. A
-judge that fails (unreachable, error, no verdict label) never becomes reward 0: ``/verify``
-answers 502 with ``failure_class: judge_failed``.
+The judge is a model server named in config; the flow is NeMo Gym's, under its config names:
+
+1. The answer is the last assistant message (its text parts joined by newlines), cut by the
+   row's ``template_metadata.output_regex`` (with ``use_per_record_regex``) or by
+   ``response_extract_regex``: the first non-empty group of the LAST match, the whole text when
+   nothing matches, ``msg_extraction_failure`` when there is no text. A row regex is ignored
+   when ``expected_answer`` is longer than ``extraction_length_threshold``.
+2. The judge is asked once with the prompt template (``{question}``, ``{expected_answer}``,
+   ``{generated_answer}``); its verdict is the first label in its last message.
+3. "Different" with a row regex: with ``check_full_generation_on_fail`` the judge is asked again
+   with the whole answer; "equal" then scores ``reward_if_full_generation_succeeds``.
+4. "Equal" with ``check_twice_swap``: the judge is asked again with the answers swapped;
+   "different" then scores ``reward_if_swap_fails``.
+
+A judge that cannot be asked is never a reward: ``/verify`` answers 502 with ``failure_class:
+judge_failed``; so is a verdict without a label unless ``judge_no_verdict: not_equal``.
 """
 
 from __future__ import annotations
@@ -29,38 +40,33 @@ from nemo_gym.llm_judge import (
     fill_template,
     judge_messages,
 )
-from nemo_gym.response_items import content_text, input_items, output_text
-from nemo_gym.server import HTTPError, ServerRef
+from nemo_gym.response_items import input_items
+from nemo_gym.server import ServerRef
 
-DEFAULT_SYSTEM_MESSAGE = (
-    "You grade answers. Decide whether a CANDIDATE answer says the same thing as a GOLD answer to "
-    "a question. Equivalent means the same meaning: formatting, capitalisation, LaTeX wrappers, "
-    "units written differently, and harmless extra words do not matter; a different value, a "
-    "missing required part, or a hedge between several answers does. Think briefly, then end "
-    "with exactly one label on its own line: [[A=B]] if they are equivalent, [[A!=B]] if not."
-)
-DEFAULT_PROMPT_TEMPLATE = (
-    "QUESTION:\n{question}\n\nGOLD:\n{expected_answer}\n\nCANDIDATE:\n{generated_answer}"
-)
+HERE = Path(__file__).resolve().parent
 
 
 class EquivalenceLLMJudgeConfig(BaseResourcesServerConfig, JudgeSettings):
-    """Judge settings (NeMo Gym's names where they exist).
+    """Judge settings, NeMo Gym's names and defaults.
 
-    ``judge_prompt_template`` (or a file at ``judge_prompt_template_fpath``) may use
-    ``{question}``, ``{expected_answer}`` and ``{generated_answer}``. With ``check_twice_swap``
-    the second call swaps the two answers; when it disagrees the reward is ``reward_if_swap_fails``.
+    The prompt is ``judge_prompt_template`` when set, else the file at
+    ``judge_prompt_template_fpath`` (relative paths: this environment's folder, the working
+    directory, then the project root).
     """
 
     judge_model_server: ServerRef
-    judge_system_message: str | None = DEFAULT_SYSTEM_MESSAGE
-    judge_prompt_template: str = DEFAULT_PROMPT_TEMPLATE
-    judge_prompt_template_fpath: str | None = None
-    check_twice_swap: bool = True
+    judge_system_message: str | None = None
+    judge_prompt_template: str | None = None
+    judge_prompt_template_fpath: str = "prompt_templates/equivalence_llm_judge.txt"
+    check_twice_swap: bool = False
     reward_if_swap_fails: float = 0.0
     question_extract_regex: str | None = None
     response_extract_regex: str | None = None
     msg_extraction_failure: str = "[NO VALID ANSWER EXTRACTED]"
+    use_per_record_regex: bool = True
+    extraction_length_threshold: int | None = 120
+    check_full_generation_on_fail: bool = True
+    reward_if_full_generation_succeeds: float = 0.5
 
     @model_validator(mode="after")
     def _check(self) -> EquivalenceLLMJudgeConfig:
@@ -95,14 +101,37 @@ class EquivalenceVerifyResponse(BaseVerifyResponse):
 
 
 def last_match(pattern: str | None, text: str) -> str | None:
-    """The first non-empty group of the LAST match of ``pattern`` (or the whole match); None if none."""
+    """The first non-empty group of the LAST match of ``pattern`` (or the whole match), stripped.
+
+    None when there is no pattern, no match, or the pattern is not a valid regex.
+    """
     if not pattern:
-        return text
-    matches = list(re.finditer(pattern, text, re.MULTILINE | re.DOTALL))
+        return None
+    try:
+        matches = list(re.finditer(pattern, text, re.MULTILINE | re.DOTALL))
+    except re.error:
+        return None
     if not matches:
         return None
     last = matches[-1]
     return next((g.strip() for g in last.groups() if g and g.strip()), last.group(0).strip())
+
+
+def part_texts(content: Any) -> str:
+    """A message's text parts joined by newlines (image and other parts skipped)."""
+    if isinstance(content, str):
+        return content
+    return "\n".join(
+        part["text"] for part in content or [] if isinstance(part, dict) and isinstance(part.get("text"), str)
+    )
+
+
+def last_assistant_text(response: dict[str, Any]) -> str:
+    """The last assistant message's text, stripped ('' if there is none)."""
+    for item in reversed(response.get("output") or []):
+        if item.get("type") == "message" and item.get("role") == "assistant":
+            return part_texts(item.get("content")).strip()
+    return ""
 
 
 class EquivalenceLLMJudgeServer(SimpleResourcesServer):
@@ -113,16 +142,17 @@ class EquivalenceLLMJudgeServer(SimpleResourcesServer):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.judge_semaphore = self.config.judge_semaphore()
-        self.prompt_template = self.config.judge_prompt_template
-        if self.config.judge_prompt_template_fpath:
-            path = Path(self.config.judge_prompt_template_fpath)
-            candidates = [path] if path.is_absolute() else [Path.cwd() / path, project_root() / path]
-            found = next((p for p in candidates if p.is_file()), None)
-            if found is None:
-                raise FileNotFoundError(
-                    f"judge_prompt_template_fpath {str(path)!r} not found (looked in {', '.join(map(str, candidates))})"
-                )
-            self.prompt_template = found.read_text().strip()
+        self.prompt_template = self.config.judge_prompt_template or self._read_template()
+
+    def _read_template(self) -> str:
+        path = Path(self.config.judge_prompt_template_fpath)
+        candidates = [path] if path.is_absolute() else [HERE / path, Path.cwd() / path, project_root() / path]
+        found = next((p for p in candidates if p.is_file()), None)
+        if found is None:
+            raise FileNotFoundError(
+                f"judge_prompt_template_fpath {str(path)!r} not found (looked in {', '.join(map(str, candidates))})"
+            )
+        return found.read_text().strip()
 
     def question_of(self, body: EquivalenceVerifyRequest) -> str:
         """The row's ``question``, else the last user message (optionally cut by ``question_extract_regex``)."""
@@ -130,27 +160,36 @@ class EquivalenceLLMJudgeServer(SimpleResourcesServer):
             return body.question
         text = next(
             (
-                content_text(item.get("content"))
+                part_texts(item.get("content"))
                 for item in reversed(input_items(body.responses_create_params))
                 if item.get("role") == "user"
             ),
             "",
         ).strip()
-        return last_match(self.config.question_extract_regex, text) or text
+        return (last_match(self.config.question_extract_regex, text) or text) if text else text
 
-    def generated_answer_of(self, body: EquivalenceVerifyRequest) -> str | None:
-        """The last assistant message, cut by the row's ``template_metadata.output_regex`` or config regex.
-
-        No regex match leaves the whole message (the judge can still read it); no text gives None.
-        """
-        text = output_text(body.response).strip()
-        if not text:
+    def row_regex(self, body: EquivalenceVerifyRequest) -> str | None:
+        """The row's ``template_metadata.output_regex`` when per-row regexes are on."""
+        if not self.config.use_per_record_regex:
             return None
-        pattern = (body.template_metadata or {}).get("output_regex") or self.config.response_extract_regex
-        try:
-            return last_match(pattern, text) or text
-        except re.error as exc:
-            raise HTTPError(422, f"template_metadata.output_regex is not a valid regex: {exc}") from exc
+        return (body.template_metadata or {}).get("output_regex") or None
+
+    def too_long_for_row_regex(self, body: EquivalenceVerifyRequest, expected: str) -> bool:
+        """A row regex is set but ``expected_answer`` is past ``extraction_length_threshold``."""
+        threshold = self.config.extraction_length_threshold
+        return self.row_regex(body) is not None and threshold is not None and len(expected) > threshold
+
+    def generated_answer_of(
+        self, body: EquivalenceVerifyRequest, expected: str, *, full: bool = False
+    ) -> str:
+        """The answer shown to the judge (see the module docstring); ``full``: no regex cut."""
+        text = last_assistant_text(body.response)
+        if not text:
+            return self.config.msg_extraction_failure
+        pattern = self.row_regex(body) or self.config.response_extract_regex
+        if full or self.too_long_for_row_regex(body, expected):
+            pattern = None
+        return last_match(pattern, text) or text
 
     async def judge(self, question: str, expected: str, generated: str) -> tuple[bool, dict[str, Any]]:
         """One judge call with the configured prompt; ``(equal, evaluation)``."""
@@ -166,34 +205,38 @@ class EquivalenceLLMJudgeServer(SimpleResourcesServer):
             not_equal_label=self.config.judge_not_equal_label,
             timeout_s=self.config.judge_timeout_s,
             semaphore=self.judge_semaphore,
+            no_verdict=self.config.judge_no_verdict,
         )
         return verdict.equal, verdict.evaluation
 
     async def verify(self, body: EquivalenceVerifyRequest) -> EquivalenceVerifyResponse:  # type: ignore[override]
-        """1.0 if the judge says "equal" (in both orders with ``check_twice_swap``), else 0.0.
-
-        An empty answer (or one the extraction regex finds nothing in) scores 0.0 without asking
-        the judge. Judge failures raise :class:`JudgeFailedError` (HTTP 502).
-        """
+        """The judge's verdict as a reward: 1.0 equal, 0.0 different, or the configured partial
+        rewards of the rescue and swap checks. Judge failures raise :class:`JudgeFailedError`."""
+        config = self.config
         expected = body.expected_answer.strip()
-        generated = self.generated_answer_of(body)
-        evaluations: list[dict[str, Any]] = []
-        reward = 0.0
-        if generated is not None:
-            question = self.question_of(body)
-            equal, evaluation = await self.judge(question, expected, generated)
-            evaluations.append(evaluation)
-            reward = 1.0 if equal else 0.0
-            if equal and self.config.check_twice_swap:
-                swapped_equal, swapped = await self.judge(question, generated, expected)
-                evaluations.append(swapped)
-                reward = 1.0 if swapped_equal else self.config.reward_if_swap_fails
-        fields = body.model_dump(exclude={"expected_answer"})
+        question = self.question_of(body)
+        generated = self.generated_answer_of(body, expected)
+        equal, evaluation = await self.judge(question, expected, generated)
+        evaluations = [evaluation]
+        skip_second = self.too_long_for_row_regex(body, expected)
+        if not equal:
+            reward = 0.0
+            if config.check_full_generation_on_fail and self.row_regex(body) and not skip_second:
+                full = self.generated_answer_of(body, expected, full=True)
+                rescued, evaluation = await self.judge(question, expected, full)
+                evaluations.append(evaluation)
+                reward = config.reward_if_full_generation_succeeds if rescued else 0.0
+        else:
+            reward = 1.0
+            if config.check_twice_swap and not skip_second:
+                swapped_equal, evaluation = await self.judge(question, generated, expected)
+                evaluations.append(evaluation)
+                reward = 1.0 if swapped_equal else config.reward_if_swap_fails
         return EquivalenceVerifyResponse(
-            **fields,
+            **body.model_dump(exclude={"expected_answer"}),
             reward=reward,
             expected_answer=expected,
-            generated_answer=generated if generated is not None else self.config.msg_extraction_failure,
+            generated_answer=generated,
             judge_evaluations=evaluations,
         )
 

@@ -68,10 +68,17 @@ class CounterVerifyResponse(CounterVerifyRequest, BaseVerifyResponse):
     answer_mentions_count: bool = False
 
 
+class ExampleSessionStateMgmtConfig(BaseResourcesServerConfig):
+    """``unseeded_counter_starts_at_zero``: NeMo Gym's behaviour, a tool call in a session that
+    was never seeded opens a counter at 0 (default: a 409 naming the missing ``/seed_session``)."""
+
+    unseeded_counter_starts_at_zero: bool = False
+
+
 class ExampleSessionStateMgmtServer(SimpleResourcesServer):
     """A per-rollout counter: the smallest environment whose reward depends on tool-made state."""
 
-    config: BaseResourcesServerConfig
+    config: ExampleSessionStateMgmtConfig
 
     async def seed_session(self, body: CounterSeedSessionRequest) -> BaseSeedSessionResponse:  # type: ignore[override]
         """Open this rollout's counter at ``initial_count``."""
@@ -80,6 +87,11 @@ class ExampleSessionStateMgmtServer(SimpleResourcesServer):
 
     def _state(self) -> dict[str, Any]:
         """This rollout's state; a clear error when the session was never seeded or has expired."""
+        if self.config.unseeded_counter_starts_at_zero:
+            state = self.session
+            state.setdefault(COUNTER_KEY, 0)
+            state.setdefault("increments", 0)
+            return state
         # create=False: a stray call without a session must not leave an empty entry behind.
         state = self.sessions.get(self.session_id or "", create=False)
         if state is None or COUNTER_KEY not in state:

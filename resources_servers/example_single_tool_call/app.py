@@ -1,4 +1,8 @@
-"""example_single_tool_call: one `get_weather` tool; reward 1.0 when the model called it and answered."""
+"""example_single_tool_call: one `get_weather` tool; reward 1.0 when the model called it and answered.
+
+NeMo Gym's environment of this name scores every response 1.0 (it only exercises the plumbing);
+``always_reward: true`` gives that behaviour.
+"""
 
 from __future__ import annotations
 
@@ -34,10 +38,16 @@ class ExampleSingleToolCallVerifyResponse(BaseVerifyResponse):
     answered: bool
 
 
+class ExampleSingleToolCallConfig(BaseResourcesServerConfig):
+    """``always_reward``: score every response 1.0, as NeMo Gym does (default: the call and an answer count)."""
+
+    always_reward: bool = False
+
+
 class ExampleSingleToolCallServer(SimpleResourcesServer):
     """A weather lookup that is always cold, to exercise one tool call end to end."""
 
-    config: BaseResourcesServerConfig
+    config: ExampleSingleToolCallConfig
 
     @tool
     async def get_weather(self, body: GetWeatherRequest) -> GetWeatherResponse:
@@ -45,13 +55,17 @@ class ExampleSingleToolCallServer(SimpleResourcesServer):
         return GetWeatherResponse(city=body.city, weather_description=f"The weather in {body.city} is cold.")
 
     async def verify(self, body: BaseVerifyRequest) -> ExampleSingleToolCallVerifyResponse:
-        """1.0 if the response holds a `get_weather` call and a non-empty final answer, else 0.0."""
+        """1.0 if the response holds a `get_weather` call and a non-empty final answer (or
+        ``always_reward``), else 0.0."""
         called = any(
             call.get("name") == "get_weather" for call in function_calls(body.response.get("output") or [])
         )
         answered = bool(output_text(body.response).strip())
         return ExampleSingleToolCallVerifyResponse(
-            **body.model_dump(), reward=float(called and answered), called_tool=called, answered=answered
+            **body.model_dump(),
+            reward=float(self.config.always_reward or (called and answered)),
+            called_tool=called,
+            answered=answered,
         )
 
 

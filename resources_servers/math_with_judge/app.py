@@ -1,7 +1,7 @@
 """math_with_judge: math answers checked symbolically with math-verify, with an optional LLM judge.
 
-The answer (the last ``\\boxed{}`` of the last assistant message, or the whole message when it has
-no box) is compared with ``expected_answer`` by math-verify in a pool of killable worker
+The answer (the last ``\\boxed{}`` of the response's text, or the whole text when it has no box;
+the text is every assistant text part joined, as NeMo Gym reads it) is compared with ``expected_answer`` by math-verify in a pool of killable worker
 processes with a hard per-check deadline (see :mod:`symbolic_pool`). When the symbolic check does
 not say "equivalent" and a judge model is configured, the judge is asked in both orders; a judge
 that fails makes ``/verify`` answer 502 (``failure_class: judge_failed``), never reward 0.
@@ -27,7 +27,7 @@ from nemo_gym.llm_judge import (
     fill_template,
     judge_messages,
 )
-from nemo_gym.response_items import content_text, input_items, output_text
+from nemo_gym.response_items import all_output_text, content_text, input_items
 from nemo_gym.server import ServerRef
 from resources_servers.math_with_judge.symbolic_pool import SymbolicCheckPool, SymbolicResult
 
@@ -125,7 +125,7 @@ class MathWithJudgeServer(SimpleResourcesServer):
         """``reward``: 1.0 if math-verify finds the answer equivalent to ``expected_answer``;
         otherwise (judge configured, an answer present) 1.0 only if the judge says equivalent in
         both orders; else 0.0."""
-        text = output_text(body.response)
+        text = all_output_text(body.response)
         boxed = last_boxed(text)
         if not text.strip() or (boxed is not None and not boxed.strip()):
             result = SymbolicResult(0.0, None, "no_answer", "empty answer")
@@ -136,7 +136,8 @@ class MathWithJudgeServer(SimpleResourcesServer):
         evaluations = None
         has_answer = boxed is not None or result.extracted_answer is not None
         if reward < 1.0 and self.judge_enabled and has_answer:
-            generated = boxed if boxed is not None else text
+            # As NeMo Gym: the judge sees what math-verify extracted, else the answer itself.
+            generated = result.extracted_answer or (boxed if boxed is not None else text)
             reward, evaluations = await self.judge_both_orders(
                 self.question_of(body), body.expected_answer, generated.strip()
             )
@@ -182,6 +183,7 @@ class MathWithJudgeServer(SimpleResourcesServer):
                 not_equal_label=self.config.judge_not_equal_label,
                 timeout_s=self.config.judge_timeout_s,
                 semaphore=self.judge_semaphore,
+                no_verdict=self.config.judge_no_verdict,
             )
             evaluations.append(verdict.evaluation)
             if not verdict.equal:

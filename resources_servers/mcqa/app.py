@@ -1,13 +1,27 @@
 """mcqa: multiple-choice questions; reward 1.0 when the extracted option letter is the expected one.
 
-The answer letter is read from the last assistant message by the row's ``grading_mode`` (or a
-per-row ``template_metadata.output_regex``). In every mode the last match in the text wins, and
-a letter only counts if it is one of the row's options.
+The letter is read from the response's text (every assistant text part, joined, as NeMo Gym reads
+``response.output_text``). A per-row ``template_metadata.output_regex`` (a pattern or a list of
+patterns) is tried first; otherwise the grading mode applies: the server config's
+``grading_mode`` when set, else the row's. The modes and their rules are NeMo Gym's:
+
+- ``strict_single_letter_boxed``: the LAST ``\\boxed{}`` holds one capital letter (padding such
+  as ``[C]`` or ``\\text{}`` allowed) or starts with a labelled one (``E: ...``, ``C) ...``).
+- ``lenient_boxed``: strict, else exactly one option's text occurs inside the last box.
+- ``lenient_answer_colon``: the FIRST ``Answer: X`` line holds one letter (any case) or exactly
+  one option's text.
+- ``lenient_answer_colon_md``: markdown-aware (``**Answer: C**``, ``__Answer__: A``); the last
+  ``Answer:`` line with a usable letter wins; a list of several letters (``A/B``, ``A or B``)
+  is no answer.
+
+Letters from other scripts (Arabic, Bengali, full-width) count as A-D. A letter only counts if
+it is one of the row's options (the regex path trusts its capture, as NeMo Gym does).
 """
 
 from __future__ import annotations
 
 import re
+from itertools import pairwise
 from typing import Any, Literal
 
 from pydantic import model_validator
@@ -19,33 +33,56 @@ from nemo_gym.base_resources_server import (
     BaseVerifyResponse,
     SimpleResourcesServer,
 )
-from nemo_gym.response_items import content_text, input_items, output_text
+from nemo_gym.response_items import all_output_text, content_text, input_items
 from nemo_gym.server import HTTPError
 
-GradingMode = Literal["strict_single_letter_boxed", "lenient_boxed", "lenient_answer_colon"]
+RowGradingMode = Literal["strict_single_letter_boxed", "lenient_boxed", "lenient_answer_colon"]
+GradingMode = Literal[
+    "strict_single_letter_boxed", "lenient_boxed", "lenient_answer_colon", "lenient_answer_colon_md"
+]
 
-# A letter that stands alone (not inside a word), for "several letters" detection.
-_LONE_LETTER = re.compile(r"(?<![A-Za-z])[A-Za-z](?![A-Za-z])")
 # Option lines in a prompt ("A: ...", "B) ...", "(C) ..."), used when a row carries no `options`.
 _PROMPT_OPTION_LINE = re.compile(r"^\s*\(?([A-Z])[:.)]\)?\s+\S", re.MULTILINE)
-# "Answer: X" (case-insensitive), the rest of the line is the candidate.
+_LONE_LETTER = re.compile(r"(?<![A-Za-z])([A-Za-z])(?![A-Za-z])")
+# A box holding just a capital letter with non-letters around it: "E", "[C]", "(B)".
+_BOXED_LETTER_ONLY = re.compile(r"^[^A-Za-z]*([A-Z])[^A-Za-z]*$")
+# A box starting with a labelled capital letter: "E: ...", "C) ...", "B. ...", "D - ...".
+_BOXED_LETTER_LABEL = re.compile(r"^\s*([A-Z])\s*[:).\-]")
+_TEXT_WRAPPER = re.compile(r"\\text\{\s*(.*?)\s*\}", re.DOTALL)
 _ANSWER_COLON = re.compile(r"answer\s*:\s*(.+)", re.IGNORECASE)
-# "E: option text", "E) option text", "E. option text", "E - option text".
-_LEADING_LABEL = re.compile(r"^\(?([A-Z])\)?\s*[:).\-]\s*\S")
-_TEXT_WRAPPER = re.compile(r"^\\text(?:bf|rm|it)?\{(.*)\}$", re.DOTALL)
+_ANSWER_COLON_MD = re.compile(r"[*_]{0,2}Answer[*_]{0,2}\s*:[*_\s]{0,2}(.+)", re.IGNORECASE | re.MULTILINE)
+_LEADING_LETTER = re.compile(r"^([a-zA-Z])(?![a-zA-Z0-9])")
+_LAST_CAPITAL = re.compile(r"\b[A-Z]\b(?!.*\b[A-Z]\b)", re.DOTALL)
+# What may stand between two letters for them to read as a list of answers: "A/B", "A or B", "A B".
+_LIST_SEPARATOR = re.compile(r"(?:\s*[/|&,;]\s*|\s+(?:or|and)\s+|\s+)", re.IGNORECASE)
+# Option letters written in other scripts (MMMLU-style prompts), each read as its Latin letter.
+_OTHER_SCRIPT_LETTERS = str.maketrans(
+    {
+        **dict.fromkeys("أঅＡ", " A"),
+        **dict.fromkeys("بবＢ", " B"),
+        **dict.fromkeys("جডＣ", " C"),
+        **dict.fromkeys("دঢＤ", " D"),
+    }
+)
+
+
+class MCQAConfig(BaseResourcesServerConfig):
+    """``grading_mode``: when set, it applies to every row (the row's own mode is ignored)."""
+
+    grading_mode: GradingMode | None = None
 
 
 class MCQARunRequest(BaseRunRequest):
     """A multiple-choice row (NeMo Gym's field names).
 
     ``options``: ``[{"A": "text"}, {"B": "text"}, ...]``; ``expected_answer``: the gold letter;
-    ``grading_mode``: how the letter is extracted; ``template_metadata.output_regex``: an optional
-    per-row regex whose first group (or whole match) is the letter; it is tried first.
+    ``grading_mode``: how the letter is extracted; ``template_metadata.output_regex``: optional
+    per-row pattern(s) whose capture is the letter; tried first.
     """
 
     expected_answer: str
-    options: list[dict[str, str]] | None = None
-    grading_mode: GradingMode = "strict_single_letter_boxed"
+    options: list[dict[str, str | None]] | None = None
+    grading_mode: RowGradingMode = "strict_single_letter_boxed"
     template_metadata: dict[str, Any] | None = None
     uuid: str | int | None = None
 
@@ -53,12 +90,6 @@ class MCQARunRequest(BaseRunRequest):
     def _check(self) -> MCQARunRequest:
         if not self.expected_answer.strip():
             raise ValueError("expected_answer must be a non-empty option letter")
-        regex = (self.template_metadata or {}).get("output_regex")
-        if regex is not None:
-            try:
-                re.compile(str(regex))
-            except re.error as exc:
-                raise ValueError(f"template_metadata.output_regex is not a valid regex: {exc}") from exc
         return self
 
 
@@ -67,19 +98,31 @@ class MCQAVerifyRequest(MCQARunRequest, BaseVerifyRequest):
 
 
 class MCQAVerifyResponse(BaseVerifyResponse):
-    """``extracted_answer``: the letter read from the answer (None if none); ``extraction``: how."""
+    """``extracted_answer``: the letter read (None if none); ``extraction``: how it was read.
+
+    ``output_regex_error``: why a row's ``output_regex`` could not be used (grading fell back to
+    the grading mode), else None.
+    """
 
     expected_answer: str
     extracted_answer: str | None
     extraction: str | None
+    output_regex_error: str | None = None
 
 
 def allowed_letters(row: MCQARunRequest) -> set[str]:
-    """The option letters of a row: its ``options`` keys, else the option lines of its prompt."""
-    if row.options:
-        letters = {key.strip().upper() for entry in row.options for key in entry}
-        return {letter for letter in letters if len(letter) == 1 and letter.isalpha()}
-    # NeMo Gym's recorded rollouts drop `options`; the prompt still lists them one per line.
+    """The option letters of a row: its ``options`` keys (null options excluded).
+
+    A row without ``options`` (NeMo Gym's recorded rollouts drop them) takes the option lines
+    of its prompt instead.
+    """
+    if row.options is not None:
+        return {
+            key.upper()
+            for entry in row.options
+            for key, value in entry.items()
+            if len(key) == 1 and key.isalpha() and value is not None
+        }
     prompt = next(
         (
             content_text(item.get("content"))
@@ -88,14 +131,16 @@ def allowed_letters(row: MCQARunRequest) -> set[str]:
         ),
         "",
     )
-    found = set(_PROMPT_OPTION_LINE.findall(prompt))
-    return found or {chr(c) for c in range(ord("A"), ord("Z") + 1)}
+    return set(_PROMPT_OPTION_LINE.findall(prompt))
 
 
-def option_texts(row: MCQARunRequest) -> dict[str, str]:
-    """Letter → normalized option text."""
+def option_texts(row: MCQARunRequest, letters: set[str]) -> dict[str, str]:
+    """Allowed letter → normalized option text."""
     return {
-        key.strip().upper(): normalize(value) for entry in row.options or [] for key, value in entry.items()
+        key.upper(): normalize(value)
+        for entry in row.options or []
+        for key, value in entry.items()
+        if value is not None and key.upper() in letters
     }
 
 
@@ -104,125 +149,186 @@ def normalize(text: str) -> str:
     return " ".join(str(text).lower().split())
 
 
+def latin_letters(text: str) -> str:
+    """``text`` with option letters of other scripts replaced by Latin ones, stripped."""
+    return text.translate(_OTHER_SCRIPT_LETTERS).strip()
+
+
+def last_boxed(text: str) -> str | None:
+    r"""Everything inside the LAST ``\boxed{`` (braces balanced); None if none or unterminated."""
+    start = text.rfind("\\boxed{")
+    if start < 0:
+        return None
+    depth = 1
+    for index in range(start + len("\\boxed{"), len(text)):
+        depth += {"{": 1, "}": -1}.get(text[index], 0)
+        if depth == 0:
+            return text[start + len("\\boxed{") : index]
+    return None
+
+
 def boxed_contents(text: str) -> list[str]:
-    r"""The contents of every ``\boxed{...}`` in ``text``, in order (nested braces balanced)."""
+    r"""The contents of every complete ``\boxed{...}`` in ``text``, in order."""
     found = []
     start = text.find("\\boxed{")
     while start >= 0:
-        index = start + len("\\boxed{")
-        depth = 1
+        index, depth = start + len("\\boxed{"), 1
         while index < len(text) and depth:
             depth += {"{": 1, "}": -1}.get(text[index], 0)
             index += 1
         if depth:
-            break  # unterminated box: nothing after it can be a complete box either
+            break
         found.append(text[start + len("\\boxed{") : index - 1])
         start = text.find("\\boxed{", index)
     return found
 
 
 def strip_text_wrappers(value: str) -> str:
-    r"""``\text{E}`` → ``E`` (repeatedly), surrounding whitespace removed."""
-    value = value.strip()
-    while (m := _TEXT_WRAPPER.match(value)) is not None:
-        value = m.group(1).strip()
+    r"""``\text{E}`` → ``E``, repeatedly."""
+    while (m := _TEXT_WRAPPER.fullmatch(value)) is not None:
+        value = m.group(1)
     return value
 
 
-def single_letter(candidate: str, letters: set[str]) -> str | None:
-    """The letter if ``candidate`` is exactly one uppercase letter with only non-letters around it."""
-    found = _LONE_LETTER.findall(candidate)
-    if len(found) != 1 or re.search(r"[A-Za-z]{2}", candidate) or not found[0].isupper():
-        return None
-    return found[0] if found[0] in letters else None
-
-
-def from_regex(text: str, pattern: str, letters: set[str]) -> str | None:
-    """The letter captured by the LAST match of a per-row regex (case-insensitive)."""
-    matches = list(re.finditer(pattern, text, re.IGNORECASE))
-    if not matches:
-        return None
-    last = matches[-1]
-    value = next((g for g in last.groups() if g), None) or last.group(0)
-    value = strip_text_wrappers(value).strip().upper()
-    return value if len(value) == 1 and value in letters else None
-
-
 def from_strict_boxed(text: str, letters: set[str]) -> str | None:
-    r"""The letter in the LAST ``\boxed{}``, which must hold one letter (padding like ``[C]`` allowed)."""
-    boxes = boxed_contents(text)
-    return single_letter(strip_text_wrappers(boxes[-1]), letters) if boxes else None
+    r"""The capital letter alone in, or labelling, the LAST ``\boxed{}``."""
+    inner = last_boxed(text)
+    if inner is None:
+        return None
+    inner = strip_text_wrappers(inner.strip())
+    m = _BOXED_LETTER_ONLY.match(inner) or _BOXED_LETTER_LABEL.match(inner)
+    return m.group(1) if m and m.group(1) in letters else None
 
 
-def from_lenient_boxed(text: str, letters: set[str], options: dict[str, str]) -> str | None:
-    r"""Strict boxed first; else the last box's leading label (``E: text``) or the one option text it holds."""
-    letter = from_strict_boxed(text, letters)
-    boxes = boxed_contents(text)
-    if letter is not None or not boxes:
-        return letter
-    inner = strip_text_wrappers(boxes[-1])
-    label = _LEADING_LABEL.match(inner)
-    if label and label.group(1) in letters:
-        return label.group(1)
-    candidate = normalize(inner)
-    matched = {key for key, value in options.items() if key in letters and value and value in candidate}
+def from_boxed_option_text(text: str, options: dict[str, str]) -> str | None:
+    r"""The one option whose text occurs inside the last ``\boxed{}`` (None if none or several)."""
+    inner = last_boxed(text)
+    if inner is None:
+        return None
+    inner = inner.strip()
+    candidates = {normalize(inner), normalize(strip_text_wrappers(inner))}
+    matched = {key for key, value in options.items() if value and any(value in c for c in candidates)}
     return matched.pop() if len(matched) == 1 else None
 
 
 def from_answer_colon(text: str, letters: set[str], options: dict[str, str]) -> str | None:
-    """The LAST ``Answer: X`` line: a single allowed letter, or exactly one option's text."""
-    matches = _ANSWER_COLON.findall(text)
+    """The FIRST ``Answer: X``: one letter (any case), else exactly one option's text."""
+    m = _ANSWER_COLON.search(text)
+    if m is None:
+        return None
+    candidate = strip_text_wrappers(m.group(1)).strip()
+    if len(candidate) == 1 and candidate.isalpha() and candidate.upper() in letters:
+        return candidate.upper()
+    return next((key for key, value in options.items() if value == normalize(candidate)), None)
+
+
+def is_letter_list(text: str, letters: set[str]) -> bool:
+    """Whether two different option letters stand next to each other as a list (``A/B``, ``A or B``)."""
+    found = [
+        (m.group(1).upper(), m.span(1)) for m in _LONE_LETTER.finditer(text) if m.group(1).upper() in letters
+    ]
+    return any(
+        left != right and _LIST_SEPARATOR.fullmatch(text[left_span[1] : right_span[0]]) is not None
+        for (left, left_span), (right, right_span) in pairwise(found)
+    )
+
+
+def choice_letter(payload: str, letters: set[str]) -> str | None:
+    """The one option letter an ``Answer:`` payload gives: leading, else the last capital standing alone."""
+    candidate = latin_letters(payload).strip("*_` \t\n\r.,;:")
+    if is_letter_list(candidate, letters):
+        return None
+    if len(candidate) == 1:
+        letter: str | None = candidate
+    elif (m := _LEADING_LETTER.match(candidate)) is not None:
+        letter = m.group(1)
+    else:
+        last = _LAST_CAPITAL.search(candidate)
+        letter = last.group(0) if last else None
+    return letter.upper() if letter and letter.upper() in letters else None
+
+
+def from_answer_colon_md(text: str, letters: set[str]) -> str | None:
+    """The last markdown-tolerant ``Answer:`` payload that yields a letter."""
+    for payload in reversed(_ANSWER_COLON_MD.findall(text)):
+        if (letter := choice_letter(payload, letters)) is not None:
+            return letter
+    return None
+
+
+def from_regex(text: str, pattern: str, letters: set[str], options: dict[str, str]) -> str | None:
+    """The letter (or option text) captured by the LAST match of ``pattern`` (case-insensitive).
+
+    A captured single letter is trusted even if it is not among the options, as NeMo Gym does.
+    """
+    matches = list(re.finditer(pattern, text, re.IGNORECASE))
     if not matches:
         return None
-    candidate = strip_text_wrappers(matches[-1].strip())
-    boxes = boxed_contents(candidate)
-    if boxes:
-        candidate = strip_text_wrappers(boxes[-1])
-    letter = single_letter(candidate.strip(" *_`.'\""), letters)
-    if letter is not None:
-        return letter
-    normalized = normalize(candidate.rstrip("."))
-    matched = [key for key, value in options.items() if key in letters and value == normalized]
-    return matched[0] if len(matched) == 1 else None
+    last = matches[-1]
+    captured = next((g for g in last.groups() if g), None) if last.groups() else last.group(0)
+    value = latin_letters((captured or "").strip()).upper()
+    if len(value) == 1 and value.isalpha():
+        return value
+    return next((key for key, option in options.items() if option == normalize(value)), None)
 
 
-def extract_answer(row: MCQARunRequest, text: str) -> tuple[str | None, str | None]:
-    """``(letter, how)``: the per-row regex first, then the row's grading mode."""
+def regex_patterns(row: MCQARunRequest) -> list[str]:
+    """The row's ``template_metadata.output_regex`` as a list of patterns (empty if none)."""
+    value = (row.template_metadata or {}).get("output_regex")
+    if not value:
+        return []
+    return [str(p) for p in value] if isinstance(value, list) else [str(value)]
+
+
+def extract_answer(row: MCQARunRequest, text: str, mode: str) -> tuple[str | None, str | None, str | None]:
+    """``(letter, how, regex_error)``: the per-row regexes first, then grading ``mode``."""
     letters = allowed_letters(row)
-    regex = (row.template_metadata or {}).get("output_regex")
-    if regex:
-        letter = from_regex(text, str(regex), letters)
+    options = option_texts(row, letters)
+    errors = []
+    for pattern in regex_patterns(row):
+        try:
+            letter = from_regex(text, pattern, letters, options)
+        except re.error as exc:
+            errors.append(f"template_metadata.output_regex {pattern!r} is not a valid regex: {exc}")
+            continue
         if letter is not None:
-            return letter, "output_regex"
-    options = option_texts(row)
-    if row.grading_mode == "strict_single_letter_boxed":
+            return letter, "output_regex", None
+    error = "; ".join(errors) or None
+    if mode == "strict_single_letter_boxed":
         letter, how = from_strict_boxed(text, letters), "boxed"
-    elif row.grading_mode == "lenient_boxed":
-        letter, how = from_lenient_boxed(text, letters, options), "boxed"
-    else:
+    elif mode == "lenient_boxed":
+        letter, how = from_strict_boxed(text, letters) or from_boxed_option_text(text, options), "boxed"
+    elif mode == "lenient_answer_colon":
         letter, how = from_answer_colon(text, letters, options), "answer_colon"
-    return (letter, how) if letter is not None else (None, None)
+    else:
+        letter, how = from_answer_colon_md(text, letters), "answer_colon_md"
+    return (letter, how if letter is not None else None, error)
 
 
 class MCQAServer(SimpleResourcesServer):
     """Scores multiple-choice answers; ``extracted_answer`` feeds ``majority@k``."""
 
-    config: BaseResourcesServerConfig
+    config: MCQAConfig
     answer_field = "extracted_answer"
 
     async def verify(self, body: MCQAVerifyRequest) -> MCQAVerifyResponse:  # type: ignore[override]
-        """1.0 if the letter extracted from the last assistant message equals ``expected_answer``."""
+        """1.0 if the letter extracted from the response text equals ``expected_answer``."""
         gold = body.expected_answer.strip().upper()
         if body.options and gold not in allowed_letters(body):
             raise HTTPError(422, f"expected_answer {gold!r} is not one of the row's options")
-        letter, how = extract_answer(body, output_text(body.response))
-        fields = body.model_dump(exclude={"expected_answer"})
+        text = all_output_text(body.response).strip()
+        letter, how, regex_error = (
+            extract_answer(body, text, self.config.grading_mode or body.grading_mode)
+            if text
+            else (None, None, None)
+        )
         return MCQAVerifyResponse(
-            **fields,
+            **body.model_dump(exclude={"expected_answer"}),
             reward=float(letter == gold),
             expected_answer=gold,
             extracted_answer=letter,
             extraction=how,
+            output_regex_error=regex_error,
         )
 
 

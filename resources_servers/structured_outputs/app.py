@@ -1,9 +1,10 @@
 """structured_outputs: reward 1.0 when the model's output parses and validates against the row's JSON Schema.
 
-Two answer surfaces, as in NeMo Gym: ``text`` (the last assistant message is a JSON, YAML, XML,
-TOML or CSV document, by ``schema_type``) and ``tool_call`` (the answer is the arguments of a
-call to ``tool_name``, unwrapped from ``tool_payload_key`` when set). A failure scores 0.0 with a
-typed ``error_type``. Parsed documents are walked with a node and depth budget before
+Two answer surfaces, as in NeMo Gym: ``text`` (the response's assistant text, all parts joined,
+is a JSON, YAML, XML, TOML or CSV document, by ``schema_type``) and ``tool_call`` (the answer is
+the arguments of exactly one function call, to ``tool_name`` when the row names one, unwrapped
+from ``tool_payload_key`` when set; a second call, e.g. to a distractor tool, scores 0). A
+failure scores 0.0 with NeMo Gym's ``error_type``. Parsed documents are walked with a node and depth budget before
 validation, so deeply nested or alias-exploding answers cost bounded time.
 """
 
@@ -22,7 +23,7 @@ from typing import Any, Literal
 
 import jsonschema
 import yaml
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, field_validator
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -36,19 +37,23 @@ from nemo_gym.base_resources_server import (
     BaseVerifyResponse,
     SimpleResourcesServer,
 )
-from nemo_gym.response_items import function_calls, output_text
+from nemo_gym.response_items import all_output_text, function_calls
 from nemo_gym.server import SESSION_COOKIE, json_response
 
 SchemaType = Literal["json", "yaml", "xml", "toml", "csv"]
+# NeMo Gym's names, plus too_large / too_deep for answers past this server's work budget.
 ErrorType = Literal[
-    "empty",
+    "empty_response",
+    "parse_error",
+    "validation_error",
+    "api_error",
+    "missing_tool_call",
+    "multiple_tool_calls",
+    "wrong_tool_name",
+    "tool_arguments_parse_error",
+    "missing_tool_payload_key",
     "too_large",
     "too_deep",
-    "parse_error",
-    "schema_violation",
-    "no_tool_call",
-    "wrong_tool",
-    "missing_payload_key",
 ]
 TOOL_ACK = "Received. Your structured answer will be checked; no further action is needed."
 
@@ -73,7 +78,8 @@ class StructuredOutputsConfig(BaseResourcesServerConfig):
 class StructuredOutputsRunRequest(BaseRunRequest):
     """A row (NeMo Gym's field names): ``schema_str`` (a JSON Schema as a JSON string),
     ``schema_type`` (the answer's format), and for ``response_mode: tool_call`` the ``tool_name``
-    to call and an optional ``tool_payload_key`` wrapping the payload in the arguments."""
+    to call (optional: any one call counts when absent) and an optional ``tool_payload_key``
+    wrapping the payload in the arguments."""
 
     schema_str: str
     schema_type: SchemaType = "json"
@@ -98,12 +104,6 @@ class StructuredOutputsRunRequest(BaseRunRequest):
         except jsonschema.SchemaError as exc:
             raise ValueError(f"schema_str is not a valid JSON Schema: {exc.message}") from exc
         return value
-
-    @model_validator(mode="after")
-    def _tool_name_for_tool_calls(self) -> StructuredOutputsRunRequest:
-        if self.response_mode == "tool_call" and not self.tool_name:
-            raise ValueError("tool_name is required when response_mode is 'tool_call'")
-        return self
 
 
 class StructuredOutputsVerifyRequest(StructuredOutputsRunRequest, BaseVerifyRequest):
@@ -332,23 +332,26 @@ class StructuredOutputsServer(SimpleResourcesServer):
         """The answer to check: the last assistant message's text, or the (unwrapped) tool arguments."""
         output = body.response.get("output") or []
         if body.response_mode != "tool_call":
-            text = output_text(body.response)
+            text = all_output_text(body.response)
             if not text.strip():
-                raise AnswerError("empty", "no assistant text in the response")
+                raise AnswerError("empty_response", "no assistant text in the response")
             if len(text) > self.config.max_output_chars:
                 raise AnswerError(
                     "too_large",
                     f"the answer has {len(text)} characters (limit {self.config.max_output_chars})",
                 )
             return text
+        if body.response.get("error"):
+            raise AnswerError("api_error", str(body.response["error"])[:200])
         calls = function_calls(output)
+        called = ", ".join(str(c.get("name")) for c in calls)
         if not calls:
-            raise AnswerError("empty" if not output else "no_tool_call", f"no call to {body.tool_name!r}")
-        matching = [c for c in calls if c.get("name") == body.tool_name]
-        if not matching:
-            called = sorted({str(c.get("name")) for c in calls})
-            raise AnswerError("wrong_tool", f"called {called}, not {body.tool_name!r}")
-        arguments = matching[-1].get("arguments")
+            raise AnswerError("missing_tool_call", "no function_call item in the response")
+        if len(calls) > 1:
+            raise AnswerError("multiple_tool_calls", f"expected exactly one function call, got: {called}")
+        if body.tool_name and calls[0].get("name") != body.tool_name:
+            raise AnswerError("wrong_tool_name", f"expected a call to {body.tool_name!r}, got: {called}")
+        arguments = calls[0].get("arguments")
         if isinstance(arguments, str):
             if len(arguments) > self.config.max_output_chars:
                 raise AnswerError("too_large", f"the arguments have {len(arguments)} characters")
@@ -356,12 +359,17 @@ class StructuredOutputsServer(SimpleResourcesServer):
                 arguments = json.loads(arguments)
             except (json.JSONDecodeError, RecursionError) as exc:
                 raise AnswerError(
-                    "parse_error", f"the arguments are not valid JSON: {str(exc)[:200]}"
+                    "tool_arguments_parse_error", f"the arguments are not valid JSON: {str(exc)[:200]}"
                 ) from exc
+        elif not isinstance(arguments, dict):
+            raise AnswerError(
+                "tool_arguments_parse_error",
+                f"arguments of type {type(arguments).__name__}, not a JSON string",
+            )
         if body.tool_payload_key:
             if not isinstance(arguments, dict) or body.tool_payload_key not in arguments:
                 raise AnswerError(
-                    "missing_payload_key", f"the arguments have no {body.tool_payload_key!r} key"
+                    "missing_tool_payload_key", f"the arguments have no {body.tool_payload_key!r} key"
                 )
             arguments = arguments[body.tool_payload_key]
         return _Parsed(arguments)
@@ -389,7 +397,7 @@ class StructuredOutputsServer(SimpleResourcesServer):
             raise AnswerError("too_deep", "the answer nests too deeply to validate") from exc
         if error is not None:
             where = "/".join(str(p) for p in error.absolute_path) or "(root)"
-            raise AnswerError("schema_violation", f"at {where}: {error.message[:300]}")
+            raise AnswerError("validation_error", f"at {where}: {error.message[:300]}")
 
 
 if __name__ == "__main__":

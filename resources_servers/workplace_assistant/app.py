@@ -66,10 +66,16 @@ STATE_KEY = "workplace"
 
 
 class WorkplaceAssistantConfig(BaseResourcesServerConfig):
-    """``fixtures_dir``: where the company data lives; ``current_datetime``: "now" for new emails."""
+    """``fixtures_dir``: where the company data lives; ``current_datetime``: "now" for new emails.
+
+    ``verify_state``: which state is compared with the gold state. ``session`` (default): what
+    this rollout's tool calls actually did, when its session was seeded. ``response``: NeMo
+    Gym's rule, the response's function calls replayed on fresh data (the session is ignored).
+    """
 
     fixtures_dir: str = str(FIXTURES_DIR)
     current_datetime: str = "2023-11-30 23:59:00"
+    verify_state: Literal["session", "response"] = "session"
 
 
 class GoldCall(BaseModel):
@@ -125,7 +131,7 @@ class WorkplaceAssistantServer(SimpleResourcesServer):
             for c in function_calls(body.response.get("output") or [])
         ]
         gold = [g.model_dump() for g in body.ground_truth]
-        session_state = self.session.get(STATE_KEY)
+        session_state = self.session.get(STATE_KEY) if self.config.verify_state == "session" else None
         # Replaying and comparing ~1000 records is CPU work: keep it off the event loop.
         diff, gold_errors, replay_errors = await asyncio.to_thread(self._compare, session_state, calls, gold)
         # Built as one dict so a row that already carries these keys (a re-scored rollout) is overwritten.

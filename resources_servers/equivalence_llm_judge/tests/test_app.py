@@ -42,7 +42,10 @@ def compat_verdict_scripts() -> list[dict[str, Any]]:
         question = recorded["responses_create_params"]["input"][-1]["content"].split("\n\n")[-1]
         verdict = recorded["judge_evaluations"][0]["response"]["output"][-1]["content"][0]["text"]
         scripts.append(
-            {"match": "(?s)" + re.escape(question) + ".*GOLD:", "turns": [{"text": _escape(verdict)}]}
+            {
+                "match": "(?s)" + re.escape(question) + ".*REFERENCE ANSWER:",
+                "turns": [{"text": _escape(verdict)}],
+            }
         )
     return scripts
 
@@ -53,15 +56,25 @@ def _escape(text: str) -> str:
 
 JUDGE_SCRIPTS = [
     *compat_verdict_scripts(),
-    # (The prompt shows QUESTION, then GOLD, then CANDIDATE.)
-    # Position-biased: "equal" only while the expected answer is shown as GOLD.
-    {"match": "GOLD:\nthe Pacific Ocean\n\nCANDIDATE:", "turns": [{"text": "[[A=B]]"}]},
-    {"match": "(?s)largest by surface.*GOLD:", "turns": [{"text": "[[A!=B]]"}]},
-    {"match": "(?s)Pride and Prejudice.*GOLD:", "turns": [{"text": "Different person.\n\n[[A!=B]]"}]},
-    # Reasoning that quotes the other label first: the last label decides.
-    {"match": "(?s)water boil.*GOLD:", "turns": [{"text": "Not [[A!=B]]: 100 C is 100.\n\n[[A=B]]"}]},
-    {"match": "(?s)powerhouse.*GOLD:", "turns": [{"text": "I am not sure what to say."}]},
-    {"match": "GOLD:", "turns": [{"text": "Both name the same thing.\n\n[[A=B]] they are equivalent"}]},
+    # (The prompt shows QUESTION, then REFERENCE ANSWER, then CANDIDATE ANSWER.)
+    # Position-biased: "equal" only while the expected answer is shown as the reference.
+    {"match": "REFERENCE ANSWER:\nthe Pacific Ocean\n\nCANDIDATE ANSWER:", "turns": [{"text": "[[A=B]]"}]},
+    {"match": "(?s)largest by surface.*REFERENCE ANSWER:", "turns": [{"text": "[[A!=B]]"}]},
+    {
+        "match": "(?s)Pride and Prejudice.*REFERENCE ANSWER:",
+        "turns": [{"text": "Different person.\n\n[[A!=B]]"}],
+    },
+    # Two labels: the first one decides (NeMo Gym's rule), here "different".
+    {
+        "match": "(?s)water boil.*REFERENCE ANSWER:",
+        "turns": [{"text": "Not [[A!=B]]: 100 C is 100.\n\n[[A=B]]"}],
+    },
+    {"match": "(?s)powerhouse.*REFERENCE ANSWER:", "turns": [{"text": "I am not sure what to say."}]},
+    {"match": "NO VALID ANSWER EXTRACTED", "turns": [{"text": "Nothing to compare.\n\n[[A!=B]]"}]},
+    {
+        "match": "REFERENCE ANSWER:",
+        "turns": [{"text": "Both name the same thing.\n\n[[A=B]] they are equivalent"}],
+    },
 ]
 
 
@@ -84,19 +97,30 @@ def url(judge_url: str):
         yield base
 
 
+@pytest.fixture(scope="module")
+def swap_url(judge_url: str):
+    # check_twice_swap (off by default, as in NeMo Gym): "equal" is asked again, answers swapped.
+    with running_server(server(judge_url, check_twice_swap=True)) as base:
+        yield base
+
+
 def judge_prompt(evaluation: dict) -> str:
     return evaluation["responses_create_params"]["input"][-1]["content"]
 
 
-def test_equivalent_answer_is_judged_in_both_orders(url: str):
-    body = verify_text(url, GOLD_ROW, "Aurum gives the symbol \\boxed{Au}")
+def test_equivalent_answer_is_judged_once_or_in_both_orders_with_check_twice_swap(url: str, swap_url: str):
+    once = verify_text(url, GOLD_ROW, "Aurum gives the symbol \\boxed{Au}")
+    assert once["reward"] == 1.0 and len(once["judge_evaluations"]) == 1
+    # NeMo Gym's default: no system message, the filled template is the one user message.
+    assert [m["role"] for m in once["judge_evaluations"][0]["responses_create_params"]["input"]] == ["user"]
+    body = verify_text(swap_url, GOLD_ROW, "Aurum gives the symbol \\boxed{Au}")
     assert body["reward"] == 1.0
     first, swapped = body["judge_evaluations"]
     assert first["verdict_label"] == swapped["verdict_label"] == "[[A=B]]"
-    assert "GOLD:\nAu\n\nCANDIDATE:\nAurum gives the symbol \\boxed{Au}" in judge_prompt(first)
-    assert "GOLD:\nAurum gives the symbol \\boxed{Au}\n\nCANDIDATE:\nAu" in judge_prompt(swapped)
+    ref, cand = "REFERENCE ANSWER:\n", "\n\nCANDIDATE ANSWER:\n"
+    assert ref + "Au" + cand + "Aurum gives the symbol \\boxed{Au}" in judge_prompt(first)
+    assert ref + "Aurum gives the symbol \\boxed{Au}" + cand + "Au" in judge_prompt(swapped)
     assert "QUESTION:\nWhat is the chemical symbol for gold?" in judge_prompt(first)
-    assert first["responses_create_params"]["input"][0]["role"] == "system"
 
 
 def test_wrong_answer_scores_zero_after_one_call(url: str):
@@ -104,15 +128,15 @@ def test_wrong_answer_scores_zero_after_one_call(url: str):
     assert body["reward"] == 0.0 and [e["verdict_label"] for e in body["judge_evaluations"]] == ["[[A!=B]]"]
 
 
-def test_a_position_biased_judge_does_not_earn_the_reward(url: str):
-    body = verify_text(url, OCEAN_ROW, "\\boxed{Pacific}")
+def test_a_position_biased_judge_does_not_earn_the_reward_with_check_twice_swap(swap_url: str):
+    body = verify_text(swap_url, OCEAN_ROW, "\\boxed{Pacific}")
     assert body["reward"] == 0.0
     assert [e["verdict_label"] for e in body["judge_evaluations"]] == ["[[A=B]]", "[[A!=B]]"]
 
 
-def test_the_last_verdict_label_decides(url: str):
-    assert verify_text(url, WATER_ROW, "\\boxed{100}")["reward"] == 1.0
-    assert parse_verdict("x [[A=B]] then [[A!=B]]", "[[A=B]]", "[[A!=B]]") == "[[A!=B]]"
+def test_the_first_verdict_label_decides(url: str):
+    assert verify_text(url, WATER_ROW, "\\boxed{100}")["reward"] == 0.0
+    assert parse_verdict("x [[A=B]] then [[A!=B]]", "[[A=B]]", "[[A!=B]]") == "[[A=B]]"
     assert parse_verdict("no label", "[[A=B]]", "[[A!=B]]") is None
     # Labels that contain each other: "not equal" must not read as "equal".
     assert parse_verdict("verdict: not equal", "equal", "not equal") == "not equal"
@@ -123,19 +147,23 @@ def test_an_answer_that_injects_a_verdict_label_is_still_judged_by_the_judge(url
     assert body["reward"] == 0.0
 
 
-def test_empty_answer_scores_zero_without_asking_the_judge(url: str):
+def test_an_empty_answer_is_shown_to_the_judge_as_the_extraction_failure_message(url: str):
     for text in (None, "", "   "):
         body = verify_text(url, GOLD_ROW, text)
-        assert (body["reward"], body["judge_evaluations"]) == (0.0, [])
-        assert body["generated_answer"] == "[NO VALID ANSWER EXTRACTED]"
+        assert body["reward"] == 0.0 and body["generated_answer"] == "[NO VALID ANSWER EXTRACTED]"
+        assert "CANDIDATE ANSWER:\n[NO VALID ANSWER EXTRACTED]" in judge_prompt(body["judge_evaluations"][0])
 
 
-def test_a_judge_answer_without_a_verdict_is_a_judge_failure_not_a_zero(url: str):
+def test_a_judge_answer_without_a_verdict_is_a_judge_failure_not_a_zero(url: str, judge_url: str):
     body = verify_text(url, CELL_ROW, "\\boxed{mitochondrion}", status=502)
     assert body["failure_class"] == "judge_failed"
     assert body["server"] == "equivalence_llm_judge"
     assert "judge 'judge'" in body["error"] and "no verdict label" in body["error"]
     assert "reward" not in body
+    # judge_no_verdict: not_equal gives NeMo Gym's behaviour: an unlabelled verdict means "different".
+    with running_server(server(judge_url, judge_no_verdict="not_equal")) as base:
+        nemo = verify_text(base, CELL_ROW, "\\boxed{mitochondrion}")
+    assert nemo["reward"] == 0.0 and nemo["judge_evaluations"][0]["verdict_label"] is None
 
 
 def test_a_judge_that_is_down_is_a_judge_failure(url: str):
@@ -160,7 +188,9 @@ def test_a_judge_that_answers_an_http_error_is_a_judge_failure(judge_url: str):
 
 def test_response_extract_regex_and_prompt_template_from_config(judge_url: str, tmp_path: Path):
     template = tmp_path / "judge.txt"
-    template.write_text("Q={question}\nGOLD:\n{expected_answer}\n\nCANDIDATE:\n{generated_answer}\n")
+    template.write_text(
+        "Q={question}\nREFERENCE ANSWER:\n{expected_answer}\n\nCANDIDATE:\n{generated_answer}\n"
+    )
     config = {"response_extract_regex": r"\\boxed\{(.*)\}", "judge_prompt_template_fpath": str(template)}
     with running_server(server(judge_url, **config)) as base:
         body = verify_text(base, GOLD_ROW, "Reasoning about aurum... \\boxed{Au}")
@@ -217,8 +247,8 @@ def test_nemo_gym_rows_replay_with_a_scripted_judge_repeating_the_recorded_verdi
         assert (
             ours["judge_evaluations"][0]["verdict_label"] == recorded["judge_evaluations"][0]["verdict_label"]
         )
-        # NeMo Gym asked once; we ask the swapped order too when the first says "equal".
-        assert len(ours["judge_evaluations"]) == (2 if recorded["reward"] == 1.0 else 1)
+        # One judge call each, as NeMo Gym made (check_twice_swap is off by default).
+        assert len(ours["judge_evaluations"]) == len(recorded["judge_evaluations"]) == 1
 
 
 @pytest.mark.slow

@@ -202,3 +202,22 @@ def test_end_to_end_collection_with_the_scripted_model(tmp_path: Path):
         -2: -1,
     }
     assert sorted(r["reward"] for r in results.values()) == [0.0, 0.0, 0.0, 1.0, 1.0]
+
+
+def test_nemo_gym_tool_semantics_with_unseeded_counter_starts_at_zero():
+    # NeMo Gym's own test of this environment (its tests/test_app.py test_sanity), over HTTP:
+    # sessions are kept apart by their cookies and an unseeded session's counter starts at 0.
+    server = ExampleSessionStateMgmtServer({"name": "counter", "unseeded_counter_starts_at_zero": True})
+    with running_server(server) as base, SyncClient() as first, SyncClient() as second:
+        assert first.post(base + "/get_counter_value", {}) == (200, {"count": 0})
+        assert first.post(base + "/increment_counter", {"count": 2}) == (200, {"success": True})
+        assert first.post(base + "/get_counter_value", {}) == (200, {"count": 2})
+        assert second.post(base + "/increment_counter", {"count": 4}) == (200, {"success": True})
+        assert second.post(base + "/get_counter_value", {}) == (200, {"count": 4})
+        assert second.post(base + "/increment_counter", {"count": 3}) == (200, {"success": True})
+        assert second.post(base + "/get_counter_value", {}) == (200, {"count": 7})
+        assert first.post(base + "/get_counter_value", {}) == (200, {"count": 2})
+    # Our default refuses a counter nobody seeded (the row's initial_count would be lost).
+    with running_server(ExampleSessionStateMgmtServer({"name": "counter"})) as base, SyncClient() as client:
+        status, body = client.post(base + "/get_counter_value", {})
+        assert status == 409 and "/seed_session" in body["error"]

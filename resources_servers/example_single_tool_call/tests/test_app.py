@@ -58,3 +58,14 @@ def test_nemo_gym_rows_run_unchanged_and_replay(url: str):
         called = any(item["type"] == "function_call" for item in recorded["response"]["output"])
         # Deliberate difference (README): NeMo Gym always scores 1.0; we require the tool call.
         assert ours["reward"] == (recorded["reward"] if called else 0.0)
+
+
+@pytest.mark.skipif(not COMPAT.exists(), reason="compat corpus not present")
+def test_always_reward_gives_nemo_gym_scores(url: str):
+    with running_server(ExampleSingleToolCallServer({"name": "s", "always_reward": True})) as nemo_gym:
+        replayed = replay_recorded(nemo_gym, COMPAT)
+        assert [ours["reward"] for _, ours in replayed] == [recorded["reward"] for recorded, _ in replayed]
+        # Any response at all, even one with neither the call nor an answer.
+        assert post_verify(nemo_gym, ROW, {"output": []})["reward"] == 1.0
+    # The default still requires both.
+    assert verify(url, [])["reward"] == 0.0

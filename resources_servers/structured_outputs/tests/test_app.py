@@ -62,14 +62,14 @@ def test_valid_json_text_scores_one(url: str):
 
 def test_schema_violations_are_typed_and_located(url: str):
     body = verify_text(url, RECIPE_ROW, json.dumps({**RECIPE, "servings": "four"}))
-    assert outcome(body) == (0.0, "schema_violation") and "servings" in body["error_message"]
+    assert outcome(body) == (0.0, "validation_error") and "servings" in body["error_message"]
     nested = {**RECIPE, "ingredients": [{"item": "flour", "grams": -1}]}
     assert "ingredients/0/grams" in verify_text(url, RECIPE_ROW, json.dumps(nested))["error_message"]
     # Strict schemas: every declared property is required and no others are allowed.
     extra = verify_text(url, RECIPE_ROW, json.dumps({**RECIPE, "notes": "yum"}))
-    assert outcome(extra) == (0.0, "schema_violation")
+    assert outcome(extra) == (0.0, "validation_error")
     missing = verify_text(url, RECIPE_ROW, json.dumps({k: v for k, v in RECIPE.items() if k != "vegetarian"}))
-    assert outcome(missing) == (0.0, "schema_violation")
+    assert outcome(missing) == (0.0, "validation_error")
 
 
 def test_strict_schema_rule_and_its_switch():
@@ -91,8 +91,8 @@ def test_malformed_and_fenced_text_are_parse_errors(url: str):
 
 def test_empty_responses_are_typed_empty(url: str):
     for output in ([], [message_item("")], [message_item("  \n")], [{"type": "reasoning", "summary": []}]):
-        assert outcome(verify_output(url, RECIPE_ROW, output)) == (0.0, "empty")
-        assert outcome(verify_output(url, BOOK_ROW, output))[1] in ("empty", "no_tool_call")
+        assert outcome(verify_output(url, RECIPE_ROW, output)) == (0.0, "empty_response")
+        assert outcome(verify_output(url, BOOK_ROW, output)) == (0.0, "missing_tool_call")
 
 
 def test_deeply_nested_documents_fail_fast(url: str):
@@ -150,7 +150,7 @@ def test_xml_toml_and_csv_answers(url: str):
     }
     good = "<service><port>8080</port><public>true</public><tags><tag>a</tag><tag>b</tag></tags></service>"
     assert outcome(verify_text(url, xml_row, good)) == (1.0, None)
-    assert outcome(verify_text(url, xml_row, good.replace("8080", "eighty"))) == (0.0, "schema_violation")
+    assert outcome(verify_text(url, xml_row, good.replace("8080", "eighty"))) == (0.0, "validation_error")
     assert outcome(verify_text(url, xml_row, "<service><port>8080</service>")) == (0.0, "parse_error")
     toml_row = {**SERVICE_ROW, "schema_type": "toml"}
     toml = 'service = "api"\nport = 8080\nreplicas = 3\n[[env]]\nname = "LOG_LEVEL"\nvalue = "info"\n'
@@ -169,7 +169,7 @@ def test_xml_toml_and_csv_answers(url: str):
         ),
     }
     assert outcome(verify_text(url, csv_row, "item,grams\nflour,250\nmilk,500\n")) == (1.0, None)
-    assert outcome(verify_text(url, csv_row, "item,grams\nflour,lots\n")) == (0.0, "schema_violation")
+    assert outcome(verify_text(url, csv_row, "item,grams\nflour,lots\n")) == (0.0, "validation_error")
 
 
 def test_tool_call_answers(url: str):
@@ -183,27 +183,35 @@ def test_tool_call_answers(url: str):
     }
     assert outcome(verify_call(url, EVENT_ROW, "summary_tool", {"event_info": event})) == (1.0, None)
     # The distractor tool, a prose answer, a missing wrapper key, and broken JSON arguments.
-    assert outcome(verify_call(url, BOOK_ROW, "record_movie", BOOK)) == (0.0, "wrong_tool")
-    assert outcome(verify_text(url, BOOK_ROW, json.dumps(BOOK))) == (0.0, "no_tool_call")
-    assert outcome(verify_call(url, CITY_ROW, "extract_city", CITY)) == (0.0, "missing_payload_key")
+    assert outcome(verify_call(url, BOOK_ROW, "record_movie", BOOK)) == (0.0, "wrong_tool_name")
+    assert outcome(verify_text(url, BOOK_ROW, json.dumps(BOOK))) == (0.0, "missing_tool_call")
+    assert outcome(verify_call(url, CITY_ROW, "extract_city", CITY)) == (0.0, "missing_tool_payload_key")
     assert outcome(verify_call(url, EVENT_ROW, "summary_tool", {"person_info": event})) == (
         0.0,
-        "missing_payload_key",
+        "missing_tool_payload_key",
     )
-    assert outcome(verify_call(url, BOOK_ROW, "record_book", '{"title": ')) == (0.0, "parse_error")
+    assert outcome(verify_call(url, BOOK_ROW, "record_book", '{"title": ')) == (
+        0.0,
+        "tool_arguments_parse_error",
+    )
     assert outcome(
         verify_call(url, CITY_ROW, "extract_city", {"extraction": {**CITY, "population": "545,796"}})
     ) == (
         0.0,
-        "schema_violation",
+        "validation_error",
     )
-    # The last call to the answer tool is the answer.
-    calls = [
-        function_call_item("record_book", json.dumps({})),
-        function_call_item("record_book", json.dumps(BOOK)),
-    ]
-    assert verify_output(url, BOOK_ROW, calls)["reward"] == 1.0
-    assert verify_output(url, BOOK_ROW, calls[::-1])["reward"] == 0.0
+    # Exactly one call (NeMo Gym's rule): a second one, even to the answer tool or a distractor, scores 0.
+    for second in ("record_book", "record_movie"):
+        calls = [
+            function_call_item("record_book", json.dumps(BOOK)),
+            function_call_item(second, json.dumps(BOOK)),
+        ]
+        assert outcome(verify_output(url, BOOK_ROW, calls)) == (0.0, "multiple_tool_calls")
+    # Without tool_name, the one call made is the answer, whatever its name.
+    assert outcome(verify_call(url, {**BOOK_ROW, "tool_name": None}, "record_movie", BOOK)) == (1.0, None)
+    # A response that carries an error is api_error.
+    errored = post_verify(url, BOOK_ROW, {"output": [], "error": {"code": "server_error", "message": "boom"}})
+    assert (errored["reward"], errored["error_type"]) == (0.0, "api_error")
 
 
 def test_bad_rows_get_422_naming_the_field(url: str):
@@ -211,10 +219,6 @@ def test_bad_rows_get_422_naming_the_field(url: str):
     assert "schema_str is not valid JSON" in body["error"]
     body = verify_text(url, {**RECIPE_ROW, "schema_str": '{"type": 12}'}, "{}", status=422)
     assert "schema_str is not a valid JSON Schema" in body["error"]
-    assert (
-        "tool_name is required"
-        in verify_text(url, {**BOOK_ROW, "tool_name": None}, "{}", status=422)["error"]
-    )
     body = verify_text(url, {**RECIPE_ROW, "schema_type": "pdf"}, "{}", status=422)
     assert body["detail"][0]["field"] == "schema_type"
     missing = {k: v for k, v in RECIPE_ROW.items() if k != "schema_str"}
@@ -263,8 +267,8 @@ def test_nemo_gym_rows_run_unchanged_and_recorded_rollouts_replay(url: str):
     with SyncClient() as client:
         for row in examples:
             assert client.post(url + "/seed_session", row)[0] == 200
-            assert outcome(verify_output(url, row, [])) == (0.0, "empty")
-            assert outcome(verify_call(url, row, "not_the_answer_tool", {})) == (0.0, "wrong_tool")
+            assert outcome(verify_output(url, row, [])) == (0.0, "missing_tool_call")
+            assert outcome(verify_call(url, row, "not_the_answer_tool", {})) == (0.0, "wrong_tool_name")
             payload = instance_of(json.loads(row["schema_str"]))
             arguments = {row["tool_payload_key"]: payload} if row["tool_payload_key"] else payload
             assert outcome(verify_call(url, row, row["tool_name"], arguments)) == (1.0, None)
@@ -283,7 +287,7 @@ def test_end_to_end_collection_with_the_scripted_model(tmp_path: Path):
     results = {r["source_record_id"]: r for r in rows}
     assert {k: (r["reward"], r["error_type"]) for k, r in results.items()} == {
         "so-ex-0001": (1.0, None),
-        "so-ex-0002": (0.0, "schema_violation"),
+        "so-ex-0002": (0.0, "validation_error"),
         "so-ex-0003": (1.0, None),
         "so-ex-0004": (1.0, None),
         "so-ex-0005": (1.0, None),

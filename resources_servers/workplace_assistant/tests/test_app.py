@@ -157,7 +157,9 @@ def test_bad_rows_and_stray_calls_are_refused(url: str, server: WorkplaceAssista
     with SyncClient() as client:
         status, body = client.post(url + "/verify", {"responses_create_params": {}, "response": {}})
         assert status == 422 and body["detail"][0]["field"] == "ground_truth"
-        status, body = client.post(url + "/verify", {**ROWS[0], "ground_truth": [{"arguments": "{}"}]})
+        status, body = client.post(
+            url + "/verify", {**ROWS[0], "response": {}, "ground_truth": [{"arguments": "{}"}]}
+        )
         assert status == 422 and body["detail"][0]["field"] == "ground_truth.0.name"
     before = len(server.sessions)
     with SyncClient() as stray:
