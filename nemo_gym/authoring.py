@@ -335,4 +335,4 @@ def _test_command(argv: list[str]) -> int:
     return 1 if failed else 0
 
 
-ng_test = console_command(_test_command)
+ng_test = console_command(_test_command, "ng_test")

@@ -281,8 +281,8 @@ def _prepare_command(argv: list[str]) -> int:
     return prepare_benchmark(load_benchmark(str(name)), Path(str(output)) if output else None)
 
 
-ng_list_benchmarks = console_command(_list_command)
-ng_prepare_benchmark = console_command(_prepare_command)
+ng_list_benchmarks = console_command(_list_command, "ng_list_benchmarks")
+ng_prepare_benchmark = console_command(_prepare_command, "ng_prepare_benchmark")
 
 
 def write_prepared_rows(

@@ -11,11 +11,13 @@ hooks ``setup_env_command`` / ``run_command`` (see the end of this module).
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from nemo_gym.command_help import help_text, wants_help
 from nemo_gym.config import ConfigError, dump_yaml, head_url_from_config, load_config
 from nemo_gym.global_config import GlobalConfigDictParserConfig
 from nemo_gym.launch_hooks import LaunchHooks, run_command, setup_env_command
@@ -23,20 +25,33 @@ from nemo_gym.launch_hooks import LaunchHooks, run_command, setup_env_command
 __all__ = ["GlobalConfigDictParserConfig", "RunHelper", "run_command", "setup_env_command"]
 
 
-def console_command(body: Callable[[list[str]], int]) -> Callable[[Sequence[str] | None], None]:
-    """Wrap ``body(argv) -> exit code`` as a console script: config errors print cleanly, exit 2."""
+def console_command(
+    body: Callable[[list[str]], int], name: str | None = None
+) -> Callable[[Sequence[str] | None], None]:
+    """Wrap ``body(argv) -> exit code`` as console script ``name``.
+
+    ``--help``, ``-h`` or ``help`` print the command's help (see :mod:`nemo_gym.command_help`;
+    without an entry there, ``body``'s docstring) and exit 0. Config errors print cleanly, exit 2.
+    """
 
     def entry(argv: Sequence[str] | None = None) -> None:
         args = list(sys.argv[1:] if argv is None else argv)
+        if wants_help(args):
+            prog = name or os.path.basename(sys.argv[0]) or None
+            sys.stdout.write(help_text(name, body.__doc__, prog))
+            sys.exit(0)
         try:
             code = body(args)
         except ConfigError as exc:
             sys.stderr.write(f"config error: {exc}\n")
+            if name:
+                sys.stderr.write(f"(run '{name} --help' for its options)\n")
             code = 2
         except KeyboardInterrupt:
             code = 130
         sys.exit(code)
 
+    entry.command_name = name  # type: ignore[attr-defined]
     return entry
 
 
@@ -123,10 +138,10 @@ def _version(argv: list[str]) -> int:
     return 0
 
 
-ng_run = console_command(_run)
-ng_status = console_command(_status)
-ng_dump_config = console_command(_dump_config)
-ng_version = console_command(_version)
+ng_run = console_command(_run, "ng_run")
+ng_status = console_command(_status, "ng_status")
+ng_dump_config = console_command(_dump_config, "ng_dump_config")
+ng_version = console_command(_version, "ng_version")
 
 
 # ---- NeMo Gym's trainer-facing runner ---------------------------------------------------------

@@ -631,4 +631,4 @@ def _prepare_data_command(argv: list[str]) -> int:
     return prepare_data(load_config(argv, validate_refs=False))
 
 
-ng_prepare_data = console_command(_prepare_data_command)
+ng_prepare_data = console_command(_prepare_data_command, "ng_prepare_data")

@@ -800,9 +800,9 @@ def _e2e_command(argv: list[str]) -> int:
     return 0
 
 
-ng_collect_rollouts = console_command(_collect_command)
-ng_aggregate_rollouts = console_command(_aggregate_command)
-ng_e2e_collect_rollouts = console_command(_e2e_command)
+ng_collect_rollouts = console_command(_collect_command, "ng_collect_rollouts")
+ng_aggregate_rollouts = console_command(_aggregate_command, "ng_aggregate_rollouts")
+ng_e2e_collect_rollouts = console_command(_e2e_command, "ng_e2e_collect_rollouts")
 
 
 if __name__ == "__main__":

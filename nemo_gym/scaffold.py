@@ -354,4 +354,4 @@ def _init_command(argv: list[str]) -> int:
     return 0
 
 
-ng_init_resources_server = console_command(_init_command)
+ng_init_resources_server = console_command(_init_command, "ng_init_resources_server")

@@ -421,4 +421,4 @@ def _export(argv: list[str]) -> int:
     return 1 if summary.rows and not summary.exported else 0
 
 
-ng_export_training_data = console_command(_export)
+ng_export_training_data = console_command(_export, "ng_export_training_data")

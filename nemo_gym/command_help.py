@@ -1,0 +1,278 @@
+"""What every console command says to ``--help``: what it does, its options with defaults, an example.
+
+One renderer (:meth:`CommandHelp.render`) and one table of commands (:data:`COMMANDS`), so
+``ng_run --help``, ``gym env start --help`` and ``ng_run help`` print the same text. A command
+with no entry here (a new one registered without a name) still answers ``--help`` with its
+docstring.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+HELP_WORDS = ("--help", "-h", "help")
+
+
+@dataclass(frozen=True)
+class Option:
+    """One command-line option: ``key`` as typed (``+agent_name``), its default, what it does."""
+
+    key: str
+    text: str
+    default: str = ""
+
+
+@dataclass(frozen=True)
+class CommandHelp:
+    """The help of one command."""
+
+    name: str
+    summary: str
+    options: tuple[Option, ...] = ()
+    examples: tuple[str, ...] = ()
+    details: str = ""
+    config_options: bool = True
+    """Whether the command reads the composed config (``+config_paths``, ``env.yaml``, ``key=value``)."""
+
+    def render(self, prog: str | None = None) -> str:
+        """The help text, with ``prog`` as the name shown in the usage line (default: ``name``)."""
+        prog = prog or self.name
+        takes_args = self.config_options or bool(self.options)
+        usage = f"usage: {prog}" + (" [key=value | +key=value | ++key=value ...]" if takes_args else "")
+        lines = [usage, "", *textwrap.wrap(self.summary, width=100)]
+        if self.details:
+            lines += ["", textwrap.dedent(self.details).strip()]
+        options = list(self.options)
+        if self.config_options:
+            options += COMMON_OPTIONS
+        if options:
+            lines += ["", "options:"]
+            width = min(max(len(o.key) for o in options), 34)
+            for option in options:
+                if option.default == "required":
+                    text = f"{option.text} (required)"
+                else:
+                    text = option.text + (f" (default: {option.default})" if option.default else "")
+                wrapped = textwrap.wrap(text, width=100 - width - 4) or [""]
+                key = option.key.ljust(width)
+                lines.append(f"  {key}  {wrapped[0]}")
+                lines += [f"  {'':{width}}  {more}" for more in wrapped[1:]]
+        if self.examples:
+            lines += ["", "example:" if len(self.examples) == 1 else "examples:"]
+            lines += [f"  {example}" for example in self.examples]
+        lines += ["", f"{prog} --help, -h or help prints this text."]
+        return "\n".join(lines) + "\n"
+
+
+COMMON_OPTIONS = (
+    Option("+config_paths=[a.yaml,...]", "config files to compose, in order (then env.yaml, then overrides)"),
+    Option(
+        "head_server.port=N",
+        "head server port; also NEMO_GYM_HEAD_PORT or head_server.port in env.yaml",
+        "11000",
+    ),
+    Option("head_server.host=H", "head server host; also NEMO_GYM_HEAD_HOST", "127.0.0.1"),
+)
+
+_COLLECT_OPTIONS = (
+    Option("+agent_name=NAME", "agent for rows without agent_ref"),
+    Option("+input_jsonl_fpath=PATH", "input rows (NeMo Gym JSONL)", "required"),
+    Option("+output_jsonl_fpath=PATH", "results file; side files sit beside it", "required"),
+    Option("+limit=N", "use only the first N valid input rows", "all rows"),
+    Option("+num_repeats=N", "rollouts per row; or a map {_default: 1, my_agent: 8}", "1"),
+    Option(
+        "+num_repeats_add_seed=BOOL", "give each repeat its own seed through metadata.extra_body", "false"
+    ),
+    Option("+num_samples_in_parallel=N", "rollouts in flight", "32"),
+    Option("+responses_create_params={...}", "deep-merged into every row's responses_create_params"),
+    Option("+prompt_config=PATH", "system/user templates that build each row's input"),
+    Option("+resume_from_cache=BOOL", "finish an interrupted run with the same arguments", "false"),
+    Option("+disable_aggregation=BOOL", "skip /aggregate_metrics (for shards)", "false"),
+    Option("+strict=BOOL", "stop on a malformed input line (false: skip it)", "true"),
+    Option("+rollout_timeout_s=S", "deadline of one rollout", "1800"),
+    Option("+max_attempts=N", "most attempts per rollout across resumed runs", "3"),
+    Option("+progress_interval_s=S", "seconds between progress lines", "30"),
+    Option("+num_shards=N +shard_index=I", "run only rows whose position % N == I", "1, 0"),
+)
+
+_EXAMPLE_CONFIGS = (
+    "resources_servers/example_single_tool_call/configs/example_single_tool_call.yaml,"
+    "responses_api_models/scripted_model/configs/scripted_model.yaml"
+)
+
+COMMANDS: dict[str, CommandHelp] = {
+    help.name: help
+    for help in (
+        CommandHelp(
+            "ng_run",
+            "Start every server in the config and the head server, wait until all are healthy, print a "
+            "table, stream their logs, and stop them all on Ctrl-C (naming any server that dies).",
+            examples=(f'ng_run "+config_paths=[{_EXAMPLE_CONFIGS}]"',),
+        ),
+        CommandHelp(
+            "ng_status",
+            "List the head server and every server registered with it, with a health check of each. "
+            "Exits 1 when the head server is unreachable or a server is unhealthy.",
+            examples=("ng_status", "NEMO_GYM_HEAD_PORT=11300 ng_status"),
+        ),
+        CommandHelp(
+            "ng_dump_config",
+            "Print the composed config (config files, env.yaml, overrides) as YAML, secrets redacted.",
+            examples=(f'ng_dump_config "+config_paths=[{_EXAMPLE_CONFIGS}]"',),
+        ),
+        CommandHelp(
+            "ng_version",
+            "Print the nemo_gym version and the Python version.",
+            examples=("ng_version",),
+            config_options=False,
+        ),
+        CommandHelp(
+            "ng_collect_rollouts",
+            "Run every input row through its agent on a running stack (ng_run) and write one result "
+            "line per rollout, with failures, metrics and a resumable cache beside the output.",
+            options=_COLLECT_OPTIONS,
+            examples=(
+                "ng_collect_rollouts +agent_name=example_single_tool_call_simple_agent "
+                "+input_jsonl_fpath=resources_servers/example_single_tool_call/data/example.jsonl "
+                "+output_jsonl_fpath=results/weather.jsonl +num_repeats=4",
+            ),
+        ),
+        CommandHelp(
+            "ng_e2e_collect_rollouts",
+            "Start the stack from +config_paths, collect rollouts (the ng_collect_rollouts options), "
+            "and stop the stack, in one command. With a single agent, +agent_name defaults to it; the "
+            "head server takes a free port unless head_server.port is set.",
+            options=_COLLECT_OPTIONS,
+            examples=(
+                f'ng_e2e_collect_rollouts "+config_paths=[{_EXAMPLE_CONFIGS}]" '
+                "+input_jsonl_fpath=resources_servers/example_single_tool_call/data/example.jsonl "
+                "+output_jsonl_fpath=results/e2e.jsonl",
+            ),
+        ),
+        CommandHelp(
+            "ng_aggregate_rollouts",
+            "Merge result shards into one file (duplicates dropped) and compute its metrics, through "
+            "each agent's /aggregate_metrics when a head server is up, else locally.",
+            options=(
+                Option("+input_glob=GLOB", "shard files to merge", "required"),
+                Option("+output_jsonl_fpath=PATH", "merged results file", "required"),
+            ),
+            examples=(
+                "ng_aggregate_rollouts +input_glob='results/shard*.jsonl' +output_jsonl_fpath=results/all.jsonl",
+            ),
+        ),
+        CommandHelp(
+            "ng_export_training_data",
+            "Turn rollouts that carry token IDs into training sequences (token IDs with a loss mask "
+            "over the model's own tokens), skipping rows that cannot be spliced, with the reason.",
+            options=(
+                Option("+input_jsonl_fpath=PATH", "rollouts JSONL", "required"),
+                Option("+output_jsonl_fpath=PATH", "training sequences JSONL", "required"),
+                Option("+turn_end_token_ids=[...]", "turn-end token IDs of the chat template", "auto"),
+            ),
+            examples=(
+                "ng_export_training_data +input_jsonl_fpath=results/rollouts.jsonl "
+                "+output_jsonl_fpath=results/train.jsonl",
+            ),
+        ),
+        CommandHelp(
+            "ng_init_resources_server",
+            "Create a new environment folder (app.py, configs, example data, tests, README) that runs "
+            "and passes ng_test as created.",
+            options=(
+                Option("+entrypoint=resources_servers/NAME", "the folder to create", "required"),
+                Option("+description=TEXT", "what the environment does, written into its config and README"),
+            ),
+            examples=(
+                "ng_init_resources_server +entrypoint=resources_servers/my_env "
+                "'+description=Arithmetic with a calculator tool'",
+            ),
+        ),
+        CommandHelp(
+            "ng_test",
+            "Check an environment: its example rows validate, data/example_metrics.json matches them, "
+            "and its tests pass. Without +entrypoint, checks every environment and prints a table.",
+            options=(
+                Option("+entrypoint=resources_servers/NAME", "the environment to check", "all of them"),
+                Option("+timeout_s=S", "time limit of one environment's tests", "600"),
+            ),
+            examples=("ng_test +entrypoint=resources_servers/example_single_tool_call",),
+        ),
+        CommandHelp(
+            "ng_prepare_data",
+            "Validate the datasets of every agent in the config and collate them into one JSONL per "
+            "dataset type with statistics. example_validation mode only checks (it needs no output "
+            "folder and writes nothing).",
+            options=(
+                Option("+mode=MODE", "example_validation | train_preparation", "required"),
+                Option("+output_dirpath=DIR", "where collated files go (not used by example_validation)"),
+                Option("+should_download=BOOL", "fetch missing datasets from Hugging Face", "false"),
+                Option("+overwrite_metrics_conflicts=BOOL", "accept drifted committed statistics", "false"),
+                Option("+hf_token=TOKEN", "Hugging Face token for private datasets"),
+            ),
+            examples=(f'ng_prepare_data "+config_paths=[{_EXAMPLE_CONFIGS}]" +mode=example_validation',),
+        ),
+        CommandHelp(
+            "ng_list_benchmarks",
+            "List the bundled benchmarks (benchmarks/<name>/config.yaml) with their environment and rows.",
+            examples=("ng_list_benchmarks",),
+        ),
+        CommandHelp(
+            "ng_prepare_benchmark",
+            "Write a benchmark's rows as NeMo Gym JSONL and print the commands that run it.",
+            options=(
+                Option("+benchmark=NAME", "benchmark name (see ng_list_benchmarks)", "required"),
+                Option("+output_jsonl_fpath=PATH", "where to write the rows", "the benchmark's data folder"),
+            ),
+            examples=("ng_prepare_benchmark +benchmark=aime24",),
+        ),
+        CommandHelp(
+            "ng_reverify_rollouts",
+            "Re-score existing rollouts with the current environment: replay each recorded response "
+            "through its environment's /verify and report which rewards changed. Starts the config's "
+            "stack on a free port unless +use_running_stack=true.",
+            options=(
+                Option("+input_jsonl_fpath=PATH", "rollouts JSONL (ng_collect_rollouts output)", "required"),
+                Option("+output_jsonl_fpath=PATH", "re-scored rollouts", "<input>.reverified.jsonl"),
+                Option("+agent_name=NAME", "agent whose environment verifies rows without agent_ref"),
+                Option(
+                    "+use_running_stack=BOOL", "use the stack at head_server instead of starting one", "false"
+                ),
+                Option("+num_samples_in_parallel=N", "verify calls in flight", "32"),
+            ),
+            examples=(
+                f'ng_reverify_rollouts "+config_paths=[{_EXAMPLE_CONFIGS}]" '
+                "+input_jsonl_fpath=results/weather.jsonl",
+            ),
+        ),
+        CommandHelp(
+            "ng_reward_profile",
+            "Profile rewards per task across repeats: pass rate, mean and variance of the reward, and "
+            "the tasks always or never solved. Prints a table and writes a JSON file.",
+            options=(
+                Option("+input_jsonl_fpath=PATH", "rollouts JSONL (ng_collect_rollouts output)", "required"),
+                Option("+output_json_fpath=PATH", "the profile as JSON", "<input>.reward_profile.json"),
+                Option("+pass_threshold=X", "a rollout passes when reward >= X", "1.0"),
+                Option("+max_rows_shown=N", "table rows printed (the JSON file has every task)", "20"),
+            ),
+            examples=("ng_reward_profile +input_jsonl_fpath=results/weather.jsonl",),
+            config_options=False,
+        ),
+    )
+}
+
+
+def wants_help(argv: Sequence[str]) -> bool:
+    """Whether a command line asks for help: ``--help`` or ``-h`` anywhere, or ``help`` first."""
+    return bool(argv) and (argv[0] in HELP_WORDS or any(arg in ("--help", "-h") for arg in argv))
+
+
+def help_text(name: str | None, docstring: str | None = None, prog: str | None = None) -> str:
+    """The help of command ``name``; a command with no entry gets its docstring as the summary."""
+    known = COMMANDS.get(name or "")
+    if known is not None:
+        return known.render(prog)
+    summary = textwrap.dedent(docstring or "").strip() or "(no description)"
+    return CommandHelp(prog or name or "command", summary).render(prog)
