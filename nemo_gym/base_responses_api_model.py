@@ -4,15 +4,24 @@ Override :meth:`SimpleResponsesAPIModel.responses` (``POST /v1/responses``) and
 :meth:`SimpleResponsesAPIModel.chat_completions` (``POST /v1/chat/completions``). Bodies are
 plain dicts shaped as the ``openai`` package's types, so large token-ID arrays are not
 re-validated on every hop.
+
+The base speaks the rest of OpenAI's dialect for every model server: ``stream=true`` (the
+answer sent as OpenAI's streaming events, see :mod:`nemo_gym.streaming`), ``GET /v1/models``,
+error bodies shaped ``{"error": {"message", "type", "param", "code"}}``, and a 400 naming the
+field for a request whose shape is wrong (a message whose ``content`` is a number).
 """
 
 from __future__ import annotations
 
 from typing import Any, ClassVar
 
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response
 from starlette.routing import Route
 
-from nemo_gym.server import BaseServer, BaseServerConfig, HTTPError
+from nemo_gym.server import BaseServer, BaseServerConfig, HTTPError, json_response
+from nemo_gym.streaming import stream_chat_completion, stream_responses
 
 
 class BaseResponsesAPIModelConfig(BaseServerConfig):
@@ -33,9 +42,156 @@ class SimpleResponsesAPIModel(BaseServer):
         """Answer a Chat Completions request with a chat completion object."""
         raise HTTPError(404, f"{type(self).__name__} does not serve /v1/chat/completions")
 
-    def routes(self) -> list[Route]:
-        """Liveness, ``/v1/responses`` and ``/v1/chat/completions``."""
-        return super().routes() + [
-            self.route("/v1/responses", self.responses),
-            self.route("/v1/chat/completions", self.chat_completions),
+    def model_ids(self) -> list[str]:
+        """The model names ``GET /v1/models`` lists (default: the config's model name, else the server's)."""
+        extra = self.config.model_extra or {}
+        for field in ("served_model_name", "model_name", "openai_model", "model"):
+            value = getattr(self.config, field, None) or extra.get(field)
+            if isinstance(value, str) and value:
+                return [value]
+        return [self.name]
+
+    async def models(self, body: Any) -> dict[str, Any]:
+        """``GET /v1/models``: OpenAI's model list."""
+        data = [
+            {"id": model, "object": "model", "created": 0, "owned_by": "nemo_gym"}
+            for model in self.model_ids()
         ]
+        return {"object": "list", "data": data}
+
+    def routes(self) -> list[Route]:
+        """Liveness, ``/v1/responses``, ``/v1/chat/completions`` and ``/v1/models``, with OpenAI-shaped errors."""
+        return openai_error_routes(
+            super().routes()
+            + [
+                self.route("/v1/responses", self._serve_responses, body_model_of=self.responses),
+                self.route(
+                    "/v1/chat/completions", self._serve_chat_completions, body_model_of=self.chat_completions
+                ),
+                self.route("/v1/models", self.models, methods=("GET",)),
+            ]
+        )
+
+    async def _serve_responses(self, body: Any) -> dict[str, Any] | Response:
+        check_responses_request(body)
+        if body.get("stream") is True:
+            return stream_responses(await self.responses(_without_stream(body)))
+        return await self.responses(body)
+
+    async def _serve_chat_completions(self, body: Any) -> dict[str, Any] | Response:
+        check_chat_request(body)
+        if body.get("stream") is True:
+            include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+            return stream_chat_completion(await self.chat_completions(_without_stream(body)), include_usage)
+        return await self.chat_completions(body)
+
+
+def _without_stream(body: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in body.items() if key not in ("stream", "stream_options")}
+
+
+def _check_content(content: Any, where: str) -> None:
+    if content is None or isinstance(content, str):
+        return
+    if not isinstance(content, list):
+        raise HTTPError(
+            400, f"{where}.content must be a string or a list of content parts, got {type(content).__name__}"
+        )
+    for index, part in enumerate(content):
+        if not isinstance(part, dict) or not isinstance(part.get("type"), str):
+            raise HTTPError(400, f"{where}.content[{index}] must be an object with a 'type'")
+
+
+def _check_common(body: Any) -> None:
+    if not isinstance(body, dict):
+        raise HTTPError(400, f"the request body must be a JSON object, got {type(body).__name__}")
+    if "stream" in body and not isinstance(body["stream"], bool):
+        raise HTTPError(400, f"stream must be true or false, got {body['stream']!r}")
+    if body.get("model") is not None and not isinstance(body["model"], str):
+        raise HTTPError(400, f"model must be a string, got {type(body['model']).__name__}")
+    if body.get("tools") is not None and not isinstance(body["tools"], list):
+        raise HTTPError(400, f"tools must be a list, got {type(body['tools']).__name__}")
+
+
+def check_responses_request(body: Any) -> None:
+    """Raise ``HTTPError`` 400 naming the field when a Responses create request has the wrong shape."""
+    _check_common(body)
+    value = body.get("input")
+    if value is None or isinstance(value, str):
+        return
+    if not isinstance(value, list):
+        raise HTTPError(400, f"input must be a string or a list of items, got {type(value).__name__}")
+    for index, item in enumerate(value):
+        if not isinstance(item, dict):
+            raise HTTPError(400, f"input[{index}] must be an object, got {type(item).__name__}")
+        if item.get("type", "message") == "message":
+            if not isinstance(item.get("role"), str):
+                raise HTTPError(
+                    400, f"input[{index}].role must be a string (user, assistant, system, developer)"
+                )
+            _check_content(item.get("content"), f"input[{index}]")
+
+
+def check_chat_request(body: Any) -> None:
+    """Raise ``HTTPError`` 400 naming the field when a Chat Completions request has the wrong shape."""
+    _check_common(body)
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        raise HTTPError(400, f"messages must be a list of messages, got {type(messages).__name__}")
+    for index, message in enumerate(messages):
+        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+            raise HTTPError(400, f"messages[{index}] must be an object with a string 'role'")
+        _check_content(message.get("content"), f"messages[{index}]")
+
+
+# ---- OpenAI-shaped errors -------------------------------------------------------------------
+_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "invalid_request_error",
+    422: "invalid_request_error",
+    429: "rate_limit_error",
+}
+
+
+def openai_error_routes(routes: list[Route]) -> list[Route]:
+    """The routes with error bodies in OpenAI's shape: ``{"error": {"message", "type", "param", "code"}}``.
+
+    OpenAI clients (and vLLM) read an error's text from ``error.message``; nemo_gym's plain
+    ``{"error": "<text>"}`` would reach an ``openai`` client user as a bare status code. The
+    ``server`` field stays beside it. Routes already wrapped are left as they are.
+    """
+    return [
+        route
+        if route.path == "/" or getattr(route.endpoint, "openai_errors", False)
+        else _with_openai_errors(route)
+        for route in routes
+    ]
+
+
+def openai_error_body(message: str, status: int, param: str | None = None) -> dict[str, Any]:
+    """OpenAI's error object for ``message`` answered with HTTP ``status``."""
+    error_type = _ERROR_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
+    return {"error": {"message": message, "type": error_type, "param": param, "code": status}}
+
+
+def _with_openai_errors(route: Route) -> Route:
+    inner = route.endpoint
+
+    async def endpoint(request: Request) -> Response:
+        response = await inner(request)
+        status = response.status_code
+        if status < 400:
+            return response
+        try:
+            body = orjson.loads(bytes(response.body))
+        except orjson.JSONDecodeError:
+            return response
+        if not isinstance(body, dict) or not isinstance(body.get("error"), str):
+            return response
+        return json_response({**body, **openai_error_body(body["error"], status)}, status)
+
+    endpoint.openai_errors = True  # type: ignore[attr-defined]
+    return Route(route.path, endpoint, methods=sorted(route.methods or ["POST"]))

@@ -3,8 +3,8 @@
 ``vllm_model`` (remote vLLM), ``local_vllm_model`` (vLLM it starts) and ``local_hf_model`` (the
 CPU engine) turn Responses requests into Chat Completions and back the same way
 (:class:`ChatBridge`), hand messages to chat templates the same way (:func:`template_messages`),
-recognise a context-window overflow the same way, and answer errors in OpenAI's shape
-(:func:`openai_error_routes`) so ``openai`` clients show the message.
+and recognise a context-window overflow the same way. Errors in OpenAI's shape and streaming
+are every model server's (:mod:`nemo_gym.base_responses_api_model`).
 """
 
 from __future__ import annotations
@@ -15,13 +15,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-from starlette.requests import Request
-from starlette.responses import Response
-from starlette.routing import Route
 
+from nemo_gym.base_responses_api_model import openai_error_routes  # noqa: F401 - kept at this path
 from nemo_gym.conversion import TOKEN_ID_FIELDS, chat_completion_to_response, responses_to_chat_request
 from nemo_gym.response_items import build_response
-from nemo_gym.server import HTTPError, json_response
+from nemo_gym.server import HTTPError
 
 logger = logging.getLogger(__name__)
 
@@ -31,50 +29,6 @@ logger = logging.getLogger(__name__)
 _CONTEXT_LENGTH_ERROR = re.compile(r"maximum context length|maximum model length", re.IGNORECASE)
 CONTIGUITY_FIELD = "token_ids_contiguous"
 """Set to ``false`` on a model call's last output item when the engine could not splice its prompt."""
-
-
-_ERROR_TYPES = {
-    400: "BadRequestError",
-    401: "AuthenticationError",
-    403: "PermissionDeniedError",
-    404: "NotFoundError",
-    413: "RequestTooLargeError",
-    422: "UnprocessableEntityError",
-    429: "RateLimitError",
-    502: "BadGatewayError",
-    504: "GatewayTimeoutError",
-}
-
-
-def openai_error_routes(routes: list[Route]) -> list[Route]:
-    """The routes with error bodies in OpenAI's shape: ``{"error": {"message", "type", "param", "code"}}``.
-
-    OpenAI clients (and vLLM) read an error's text from ``error.message``; nemo_gym's plain
-    ``{"error": "<text>"}`` would reach an ``openai`` client user as a bare status code. The
-    ``server`` field stays beside it.
-    """
-    return [_with_openai_errors(route) if route.path != "/" else route for route in routes]
-
-
-def _with_openai_errors(route: Route) -> Route:
-    inner = route.endpoint
-
-    async def endpoint(request: Request) -> Response:
-        response = await inner(request)
-        status = response.status_code
-        if status < 400:
-            return response
-        try:
-            body = orjson.loads(bytes(response.body))
-        except orjson.JSONDecodeError:
-            return response
-        if not isinstance(body, dict) or not isinstance(body.get("error"), str):
-            return response
-        error_type = _ERROR_TYPES.get(status, "InternalServerError" if status >= 500 else "BadRequestError")
-        body["error"] = {"message": body["error"], "type": error_type, "param": None, "code": status}
-        return json_response(body, status)
-
-    return Route(route.path, endpoint, methods=sorted(route.methods or ["POST"]))
 
 
 def is_context_length_error(status: int, message: str) -> bool:
@@ -99,8 +53,6 @@ class ChatBridge:
 
     def chat_request(self, params: dict[str, Any]) -> dict[str, Any]:
         """The Chat Completions request for Responses create-params (raises ``HTTPError`` 400/422)."""
-        if params.get("stream"):
-            raise HTTPError(400, "stream=true is not supported; call /v1/responses without streaming")
         try:
             # With a reasoning parser the chat template reads `reasoning_content`; without one the
             # reasoning goes back as <think> text, as the model wrote it.

@@ -339,7 +339,8 @@ class BaseServer:
                 logger.exception("%s: %s %s failed", server_name, request.method, request.url.path)
                 return json_response({"error": f"{type(exc).__name__}: {exc}", "server": server_name}, 500)
             else:
-                response = json_response(result)
+                # A handler may answer with a ready response (a model server's event stream).
+                response = result if isinstance(result, Response) else json_response(result)
                 # Only a handler that opened state needs the cookie: stateless hops (model calls,
                 # stateless tools) skip building a Set-Cookie header.
                 if incoming is None and session_id in self.sessions:

@@ -360,6 +360,8 @@ def raise_for_status(resp: ServerResponse, server_name: str, url_path: str) -> A
     except orjson.JSONDecodeError:
         body = resp.body.decode(errors="replace")
     message = body.get("error", body) if isinstance(body, dict) else body
+    if isinstance(message, dict) and isinstance(message.get("message"), str):
+        message = message["message"]  # a model server's OpenAI-shaped error object
     raise ServerCallError(
         "http_error", server_name, url_path, f"HTTP {resp.status}: {message}", resp.status, body
     )

@@ -132,14 +132,10 @@ class LocalHFModel(SimpleResponsesAPIModel):
         self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="generate")
 
     def routes(self) -> list[Route]:
-        """The model-server routes plus vLLM's ``/tokenize``, ``/v1/models`` and ``/health``."""
+        """The model-server routes plus vLLM's ``/tokenize`` and ``/health``."""
         return openai_error_routes(
             super().routes()
-            + [
-                self.route("/tokenize", self.tokenize),
-                self.route("/v1/models", self.models, methods=("GET",)),
-                self.route("/health", self.health, methods=("GET",)),
-            ]
+            + [self.route("/tokenize", self.tokenize), self.route("/health", self.health, methods=("GET",))]
         )
 
     async def on_shutdown(self) -> None:
@@ -269,8 +265,6 @@ class ChatRequest:
             )
         if not isinstance(body.get("messages"), list) or not body["messages"]:
             raise HTTPError(400, "'messages' must be a non-empty list")
-        if body.get("stream"):
-            raise HTTPError(400, "stream=true is not supported by local_hf_model")
         if body.get("n") not in (None, 1):
             raise HTTPError(400, f"n={body['n']!r} is not supported by local_hf_model (one sample per call)")
         for key, default in _UNSUPPORTED_IF_SET.items():

@@ -16,10 +16,8 @@ import asyncio
 from typing import Any
 
 from pydantic import Field
-from starlette.routing import Route
 
 from nemo_gym.base_responses_api_model import BaseResponsesAPIModelConfig, SimpleResponsesAPIModel
-from nemo_gym.chat_backend import openai_error_routes
 from nemo_gym.conversion import TOKEN_ID_FIELDS
 from nemo_gym.server import HTTPError
 from nemo_gym.upstream import (
@@ -74,10 +72,6 @@ class OpenAIModel(SimpleResponsesAPIModel):
         # One semaphore per event loop: a semaphore is bound to the loop that first waits on it.
         self._semaphores: dict[asyncio.AbstractEventLoop, asyncio.Semaphore] = {}
 
-    def routes(self) -> list[Route]:
-        """The model-server routes, answering errors in OpenAI's shape."""
-        return openai_error_routes(super().routes())
-
     async def on_shutdown(self) -> None:
         """Close the upstream connections."""
         await self.http.close()
@@ -97,8 +91,6 @@ class OpenAIModel(SimpleResponsesAPIModel):
         return await self._forward("/chat/completions", request)
 
     async def _forward(self, path: str, request: dict[str, Any]) -> dict[str, Any]:
-        if request.get("stream"):
-            raise HTTPError(400, "stream=true is not supported by openai_model; call without streaming")
         if self.config.openai_model:
             request["model"] = self.config.openai_model
         url = self.base_url + path

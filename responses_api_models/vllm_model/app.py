@@ -26,13 +26,11 @@ import zlib
 from typing import Any
 
 from pydantic import field_validator, model_validator
-from starlette.routing import Route
 
 from nemo_gym.base_responses_api_model import BaseResponsesAPIModelConfig, SimpleResponsesAPIModel
 from nemo_gym.chat_backend import (
     ChatBridge,
     is_context_length_error,
-    openai_error_routes,
 )
 from nemo_gym.server import HTTPError, ServerRef
 from nemo_gym.upstream import (
@@ -162,10 +160,6 @@ class VLLMModel(SimpleResponsesAPIModel):
             max_connections=config.max_connections,
         )
 
-    def routes(self) -> list[Route]:
-        """The model-server routes, answering errors in OpenAI's shape."""
-        return openai_error_routes(super().routes())
-
     async def on_shutdown(self) -> None:
         """Close the backend connections."""
         await self.http.close()
@@ -187,8 +181,6 @@ class VLLMModel(SimpleResponsesAPIModel):
 
     async def chat_completions(self, body: dict[str, Any]) -> dict[str, Any]:
         """Pass a Chat Completions request through to the rollout's backend replica."""
-        if body.get("stream"):
-            raise HTTPError(400, "stream=true is not supported; call /v1/chat/completions without streaming")
         request = dict(body)
         if self.config.model and not request.get("model"):
             request["model"] = self.config.model
