@@ -71,7 +71,11 @@ def test_chat_completions_dialect(url: str):
 def test_no_tools_offered_is_a_clear_422(url: str):
     with SyncClient() as client:
         status, body = client.post(url + "/v1/responses", {"input": "hi"})
-        assert status == 422 and "offers no tools" in body["error"]["message"] and body["server"] == "policy_model"
+        assert (
+            status == 422
+            and "offers no tools" in body["error"]["message"]
+            and body["server"] == "policy_model"
+        )
 
 
 def test_bad_script_config_is_rejected():
