@@ -107,6 +107,14 @@ def _status(argv: list[str]) -> int:
         rows = [("NAME", "KIND", "URL", "PID", "HEALTH")]
         unhealthy = 0
         async with aiohttp.ClientSession(headers=auth_headers()) as http:
+            # The head server answered the registry call above; its liveness answer names its pid.
+            head_pid = "-"
+            try:
+                async with http.get(head_url + "/", timeout=aiohttp.ClientTimeout(total=3)) as resp:
+                    head_pid = str((await resp.json()).get("pid", "-"))
+            except (aiohttp.ClientError, TimeoutError, ValueError, AttributeError):
+                pass
+            rows.append(("head_server", "head", head_url, head_pid, "healthy"))
             for info in sorted(instances, key=lambda i: i.name):
                 try:
                     async with http.get(info.url + "/", timeout=aiohttp.ClientTimeout(total=3)) as resp:

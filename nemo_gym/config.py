@@ -27,6 +27,10 @@ DEFAULT_HEAD_PORT = 11000
 SECRET_KEY_PARTS = ("key", "token", "secret", "password")
 REDACTED = "***REDACTED***"
 ENV_YAML = "env.yaml"
+ENV_HEAD_HOST = "NEMO_GYM_HEAD_HOST"
+ENV_HEAD_PORT = "NEMO_GYM_HEAD_PORT"
+# Settings every command knows, so ``head_server.port=11300`` works without a leading ``+``.
+BUILT_IN_KEYS = ("head_server",)
 
 
 class ConfigError(ValueError):
@@ -139,6 +143,8 @@ def _as_path_list(value: Any, source: str) -> list[str]:
 def apply_override(config: dict[str, Any], override: Override) -> None:
     """Apply one override in place. Plain ``key=value`` must name an existing key."""
     parts = override.path.split(".")
+    if parts[0] in BUILT_IN_KEYS and not override.mode:
+        override = Override(path=override.path, value=override.value, mode="+")
     node = config
     for depth, part in enumerate(parts[:-1]):
         child = node.get(part)
@@ -346,14 +352,22 @@ def dump_yaml(config: Mapping[str, Any]) -> str:
 
 
 def head_server_address(config: Mapping[str, Any]) -> tuple[str, int]:
-    """The head server's (host, port) from ``head_server.host`` / ``head_server.port``."""
+    """The head server's (host, port): ``head_server.host`` / ``head_server.port`` in the config
+    (command line or ``env.yaml``), else ``NEMO_GYM_HEAD_HOST`` / ``NEMO_GYM_HEAD_PORT``, else
+    127.0.0.1:11000. One setting in ``env.yaml`` or the environment serves every command."""
     head = config.get("head_server") or {}
     if not isinstance(head, Mapping):
         raise ConfigError("head_server must be a mapping with host and port")
-    host = str(head.get("host", DEFAULT_HEAD_HOST))
-    port = head.get("port", DEFAULT_HEAD_PORT)
-    if not isinstance(port, int) or not 0 <= port < 65536:
-        raise ConfigError(f"head_server.port must be an integer 0-65535, got {port!r}")
+    host = str(head.get("host") or os.environ.get(ENV_HEAD_HOST) or DEFAULT_HEAD_HOST)
+    if "port" in head:
+        port, where = head["port"], "head_server.port"
+    elif os.environ.get(ENV_HEAD_PORT, "").strip():
+        raw, where = os.environ[ENV_HEAD_PORT].strip(), ENV_HEAD_PORT
+        port = int(raw) if raw.isdigit() else raw
+    else:
+        port, where = DEFAULT_HEAD_PORT, "head_server.port"
+    if not isinstance(port, int) or isinstance(port, bool) or not 0 <= port < 65536:
+        raise ConfigError(f"{where} must be an integer 0-65535, got {port!r}")
     return host, port
 
 

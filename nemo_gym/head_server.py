@@ -119,7 +119,7 @@ class HeadServer:
         return RequireAuthToken(app, token, "head_server") if token else app
 
     async def _liveness(self, request: Request) -> Response:
-        return json_response({"status": "ok", "server": "head_server"})
+        return json_response({"status": "ok", "server": "head_server", "pid": os.getpid()})
 
     async def _register(self, request: Request) -> Response:
         try:

@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import importlib
+import os
+import signal
 import subprocess
 import sys
+import time
 import tomllib
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from nemo_gym.command_help import COMMANDS
-from nemo_gym.config import project_root
+from nemo_gym.config import ConfigError, head_server_address, load_config, project_root
+from nemo_gym.launcher import free_port
 
 SCRIPTS: dict[str, str] = tomllib.loads((project_root() / "pyproject.toml").read_text())["project"]["scripts"]
 NG_COMMANDS = sorted(name for name in SCRIPTS if name.startswith("ng_"))
@@ -91,3 +96,80 @@ def test_a_command_without_a_help_entry_uses_its_docstring(capsys: pytest.Captur
 
     code, out, _ = call(console_command(_body, "ng_frobnicate"), ["--help"], capsys)
     assert code == 0 and out.startswith("usage: ng_frobnicate") and "Frobnicate the rollouts." in out
+
+
+# ---- the head server's address: one setting for every command -------------------------------
+
+
+def test_head_port_as_documented_from_the_environment_and_env_yaml(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("NEMO_GYM_HEAD_PORT", raising=False)
+    monkeypatch.delenv("NEMO_GYM_HEAD_HOST", raising=False)
+    assert head_server_address(load_config(["head_server.port=11300"], cwd=tmp_path)) == ("127.0.0.1", 11300)
+    assert head_server_address(load_config([], cwd=tmp_path)) == ("127.0.0.1", 11000)
+    monkeypatch.setenv("NEMO_GYM_HEAD_PORT", "12345")
+    monkeypatch.setenv("NEMO_GYM_HEAD_HOST", "127.0.0.2")
+    assert head_server_address(load_config([], cwd=tmp_path)) == ("127.0.0.2", 12345)
+    # The config (command line, then env.yaml) wins over the environment.
+    assert head_server_address(load_config(["head_server.port=11301"], cwd=tmp_path))[1] == 11301
+    (tmp_path / "env.yaml").write_text("head_server:\n  port: 11302\n")
+    assert head_server_address(load_config([], cwd=tmp_path))[1] == 11302
+    monkeypatch.setenv("NEMO_GYM_HEAD_PORT", "eleven")
+    with pytest.raises(ConfigError, match="NEMO_GYM_HEAD_PORT must be an integer"):
+        head_server_address({})
+    # Other keys still need a '+' to be added.
+    with pytest.raises(ConfigError, match=r"use \+policy_nmae"):
+        load_config(["policy_nmae=x"], cwd=tmp_path)
+
+
+@pytest.mark.slow
+def test_ng_run_on_a_set_port_and_ng_status_finds_it_by_env_yaml_and_env_var(tmp_path: Path) -> None:
+    port = free_port()
+    configs = (
+        "+config_paths=[resources_servers/example_single_tool_call/configs/example_single_tool_call.yaml,"
+        "responses_api_models/scripted_model/configs/scripted_model.yaml]"
+    )
+    code = "import sys; from nemo_gym.cli import ng_run; ng_run(sys.argv[1:])"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NEMO_GYM_HEAD")}
+    run = subprocess.Popen(
+        [sys.executable, "-c", code, configs, f"head_server.port={port}"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert run.stdout is not None
+        lines = []
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            line = run.stdout.readline()
+            lines.append(line)
+            if "servers healthy" in line or not line:
+                break
+        assert "servers healthy" in lines[-1], "".join(lines)
+        assert f"127.0.0.1:{port}" in lines[-1]
+        status = "import sys; from nemo_gym.cli import ng_status; ng_status(sys.argv[1:])"
+        by_env = subprocess.run(
+            [sys.executable, "-c", status],
+            cwd=tmp_path,
+            env={**env, "NEMO_GYM_HEAD_PORT": str(port)},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert by_env.returncode == 0, by_env.stdout + by_env.stderr
+        table = by_env.stdout.splitlines()
+        assert table[1].split()[:3] == ["head_server", "head", f"http://127.0.0.1:{port}"]
+        assert table[1].split()[3] == str(run.pid)
+        assert any(row.startswith("policy_model") for row in table)
+        (tmp_path / "env.yaml").write_text(f"head_server:\n  port: {port}\n")
+        by_file = subprocess.run(
+            [sys.executable, "-c", status], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
+        )
+        assert by_file.returncode == 0 and by_file.stdout == by_env.stdout
+    finally:
+        run.send_signal(signal.SIGINT)
+        run.wait(30)
