@@ -170,18 +170,26 @@ def compat_dir(environment: str) -> Path:
 
 @contextlib.contextmanager
 def running_agent(
-    resources_server: BaseServer, model_server: BaseServer, **agent_fields: Any
+    resources_server: BaseServer,
+    model_server: BaseServer,
+    *,
+    agent_class: type[BaseServer] | None = None,
+    **agent_fields: Any,
 ) -> Iterator[str]:
-    """An environment, a model and a simple_agent between them, all in this process; yields the agent's URL.
+    """An environment, a model and an agent between them, all in this process; yields the agent's URL.
 
-    The agent reaches the two servers by the names ``env`` and ``model`` (static URLs, no head
-    server). ``agent_fields`` are extra simple_agent settings (``max_steps``, ...).
+    The agent (``agent_class``, default simple_agent's) reaches the two servers by the names
+    ``env`` and ``model`` (static URLs, no head server). ``agent_fields`` are extra agent
+    settings (``max_steps``, ...).
     """
     from nemo_gym.server_client import ServerClient
-    from responses_api_agents.simple_agent.app import SimpleAgent
 
+    if agent_class is None:
+        from responses_api_agents.simple_agent.app import SimpleAgent
+
+        agent_class = SimpleAgent
     with running_server(resources_server) as env_url, running_server(model_server) as model_url:
-        agent = SimpleAgent(
+        agent = agent_class(
             {
                 "name": "agent",
                 "resources_server": {"type": "resources_servers", "name": "env"},
@@ -240,13 +248,14 @@ def collect_examples(
     output_jsonl_fpath: str | Path,
     *extra_config_paths: str | Path,
     route_by_agent_ref: bool = False,
+    agent: str = "simple_agent",
     **fields: Any,
 ) -> tuple[Any, list[dict[str, Any]]]:
     """An environment's end-to-end check: its ``data/example.jsonl`` through the scripted model.
 
     The stack is ``configs/<env>.yaml``, the scripted model and ``configs/scripted_policy.yaml``
     (the environment's own scripts), then ``extra_config_paths``. Rows go to
-    ``<env>_simple_agent``, or with ``route_by_agent_ref`` to the agent each row's ``agent_ref``
+    ``<env>_<agent>`` (``agent`` defaults to ``simple_agent``), or with ``route_by_agent_ref`` to the agent each row's ``agent_ref``
     names (no fallback). ``fields`` are further collector arguments. Returns what
     :func:`collect_with_stack` does.
     """
@@ -262,7 +271,7 @@ def collect_examples(
     return collect_with_stack(
         configs,
         # None is the collector's own default: no fallback agent, rows route by agent_ref.
-        agent_name=None if route_by_agent_ref else f"{folder.name}_simple_agent",
+        agent_name=None if route_by_agent_ref else f"{folder.name}_{agent}",
         input_jsonl_fpath=folder / "data" / "example.jsonl",
         output_jsonl_fpath=output_jsonl_fpath,
         **fields,

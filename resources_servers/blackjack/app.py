@@ -1,194 +1,157 @@
-"""blackjack: one hand against the dealer, played step by step through tool calls.
+"""blackjack: NeMo Gym's Gymnasium-style blackjack, one hand per rollout.
 
-``/seed_session`` is the reset: it deals from a shoe shuffled with the row's ``seed``. The
-tools ``get_state``, ``hit`` and ``stand`` are the steps. The reward is given only for a hand
-that is over: 1.0 win, 0.5 push, 0.0 loss; a hand left unfinished scores 0.0 with a reason.
+``/reset`` deals two cards to the player and two to the dealer from an infinite deck (every
+draw is a uniform rank; suits do not matter) and shows the player's hand and the dealer's
+first card. Each ``/step`` reads ``<action>hit</action>`` or ``<action>stand</action>`` from
+the model's text. Hitting past 21 ends the hand at -1. Standing lets the dealer draw to 17
+(standing on every 17) and settles it: +1 for a win (dealer over 21 or a higher total), 0 for
+equal totals, -1 for a loss. The reward is given on the final step, every other step pays 0.
+
+An answer with no action tag stands, as in NeMo Gym; ``unparsed_action: ask_again`` in the
+server config instead answers with an observation asking for a tag (reward 0, hand unchanged).
+A row's optional ``seed`` makes the deal and every later draw reproducible.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import random
+import re
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
-import orjson
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, ValidationError
 
-from nemo_gym.base_resources_server import (
-    BaseResourcesServerConfig,
-    BaseSeedSessionRequest,
-    BaseSeedSessionResponse,
-    BaseVerifyRequest,
-    BaseVerifyResponse,
-    SimpleResourcesServer,
-    tool,
-)
-from nemo_gym.response_items import function_calls
-from nemo_gym.server import HTTPError
-from resources_servers.blackjack.game import BlackjackHand, IllegalMove
+from nemo_gym.base_resources_server import BaseResourcesServerConfig
+from nemo_gym.gymnasium_server import GymnasiumServer, StepResult, extract_text
+from nemo_gym.server import HTTPError, validation_error_body
 
-STATE_KEY = "hand"
-ILLEGAL_KEY = "illegal_moves"
-REWARDS = {"win": 1.0, "push": 0.5, "loss": 0.0}
+RANKS = ("2", "3", "4", "5", "6", "7", "8", "9", "10", "J", "Q", "K", "A")
+ACTION = re.compile(r"<action>\s*(hit|stand)\s*</action>", re.IGNORECASE)
+PROMPT = "Respond with <action>hit</action> or <action>stand</action>."
 
 
-class TableRules(BaseModel):
-    """The row fields that set up the hand (``seed`` is required: it makes a rollout reproducible)."""
-
-    seed: int
-    num_decks: int = Field(1, ge=1, le=8)
-    dealer_hits_soft_17: bool = False
-
-
-class BlackjackSeedRequest(TableRules, BaseSeedSessionRequest):
-    """The row sent to ``/seed_session``."""
+def hand_value(hand: list[str]) -> int:
+    """The best total of a hand: faces count 10, aces 11 unless that passes 21, then 1."""
+    total = sum(11 if rank == "A" else 10 if rank in ("J", "Q", "K") else int(rank) for rank in hand)
+    aces = hand.count("A")
+    while total > 21 and aces:
+        total -= 10
+        aces -= 1
+    return total
 
 
-class BlackjackVerifyRequest(BaseVerifyRequest):
-    """The row plus the response; the table fields are only needed to re-play an unseeded rollout."""
-
-    seed: int | None = None
-    num_decks: int = Field(1, ge=1, le=8)
-    dealer_hits_soft_17: bool = False
+def show(hand: list[str]) -> str:
+    """A hand as the model sees it: ``[10, A]``."""
+    return "[" + ", ".join(hand) + "]"
 
 
-class NoArguments(BaseModel):
-    """The moves take no arguments; anything passed is refused with a 422 naming it."""
+@dataclass
+class Hand:
+    """One hand in play: both sides' cards and the random source for every later draw."""
 
-    model_config = ConfigDict(extra="forbid")
+    rng: random.Random
+    player: list[str] = field(default_factory=list)
+    dealer: list[str] = field(default_factory=list)
 
-
-class BlackjackVerifyResponse(BaseVerifyResponse):
-    """Diagnostics: how the hand ended and how it was played."""
-
-    outcome: str
-    reason: str
-    player_cards: list[str]
-    dealer_cards: list[str]
-    player_total: int | None
-    dealer_total: int | None
-    moves: list[str]
-    illegal_moves: int
-    state_source: str
-
-
-class BlackjackServer(SimpleResourcesServer):
-    """A seeded blackjack hand per rollout; reward once the hand is over."""
-
-    config: BaseResourcesServerConfig
-
-    async def seed_session(self, body: BlackjackSeedRequest) -> BaseSeedSessionResponse:  # type: ignore[override]
-        """Deal a new hand from the row's seed (this is the environment's reset)."""
-        self.session[STATE_KEY] = BlackjackHand.deal(body.seed, body.num_decks, body.dealer_hits_soft_17)
-        self.session[ILLEGAL_KEY] = 0
-        return BaseSeedSessionResponse()
-
-    @tool
-    async def get_state(self, body: NoArguments) -> dict[str, Any]:
-        """Your cards, their total, the dealer's up card, and the result once the hand is over."""
-        return self._hand().observation()
-
-    @tool
-    async def hit(self, body: NoArguments) -> dict[str, Any]:
-        """Take one more card."""
-        hand = self._hand()
-        card = self._move(hand.hit)
-        return {"drew": card, **hand.observation()}
-
-    @tool
-    async def stand(self, body: NoArguments) -> dict[str, Any]:
-        """Keep your cards; the dealer plays out their hand and the hand is settled."""
-        hand = self._hand()
-        self._move(hand.stand)
-        return hand.observation()
-
-    async def verify(self, body: BlackjackVerifyRequest) -> BlackjackVerifyResponse:  # type: ignore[override]
-        """1.0 win, 0.5 push, 0.0 loss; 0.0 for an unfinished hand or no hand at all (with the reason).
-
-        A session that was never seeded (an offline re-score) re-plays the response's moves on
-        a hand dealt from the row's ``seed``: same seed and moves, same result.
-        """
-        hand: BlackjackHand | None = self.session.get(STATE_KEY)
-        illegal = int(self.session.get(ILLEGAL_KEY, 0))
-        source = "session"
-        if hand is None and body.seed is not None:
-            hand, illegal = self._replay(body)
-            source = "response_replay"
-        fields = body.model_dump()
-        if hand is None:
-            fields.update(
-                reward=0.0,
-                outcome="no_game",
-                reason="no hand in this session: /seed_session was not called (or the session expired) "
-                "and the row has no seed to re-play the response with",
-                player_cards=[],
-                dealer_cards=[],
-                player_total=None,
-                dealer_total=None,
-                moves=[],
-                illegal_moves=illegal,
-                state_source="none",
-            )
-            return BlackjackVerifyResponse(**fields)
-        seen = hand.observation()
-        if hand.outcome is None:
-            outcome, reason, reward = (
-                "unfinished",
-                "the hand was never finished: the model did not stand or bust",
-                0.0,
-            )
-        else:
-            outcome, reason, reward = hand.outcome, hand.reason, REWARDS[hand.outcome]
-        fields.update(
-            reward=reward,
-            outcome=outcome,
-            reason=reason,
-            player_cards=seen["player_cards"],
-            # The dealer's hole card is only shown for a hand that is over.
-            dealer_cards=seen.get("dealer_cards", [seen["dealer_up_card"]]),
-            player_total=seen["player_total"],
-            dealer_total=seen.get("dealer_total"),
-            moves=list(hand.moves),
-            illegal_moves=illegal,
-            state_source=source,
-        )
-        return BlackjackVerifyResponse(**fields)
-
-    def _hand(self) -> BlackjackHand:
-        hand = self.session.get(STATE_KEY)
-        if hand is None:
-            if self.session_id is not None:
-                self.sessions.free(self.session_id)  # don't keep an empty session for a stray call
-            raise HTTPError(
-                409, "no hand in this session: call /seed_session first (or it expired after its TTL)"
-            )
+    @classmethod
+    def deal(cls, seed: int | None) -> Hand:
+        """Two cards to the player, then two to the dealer (NeMo Gym's order)."""
+        hand = cls(rng=random.Random(seed))
+        hand.player = [hand.draw(), hand.draw()]
+        hand.dealer = [hand.draw(), hand.draw()]
         return hand
 
-    def _move(self, move: Any) -> Any:
-        try:
-            return move()
-        except IllegalMove as exc:
-            self.session[ILLEGAL_KEY] = self.session.get(ILLEGAL_KEY, 0) + 1
-            raise HTTPError(409, str(exc)) from None
+    def draw(self) -> str:
+        """One card from an infinite deck."""
+        return self.rng.choice(RANKS)
 
-    @staticmethod
-    def _replay(body: BlackjackVerifyRequest) -> tuple[BlackjackHand, int]:
-        assert body.seed is not None
-        hand = BlackjackHand.deal(body.seed, body.num_decks, body.dealer_hits_soft_17)
-        illegal = 0
-        for call in function_calls(body.response.get("output") or []):
-            name = call.get("name")
-            if name not in ("hit", "stand"):
-                continue  # get_state and unknown tools change nothing
-            try:
-                arguments = orjson.loads(call.get("arguments") or "{}")
-            except orjson.JSONDecodeError:
-                continue  # the live server would have refused it: no move
-            if arguments != {}:
-                continue  # likewise: a move with arguments is a 422, not a move
-            try:
-                hand.hit() if name == "hit" else hand.stand()
-            except IllegalMove:
-                illegal += 1
-        return hand, illegal
+    def observation(self) -> str:
+        """The player's hand and total, the dealer's first card, and the action format."""
+        return f"Your hand: {show(self.player)} = {hand_value(self.player)}\nDealer shows: {self.dealer[0]}\n{PROMPT}"
+
+    def hit(self) -> StepResult:
+        """Take a card: over 21 ends the hand at -1, otherwise the hand goes on."""
+        self.player.append(self.draw())
+        value = hand_value(self.player)
+        if value > 21:
+            return None, -1.0, True, False, {"result": "bust", "player": show(self.player), "value": value}
+        return self.observation(), 0.0, False, False, {}
+
+    def stand(self) -> StepResult:
+        """The dealer draws to 17 or more, then the totals settle the hand."""
+        while hand_value(self.dealer) < 17:
+            self.dealer.append(self.draw())
+        player, dealer = hand_value(self.player), hand_value(self.dealer)
+        if dealer > 21 or player > dealer:
+            reward, result = 1.0, "win"
+        elif player == dealer:
+            reward, result = 0.0, "draw"
+        else:
+            reward, result = -1.0, "loss"
+        info = {
+            "result": result,
+            "player": show(self.player),
+            "player_value": player,
+            "dealer": show(self.dealer),
+            "dealer_value": dealer,
+        }
+        return None, reward, True, False, info
+
+
+class BlackjackConfig(BaseResourcesServerConfig):
+    """``unparsed_action``: ``stand`` (NeMo Gym's) or ``ask_again`` (an observation asking for a tag)."""
+
+    unparsed_action: Literal["stand", "ask_again"] = "stand"
+
+
+class BlackjackRow(BaseModel):
+    """The row fields the game reads: an optional integer ``seed`` (no seed: a fresh random hand)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    seed: int | None = None
+
+
+class BlackjackServer(GymnasiumServer):
+    """A hand of blackjack per rollout; reward +1 win, 0 draw, -1 loss or bust."""
+
+    config: BlackjackConfig
+
+    async def reset(
+        self, metadata: dict[str, Any], session_id: str | None = None
+    ) -> tuple[str | None, dict[str, Any]]:
+        """Deal a hand (from the row's ``seed`` when it has one)."""
+        try:
+            row = BlackjackRow.model_validate(metadata)
+        except ValidationError as exc:
+            raise HTTPError(422, **_invalid_row(exc, self.name)) from None
+        hand = Hand.deal(row.seed)
+        self.session_state[session_id] = hand
+        return hand.observation(), {}
+
+    async def step(
+        self, action: dict[str, Any], metadata: dict[str, Any], session_id: str | None = None
+    ) -> StepResult:
+        """Hit or stand as the answer's ``<action>`` tag says (no tag: stand, or ask again)."""
+        hand: Hand | None = self.session_state.get(session_id)
+        if hand is None:
+            raise HTTPError(
+                409,
+                "no hand in this rollout: call /reset first (the hand may also be over, or have expired "
+                "after session_ttl_s)",
+            )
+        found = ACTION.search(extract_text(action))
+        if found is None and self.config.unparsed_action == "ask_again":
+            note = "I could not find <action>hit</action> or <action>stand</action> in your answer."
+            return f"{note}\n{hand.observation()}", 0.0, False, False, {"unparsed_action": True}
+        if found is not None and found.group(1).lower() == "hit":
+            return hand.hit()
+        return hand.stand()
+
+
+def _invalid_row(exc: ValidationError, server: str) -> dict[str, Any]:
+    body = validation_error_body(exc, server, "row")
+    return {"message": body["error"], "detail": body["detail"]}
 
 
 if __name__ == "__main__":

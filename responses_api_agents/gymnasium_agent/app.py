@@ -1,0 +1,159 @@
+"""gymnasium_agent: drives a Gymnasium-style environment (``nemo_gym.gymnasium_server``).
+
+reset → model call → step → ... until the step says ``terminated`` or ``truncated``, or
+``max_steps`` model calls were made (then the rollout is ``truncated``). The rollout's reward
+is the sum of the step rewards, and its response holds every item in order: what the model
+produced (token-ID fields untouched), each step's tool outputs as ``function_call_output``
+items and each observation as a user message. There is no ``/verify``: the steps score.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from pydantic import BaseModel, Field, ValidationError, model_validator
+
+from nemo_gym.base_responses_api_agent import (
+    BaseResponsesAPIAgentConfig,
+    SimpleResponsesAPIAgent,
+    row_create_params,
+)
+from nemo_gym.gymnasium_server import EnvResetResponse, EnvStepResponse
+from nemo_gym.response_items import add_usage, function_call_output_item, input_items
+from nemo_gym.server import HTTPError, ServerRef
+from nemo_gym.server_client import Rollout
+
+logger = logging.getLogger("nemo_gym")
+
+
+class GymnasiumAgentConfig(BaseResponsesAPIAgentConfig):
+    """``resources_server`` (NeMo Gym's older configs call it ``env_server``), ``model_server``, ``max_steps``."""
+
+    resources_server: ServerRef
+    model_server: ServerRef
+    max_steps: int = Field(10, ge=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _env_server_is_resources_server(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "env_server" in data:
+            data = dict(data)
+            env_server = data.pop("env_server")
+            data.setdefault("resources_server", env_server)
+        return data
+
+
+def user_message(text: str) -> dict[str, Any]:
+    """An observation as the next user message of the conversation."""
+    return {"type": "message", "role": "user", "content": text}
+
+
+class GymnasiumAgent(SimpleResponsesAPIAgent):
+    """Runs one episode per row against a Gymnasium-style resources server."""
+
+    config: GymnasiumAgentConfig
+
+    async def run(self, body: dict[str, Any]) -> dict[str, Any]:
+        """One episode: the row plus ``response``, ``reward`` (summed), ``terminated``, ``truncated``, ``info``.
+
+        ``responses_create_params`` comes back with the opening observation appended, as the
+        model saw it. The environment is closed (when it says it supports ``/close``) whether
+        the episode finished, hit ``max_steps`` or failed.
+        """
+        params = row_create_params(body)
+        rollout = self.server_client.rollout(self.rollout_id)
+        env = self.config.resources_server.name
+        reset = self._parse(EnvResetResponse, await rollout.post_json(env, "/reset", body), "/reset")
+        closable = reset.info.get("supports_explicit_close") is True
+        try:
+            result = await self._episode(rollout, body, params, reset)
+        except BaseException:
+            if closable:
+                await self._close(rollout)  # the model or a step failed: free the environment's state
+            raise
+        if closable:
+            warning = await self._close(rollout)
+            if warning is not None:
+                result["info"] = {**result["info"], "cleanup_warning": warning}
+        return result
+
+    async def responses(self, body: dict[str, Any]) -> dict[str, Any]:
+        """One model call passed through (an episode needs a row: use ``/run``)."""
+        return await self.server_client.rollout(self.rollout_id).post_json(
+            self.config.model_server.name, "/v1/responses", body
+        )
+
+    async def _episode(
+        self, rollout: Rollout, row: dict[str, Any], params: dict[str, Any], reset: EnvResetResponse
+    ) -> dict[str, Any]:
+        env, model = self.config.resources_server.name, self.config.model_server.name
+        opening = input_items(params)
+        if reset.observation:
+            opening.append(user_message(reset.observation))
+        params = {**params, "input": opening}
+        produced: list[dict[str, Any]] = []
+        usage: dict[str, Any] | None = None
+        last: dict[str, Any] = {}
+        total_reward = 0.0
+        step = EnvStepResponse()
+        finished = False
+        for _ in range(self.config.max_steps):
+            last = await rollout.post_json(model, "/v1/responses", {**params, "input": opening + produced})
+            output = list(last.get("output") or [])
+            produced.extend(output)
+            usage = add_usage(usage, last.get("usage"))
+            answer = await rollout.post_json(env, "/step", {**row, "response": {**last, "output": output}})
+            step = self._parse(EnvStepResponse, answer, "/step")
+            total_reward += step.reward
+            for entry in step.info.get("tool_outputs") or []:
+                produced.append(self._tool_output(entry))
+            if step.observation:
+                produced.append(user_message(step.observation))
+            if step.terminated or step.truncated:
+                finished = True
+                break
+        return {
+            **row,
+            "responses_create_params": params,
+            "response": {**last, "output": produced, "usage": usage},
+            "reward": total_reward,
+            "terminated": step.terminated,
+            "truncated": step.truncated or not finished,
+            "info": step.info,
+        }
+
+    async def _close(self, rollout: Rollout) -> dict[str, Any] | None:
+        """POST /close; a failure is logged and returned as a warning, never raised."""
+        try:
+            await rollout.post_json(self.config.resources_server.name, "/close", {})
+        except Exception as exc:  # noqa: BLE001 - cleanup must not replace the rollout's own result or error
+            logger.warning("%s: closing the environment failed: %s", self.name, exc)
+            return {"operation": "close", "error_type": type(exc).__name__, "message": str(exc)}
+        return None
+
+    def _parse(self, model: type[BaseModel], answer: Any, route: str) -> Any:
+        try:
+            return model.model_validate(answer)
+        except ValidationError as exc:
+            raise HTTPError(
+                502,
+                f"{self.config.resources_server.name}{route} answered a malformed body: {exc.errors()[0]['msg']} "
+                f"at {'.'.join(map(str, exc.errors()[0]['loc'])) or 'body'}",
+                failure_class="resources_server_error",
+            ) from None
+
+    def _tool_output(self, entry: Any) -> dict[str, Any]:
+        if not isinstance(entry, dict) or not isinstance(entry.get("call_id"), str) or "output" not in entry:
+            raise HTTPError(
+                502,
+                f"{self.config.resources_server.name}/step answered info.tool_outputs entries without "
+                "call_id and output",
+                failure_class="resources_server_error",
+            )
+        output = entry["output"]
+        return function_call_output_item(entry["call_id"], output if isinstance(output, str) else str(output))
+
+
+if __name__ == "__main__":
+    GymnasiumAgent.run_webserver()
