@@ -36,8 +36,11 @@ class CommandHelp:
     config_options: bool = True
     """Whether the command reads the composed config (``+config_paths``, ``env.yaml``, ``key=value``)."""
 
-    def render(self, prog: str | None = None) -> str:
-        """The help text, with ``prog`` as the name shown in the usage line (default: ``name``)."""
+    def render(self, prog: str | None = None, extra: str = "") -> str:
+        """The help text, with ``prog`` as the name shown in the usage line (default: ``name``).
+
+        ``extra`` (more sections) goes before the closing line.
+        """
         prog = prog or self.name
         takes_args = self.config_options or bool(self.options)
         usage = f"usage: {prog}" + (" [key=value | +key=value | ++key=value ...]" if takes_args else "")
@@ -62,6 +65,8 @@ class CommandHelp:
         if self.examples:
             lines += ["", "example:" if len(self.examples) == 1 else "examples:"]
             lines += [f"  {example}" for example in self.examples]
+        if extra:
+            lines += ["", extra.strip("\n")]
         lines += ["", f"{prog} --help, -h or help prints this text."]
         return "\n".join(lines) + "\n"
 
@@ -269,10 +274,19 @@ def wants_help(argv: Sequence[str]) -> bool:
     return bool(argv) and (argv[0] in HELP_WORDS or any(arg in ("--help", "-h") for arg in argv))
 
 
-def help_text(name: str | None, docstring: str | None = None, prog: str | None = None) -> str:
-    """The help of command ``name``; a command with no entry gets its docstring as the summary."""
+def help_text(
+    name: str | None,
+    docstring: str | None = None,
+    prog: str | None = None,
+    extra: str = "",
+    config_options: bool = True,
+) -> str:
+    """The help of command ``name``; a command with no entry gets its docstring as the summary.
+
+    ``config_options`` says whether such a command reads the composed config.
+    """
     known = COMMANDS.get(name or "")
     if known is not None:
-        return known.render(prog)
+        return known.render(prog, extra)
     summary = textwrap.dedent(docstring or "").strip() or "(no description)"
-    return CommandHelp(prog or name or "command", summary).render(prog)
+    return CommandHelp(prog or name or "command", summary, config_options=config_options).render(prog, extra)

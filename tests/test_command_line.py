@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -17,6 +19,8 @@ import pytest
 
 from nemo_gym.command_help import COMMANDS
 from nemo_gym.config import ConfigError, head_server_address, load_config, project_root
+from nemo_gym.gym_cli import GROUPS, translate
+from nemo_gym.gym_cli import main as gym_main
 from nemo_gym.launcher import free_port
 
 SCRIPTS: dict[str, str] = tomllib.loads((project_root() / "pyproject.toml").read_text())["project"]["scripts"]
@@ -173,3 +177,117 @@ def test_ng_run_on_a_set_port_and_ng_status_finds_it_by_env_yaml_and_env_var(tmp
     finally:
         run.send_signal(signal.SIGINT)
         run.wait(30)
+
+
+# ---- gym: the grouped command line ----------------------------------------------------------
+
+
+def gym(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    return call(gym_main, args, capsys)
+
+
+def test_gym_help_at_every_level(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = gym(["--help"], capsys)
+    assert code == 0
+    for group in ("env", "eval", "list", "dataset", "view"):
+        assert f"\n  {group} " in out
+    for shown in (
+        "gym env start",
+        "gym env resolve",
+        "gym eval reverify",
+        "gym eval profile",
+        "gym list models",
+    ):
+        assert shown in out
+    assert gym([], capsys)[0] == 2  # no group: the help, as a usage error
+    for group, (_, commands) in GROUPS.items():
+        named = [c for c in commands if c.name]
+        if named:
+            code, out, _ = gym([group, "-h"], capsys)
+            assert code == 0 and out.startswith(f"usage: gym {group} <command>")
+        for command in commands:
+            words = [group, command.name] if command.name else [group]
+            code, out, err = gym([*words, "--help"], capsys)
+            assert code == 0, (words, err)
+            assert out.startswith(f"usage: {' '.join(['gym', *words])}"), out[:100]
+    code, out, _ = gym(["eval", "reverify", "help"], capsys)
+    assert "+input_jsonl_fpath=PATH" in out and "--no-serve" in out
+
+
+def test_gym_did_you_mean(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = gym(["evl", "run"], capsys)
+    assert code == 2 and "unknown group 'evl'; did you mean 'eval'?" in err
+    code, _, err = gym(["eval", "reverfy"], capsys)
+    assert code == 2 and "unknown command 'reverfy'; did you mean 'reverify'?" in err
+    code, _, err = gym(["env", "resolve", "--agnt", "x"], capsys)
+    assert code == 2 and "unknown flag '--agnt'; did you mean '--agent'?" in err
+    code, _, err = gym(["env", "resolve", "--resources-server", "exmple_single_tool_call"], capsys)
+    assert code == 2 and "did you mean 'example_single_tool_call'?" in err
+
+
+def test_gym_runs_the_ng_commands(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    code, out, err = gym(
+        [
+            "env",
+            "resolve",
+            "--resources-server",
+            "example_single_tool_call",
+            "--model-type",
+            "scripted_model",
+        ],
+        capsys,
+    )
+    assert code == 0, err
+    assert "example_single_tool_call_simple_agent:" in out and "scripted_model:" in out
+    code, out, _ = gym(["list", "environments"], capsys)
+    assert code == 0
+    assert re.search(r"^example_single_tool_call +One get_weather tool; reward 1.0 when", out, re.MULTILINE)
+    code, out, _ = gym(["list", "models"], capsys)
+    assert code == 0 and {line.split()[0] for line in out.splitlines()} >= {"scripted_model", "openai_model"}
+    code, out, _ = gym(["--version"], capsys)
+    assert code == 0 and out.startswith("nemo_gym ")
+    rollouts = tmp_path / "r.jsonl"
+    rollouts.write_text('{"_ng_task_index": 0, "reward": 1.0}\n{"_ng_task_index": 0, "reward": 0.0}\n')
+    code, out, _ = gym(["eval", "profile", f"+input_jsonl_fpath={rollouts}"], capsys)
+    assert code == 0 and "mixed 1" in out and (tmp_path / "r.reward_profile.json").exists()
+    # A config error from the ng_* command underneath keeps its exit code.
+    assert gym(["eval", "profile"], capsys)[0] == 2
+
+
+def test_gym_flags_become_overrides() -> None:
+    run = next(c for c in GROUPS["eval"][1] if c.name == "run")
+    args, no_serve = translate(
+        [
+            "--config",
+            "a.yaml,b.yaml",
+            "--agent",
+            "my_agent",
+            "--input=in.jsonl",
+            "--limit",
+            "2",
+            "++x=1",
+            "--no-serve",
+        ],
+        run,
+    )
+    assert args == [
+        "+config_paths=[a.yaml,b.yaml]",
+        "+agent_name=my_agent",
+        "+input_jsonl_fpath=in.jsonl",
+        "+limit=2",
+        "++x=1",
+    ]
+    assert no_serve
+    test = next(c for c in GROUPS["env"][1] if c.name == "test")
+    assert translate(["mcqa"], test) == (["+entrypoint=resources_servers/mcqa"], False)
+
+
+def test_gym_view_runs_ng_viewer_when_it_is_installed(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = gym(["view", "--help"], capsys)
+    assert code == 0 and out.startswith("usage: gym view")
+    if importlib.util.find_spec("nemo_gym.viewer") is None:
+        code, _, err = gym(["view", "+input_jsonl_fpath=x.jsonl"], capsys)
+        assert code == 2 and "ng_viewer is not part of this installation" in err
