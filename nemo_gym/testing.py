@@ -161,11 +161,20 @@ class SyncClient:
                 return resp.status, body.decode(errors="replace")
 
 
-def compat_dir(environment: str) -> Path:
-    """NeMo Gym's recorded rows for ``environment`` (``$NEMO_GYM_COMPAT_DIR`` or ``../shared/compat/nemo_gym``)."""
+def compat_root() -> Path:
+    """Where NeMo Gym's recorded rows are: ``$NEMO_GYM_COMPAT_DIR``, else the copy kept in the
+    project (``tests/compat/nemo_gym``, so a fresh clone runs every compat test), else
+    ``../shared/compat/nemo_gym``."""
     base = os.environ.get("NEMO_GYM_COMPAT_DIR")
-    root = Path(base) if base else project_root().parent / "shared" / "compat" / "nemo_gym"
-    return root / environment
+    if base:
+        return Path(base)
+    kept = project_root() / "tests" / "compat" / "nemo_gym"
+    return kept if kept.is_dir() else project_root().parent / "shared" / "compat" / "nemo_gym"
+
+
+def compat_dir(environment: str) -> Path:
+    """NeMo Gym's recorded rows for ``environment`` (see :func:`compat_root`)."""
+    return compat_root() / environment
 
 
 @contextlib.contextmanager

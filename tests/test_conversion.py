@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,8 +22,9 @@ from nemo_gym.conversion import (
     responses_to_chat_request,
     split_think_tags,
 )
+from nemo_gym.testing import compat_root
 
-COMPAT_DIR = Path(__file__).resolve().parents[2] / "shared" / "compat" / "nemo_gym"
+COMPAT_DIR = compat_root()
 
 CHAT_REQUEST = TypeAdapter(CompletionCreateParamsNonStreaming)
 RESPONSES_PARAMS = TypeAdapter(ResponseCreateParamsNonStreaming)
