@@ -4,8 +4,9 @@
 
 1. validates the environment's files: ``configs/*.yaml`` parse and declare the server,
    every row of ``data/example.jsonl`` is a run request (``responses_create_params`` with
-   ``input``), and every tool a row offers the model is a route of the server class in
-   ``app.py`` (instantiated from its config, routes read from the instance);
+   ``input``), every tool a row offers the model is a route of the server class in
+   ``app.py`` (instantiated from its config, routes read from the instance), and
+   ``data/example_metrics.json``, when present, still matches the rows' statistics;
 2. runs the folder's tests with pytest in a subprocess whose working directory is the folder's
    project root, so ``resources_servers.<name>`` imports as it does in the project.
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
+import json
 import os
 import re
 import subprocess
@@ -33,7 +35,14 @@ import orjson
 
 from nemo_gym.cli import console_command
 from nemo_gym.config import ConfigError, load_config, load_yaml_file, project_root, server_instances
-from nemo_gym.prepare_data import tool_names, validate_row
+from nemo_gym.prepare_data import (
+    DatasetConfig,
+    DatasetStatistics,
+    metrics_drift,
+    metrics_path_for,
+    tool_names,
+    validate_row,
+)
 
 KIND_FOLDER = "resources_servers"
 EXAMPLE_DATA = Path("data") / "example.jsonl"
@@ -232,6 +241,42 @@ def _check_example_data(check: ServerCheck, routes: list[Any] | None) -> None:
         )
     if check.rows == 0:
         check.problems.append(f"{path} has no rows")
+    _check_example_metrics(check, path)
+
+
+def _check_example_metrics(check: ServerCheck, path: Path) -> None:
+    """``data/example_metrics.json``, when there is one, must still describe ``data/example.jsonl``."""
+    metrics_path = metrics_path_for(path)
+    if not metrics_path.is_file():
+        return
+    try:
+        committed = json.loads(metrics_path.read_text())
+    except json.JSONDecodeError as exc:
+        check.problems.append(
+            f"{metrics_path} is not valid JSON ({exc}); delete it and rerun ng_prepare_data"
+        )
+        return
+    if not isinstance(committed, dict):
+        check.problems.append(f"{metrics_path} must hold a JSON object")
+        return
+    stats = DatasetStatistics()
+    with path.open("rb") as f:
+        for line in f:
+            try:
+                row = orjson.loads(line) if line.strip() else None
+            except orjson.JSONDecodeError:
+                continue
+            if row is not None and not validate_row(row):
+                stats.add(row)
+    # The dataset's config fields (name, type, jsonl_fpath, ...) open the file; only statistics count.
+    header = set(DatasetConfig.model_fields)
+    drift = metrics_drift({k: v for k, v in committed.items() if k not in header}, stats.as_dict())
+    if drift:
+        shown = "; ".join(drift[:5]) + (f"; ... {len(drift) - 5} more" if len(drift) > 5 else "")
+        check.problems.append(
+            f"{metrics_path} no longer matches {path.name} ({shown}); rerun ng_prepare_data "
+            "+mode=example_validation +overwrite_metrics_conflicts=true with the environment's config to update it"
+        )
 
 
 def _run_pytest(check: ServerCheck, timeout_s: float) -> None:

@@ -208,11 +208,11 @@ COMMANDS: dict[str, CommandHelp] = {
         CommandHelp(
             "ng_prepare_data",
             "Validate the datasets of every agent in the config and collate them into one JSONL per "
-            "dataset type with statistics. example_validation mode only checks (it needs no output "
-            "folder and writes nothing).",
+            "dataset type with statistics. example_validation without +output_dirpath only checks "
+            "and writes nothing.",
             options=(
                 Option("+mode=MODE", "example_validation | train_preparation", "required"),
-                Option("+output_dirpath=DIR", "where collated files go (not used by example_validation)"),
+                Option("+output_dirpath=DIR", "where collated files go (required but in example_validation)"),
                 Option("+should_download=BOOL", "fetch missing datasets from Hugging Face", "false"),
                 Option("+overwrite_metrics_conflicts=BOOL", "accept drifted committed statistics", "false"),
                 Option("+hf_token=TOKEN", "Hugging Face token for private datasets"),

@@ -483,10 +483,13 @@ def check_dataset(dataset: AgentDataset) -> DatasetReport:
     return DatasetReport(dataset, metrics, errors)
 
 
-def compare_with_committed(report: DatasetReport, overwrite: bool) -> None:
-    """Diff the statistics with the committed ``<stem>_metrics.json``; write it if absent (or told to)."""
+def compare_with_committed(report: DatasetReport, overwrite: bool, write_missing: bool = True) -> None:
+    """Diff the statistics with the committed ``<stem>_metrics.json``; write it if absent (when
+    ``write_missing``) or drifted and ``overwrite``."""
     path = metrics_path_for(report.dataset.path)
     report.metrics_path = path
+    if not path.exists() and not write_missing:
+        return
     if path.exists():
         try:
             committed = json.loads(path.read_text())
@@ -529,9 +532,11 @@ def prepare_data(config: Mapping[str, Any], out: TextIO | None = None) -> int:
     mode = config.get("mode")
     if mode not in MODE_DATASET_TYPES:
         raise ConfigError(f"+mode must be one of {', '.join(MODE_DATASET_TYPES)}, got {mode!r}")
-    if not config.get("output_dirpath"):
+    # example_validation without an output folder only checks: it writes nothing at all.
+    check_only = mode == "example_validation" and not config.get("output_dirpath")
+    if not config.get("output_dirpath") and not check_only:
         raise ConfigError("+output_dirpath is required (the folder for the collated JSONL files)")
-    output_dir = Path(str(config["output_dirpath"]))
+    output_dir = Path(str(config.get("output_dirpath") or "."))
     types = MODE_DATASET_TYPES[mode]
     datasets = agent_datasets(config, types)
     if not datasets:
@@ -545,13 +550,17 @@ def prepare_data(config: Mapping[str, Any], out: TextIO | None = None) -> int:
             continue
         report = check_dataset(dataset)
         if not report.errors:
-            compare_with_committed(report, bool(config.get("overwrite_metrics_conflicts")))
+            overwrite = bool(config.get("overwrite_metrics_conflicts"))
+            compare_with_committed(report, overwrite, write_missing=not check_only or overwrite)
         reports.append(report)
         _print_report(report, out)
     failed = failed or any(r.errors or (r.drift and not r.metrics_written) for r in reports)
     if failed:
         out.write("ng_prepare_data: FAILED (see above); nothing written to the output folder\n")
         return 1
+    if check_only:
+        out.write(f"ng_prepare_data: {len(reports)} dataset(s) valid; nothing written (no +output_dirpath)\n")
+        return 0
 
     output_dir.mkdir(parents=True, exist_ok=True)
     for dataset_type in types:

@@ -1,7 +1,7 @@
 """``ng_init_resources_server``: scaffold a new environment that passes ``ng_test`` as generated.
 
-``ng_init_resources_server +entrypoint=resources_servers/<name>`` writes, relative to the
-working directory::
+``ng_init_resources_server +entrypoint=resources_servers/<name> "+description=..."`` writes,
+relative to the working directory (the description goes into the config and README)::
 
     resources_servers/<name>/
         __init__.py
@@ -119,7 +119,7 @@ $name:
     $name:
       entrypoint: app.py
       domain: other
-      description: Add two numbers with a tool; reward 1.0 when the final answer is the sum.
+      description: $description_yaml
 ${name}_simple_agent:
   responses_api_agents:
     simple_agent:
@@ -209,8 +209,10 @@ def test_example_rows_are_solvable():
 README_TEMPLATE = """\
 # $name
 
-An example environment scaffolded by `ng_init_resources_server`: the model gets two integers,
-may call the `add_numbers` tool, and must state the sum.
+$description
+
+Scaffolded by `ng_init_resources_server` with an example to replace: the model gets two
+integers, may call the `add_numbers` tool, and must state the sum.
 
 - **Tools**: `add_numbers(a, b)` → `{"sum": a + b}`.
 - **Reward**: 1.0 when the last integer in the final assistant message equals the row's
@@ -282,9 +284,21 @@ def validate_name(name: str) -> None:
         )
 
 
-def scaffold_files(name: str) -> dict[str, str]:
-    """The generated files, by path relative to the environment folder."""
-    fields = {"name": name, "class_prefix": class_prefix(name)}
+DEFAULT_DESCRIPTION = "Add two numbers with a tool; reward 1.0 when the final answer is the sum."
+
+
+def scaffold_files(name: str, description: str | None = None) -> dict[str, str]:
+    """The generated files, by path relative to the environment folder.
+
+    ``description`` (what the new environment does) goes into its config and README.
+    """
+    text = " ".join((description or DEFAULT_DESCRIPTION).split())
+    fields = {
+        "name": name,
+        "class_prefix": class_prefix(name),
+        "description": text,
+        "description_yaml": json.dumps(text),
+    }
     rows = "".join(json.dumps(row) + "\n" for row in example_rows())
     return {
         "__init__.py": "",
@@ -297,8 +311,11 @@ def scaffold_files(name: str) -> dict[str, str]:
     }
 
 
-def init_resources_server(entrypoint: str, cwd: Path | None = None) -> Path:
-    """Create ``resources_servers/<name>`` under ``cwd``; refuses to touch an existing folder."""
+def init_resources_server(entrypoint: str, cwd: Path | None = None, description: str | None = None) -> Path:
+    """Create ``resources_servers/<name>`` under ``cwd``; refuses to touch an existing folder.
+
+    ``description`` says what the environment does (its config's and README's description).
+    """
     relative = Path(entrypoint.rstrip("/"))
     if relative.is_absolute() or len(relative.parts) != 2 or relative.parts[0] != KIND_FOLDER:
         raise ConfigError(f"+entrypoint must look like {KIND_FOLDER}/<name>, got {entrypoint!r}")
@@ -307,7 +324,7 @@ def init_resources_server(entrypoint: str, cwd: Path | None = None) -> Path:
     folder = (cwd or Path.cwd()) / relative
     if folder.exists():
         raise ConfigError(f"{folder} already exists; pick another name or remove it first")
-    for path, text in scaffold_files(name).items():
+    for path, text in scaffold_files(name, description).items():
         target = folder / path
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text)
@@ -349,7 +366,12 @@ def _init_command(argv: list[str]) -> int:
     entrypoint = config.get("entrypoint")
     if not entrypoint or not isinstance(entrypoint, str):
         raise ConfigError(f"+entrypoint={KIND_FOLDER}/<name> is required")
-    folder = init_resources_server(entrypoint)
+    # The text as typed: a YAML reading would turn "Units: convert km" into a mapping.
+    typed = [a.split("=", 1)[1] for a in argv if a.lstrip("+").startswith("description=")]
+    description = typed[-1] if typed else config.get("description")
+    if description is not None and (not isinstance(description, str) or not description.strip()):
+        raise ConfigError(f"+description must be a non-empty text, got {description!r}")
+    folder = init_resources_server(entrypoint, description=description)
     print(next_steps(folder.name), end="")
     return 0
 

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from nemo_gym.authoring import check_server, format_table
 from nemo_gym.config import ConfigError
@@ -301,3 +302,33 @@ def test_ng_test_stops_tests_that_hang(tmp_path: Path):
     check = check_server(folder, timeout_s=4)
     assert not check.ok and check.seconds < 30
     assert any("did not finish within 4s" in p for p in check.problems), check.problems
+
+
+def test_ng_test_fails_when_example_metrics_no_longer_match_the_rows(tmp_path: Path):
+    folder = init_resources_server("resources_servers/drift_env", cwd=tmp_path)
+    assert check_server(folder, run_tests=False).problems == []
+    data = folder / "data" / "example.jsonl"
+    lines = data.read_text().splitlines()
+    data.write_text("\n".join([*lines, lines[0]]) + "\n")  # a sixth row: the statistics drift
+
+    check = check_server(folder, run_tests=False)
+    assert not check.ok
+    (problem,) = check.problems
+    assert f"{folder / 'data' / 'example_metrics.json'} no longer matches example.jsonl" in problem
+    assert "Number of examples: 5 → 6" in problem and "+overwrite_metrics_conflicts=true" in problem
+
+
+def test_scaffold_takes_a_description(tmp_path: Path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    description = 'Unit conversions: the model converts "5 km" to miles with a tool.'
+    with pytest.raises(SystemExit) as exit_info:
+        ng_init_resources_server(["+entrypoint=resources_servers/units_env", f"+description={description}"])
+    assert exit_info.value.code == 0
+    folder = tmp_path / "resources_servers" / "units_env"
+    config = yaml.safe_load((folder / "configs" / "units_env.yaml").read_text())
+    assert config["units_env"]["resources_servers"]["units_env"]["description"] == description
+    assert (folder / "README.md").read_text().splitlines()[2] == description
+    assert check_server(folder, run_tests=False).problems == []
+    with pytest.raises(SystemExit) as exit_info:
+        ng_init_resources_server(["+entrypoint=resources_servers/other_env", "+description="])
+    assert exit_info.value.code == 2 and "+description must be a non-empty text" in capsys.readouterr().err

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from nemo_gym.config import load_config
+from nemo_gym.config import ConfigError, load_config
 from nemo_gym.prepare_data import (
     AgentDataset,
     DatasetConfig,
@@ -313,3 +313,21 @@ def test_huggingface_source_downloads_through_the_hub_client(tmp_path: Path):
     assert done.returncode == 0, done.stdout + done.stderr
     prepared = (tmp_path / "out" / "train.jsonl").read_text().splitlines()
     assert [json.loads(line)["answer"] for line in prepared] == [0, 1, 2, 3]
+
+
+def test_example_validation_needs_no_output_folder_and_writes_nothing(tmp_path: Path):
+    data = write_jsonl(tmp_path / "data" / "example.jsonl", [row("a b c", level=1), row("d", level=3)])
+    write_config(tmp_path, [{"name": "example", "type": "example", "jsonl_fpath": str(data)}])
+    before = sorted(p for p in tmp_path.rglob("*"))
+    code, out = run(tmp_path, "+mode=example_validation")
+    assert code == 0, out
+    assert "1 dataset(s) valid; nothing written (no +output_dirpath)" in out
+    assert sorted(p for p in tmp_path.rglob("*")) == before
+    # A bad line still fails it, naming the line; still nothing written.
+    data.write_text(data.read_text() + "{not json\n")
+    code, out = run(tmp_path, "+mode=example_validation")
+    assert code == 1 and f"{data}:3:" in out
+    assert sorted(p for p in tmp_path.rglob("*")) == before
+    # train_preparation still needs the folder it writes to.
+    with pytest.raises(ConfigError, match=r"\+output_dirpath is required"):
+        run(tmp_path, "+mode=train_preparation")
