@@ -141,3 +141,17 @@ def test_verify_route_of_a_gymnasium_server_says_to_use_the_agent():
     with running_server(LampServer({"name": "lamps"})) as base, SyncClient() as http:
         status, body = http.post(base + "/verify", {**ROW, "response": {"output": []}})
     assert status == 400 and "/step" in body["error"] and body["server"] == "lamps"
+
+
+def test_a_malformed_step_answer_is_a_classified_failure_not_a_reward():
+    class Garbled(LampServer):
+        async def _step_endpoint(self, body):
+            return {"reward": "lots", "terminated": True}
+
+    env = Garbled({"name": "env"})
+    model = ScriptedModel({"name": "model", "scripts": [{"turns": [{"text": "3"}]}]})
+    with running_agent(env, model, agent_class=GymnasiumAgent) as url, SyncClient() as http:
+        status, body = http.post(url + "/run", ROW)
+        assert len(env.sessions) == 0
+    assert status == 502 and body["failure_class"] == "resources_server_error", body
+    assert body["error"].startswith("env/step answered a malformed body") and "reward" in body["error"]
