@@ -70,7 +70,22 @@ def main(argv: list[str] | None = None) -> int:
         )
     finally:
         handle.stop()
+    print(f"See the rollouts in the viewer: {viewer_command(config, output)}", flush=True)
     return 0 if summary.succeeded else 1
+
+
+def viewer_command(config: dict[str, Any], output: Path) -> str:
+    """The ``ng_viewer`` command that opens this job's results, decoding tokens with the policy's
+    tokenizer (the tiny model's folder, or the ``+model`` given)."""
+    engine = config.get(ENGINE, {}).get("responses_api_models", {}).get("local_hf_model", {})
+    tokenizer = config.get("model") or engine.get("model")
+    if not tokenizer and engine.get("tiny"):
+        from nemo_gym.engine_tiny_model import default_tiny_model_path
+
+        tokenizer = default_tiny_model_path(
+            template=str(engine.get("tiny_template", "chatml")), seed=int(engine.get("tiny_seed", 0))
+        )
+    return f"ng_viewer +input={output}" + (f" +tokenizer={tokenizer}" if tokenizer else "")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,541 @@
+"""One collection as the viewer sees it: the rollouts index, per-task statistics, side files.
+
+:class:`Collection` wraps a :class:`~nemo_gym.viewer.index.RowIndex` over ``x.jsonl`` and
+reads the collector's side files beside it (``x_failures.jsonl``, ``x_aggregate_metrics.json``,
+``x_materialized_inputs.jsonl`` for progress). Per-task statistics are kept in memory (one small
+record per task, never the rows) and updated as the index grows, so every page answers from
+them: :meth:`Collection.overview`, :meth:`Collection.tasks`, :meth:`Collection.rollout` and
+:func:`compare`.
+
+A task is *solved* by a rollout whose reward is at least ``solved_threshold`` (1.0 by
+default: NeMo Gym's binary rewards). pass@k uses the unbiased estimator of
+:func:`nemo_gym.metrics.pass_at_k` over each task's repeats.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+import orjson
+
+from nemo_gym.collection_io import CollectionPaths
+from nemo_gym.metrics import pass_at_k
+from nemo_gym.viewer.index import FLAG_BAD_LINE, FLAG_TOKEN_IDS, RowIndex
+
+__all__ = ["Collection", "TaskStats", "ViewerInputError", "compare", "TASK_STATUSES"]
+
+TASK_STATUSES: Final = ("any", "failed", "never", "always", "mixed")
+_MAX_PLOT_POINTS: Final = 400
+_MAX_PAGE: Final = 500
+
+
+class ViewerInputError(ValueError):
+    """A request names something that is not there (row, task, filter); answered with a JSON 4xx."""
+
+    def __init__(self, message: str, status_code: int = 400) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+
+
+@dataclass(slots=True)
+class TaskStats:
+    """One task's repeats, summarized. ``first_row``/``last_row`` anchor the chain of its rows
+    (see :attr:`Collection.next_row`)."""
+
+    task: int
+    agent: int
+    n: int = 0
+    scored: int = 0
+    total: float = 0.0
+    solved: int = 0
+    first_row: int = -1
+    last_row: int = -1
+
+    @property
+    def mean(self) -> float | None:
+        """Mean reward over the repeats that have a reward (None when none has)."""
+        return self.total / self.scored if self.scored else None
+
+
+def _number(value: float) -> float | None:
+    return None if math.isnan(value) else value
+
+
+@dataclass
+class _SideFileCache:
+    stat: tuple[int, int] = (-1, -1)
+    value: Any = None
+
+
+@dataclass
+class Collection:
+    """A rollouts file and its side files, indexed and summarized; see the module docstring."""
+
+    path: Path
+    index: RowIndex
+    solved_threshold: float = 1.0
+    tasks_by_key: dict[int, TaskStats] = field(default_factory=dict)
+    next_row: Any = None  # array: the next row of the same task, -1 at the end of a chain
+    reward_counts: Counter[float] = field(default_factory=Counter)
+    token_rows: int = 0
+    bad_rows: int = 0
+    _side: dict[str, _SideFileCache] = field(default_factory=dict)
+
+    @classmethod
+    def open(cls, path: str | Path, solved_threshold: float = 1.0) -> Collection:
+        """Index (or load the index of) ``path`` and summarize it.
+
+        Raises:
+            ViewerInputError: when ``path`` is not a file.
+        """
+        path = Path(path)
+        if not path.is_file():
+            raise ViewerInputError(f"+input: rollouts file {path} does not exist", 404)
+        index = RowIndex.open(path)
+        collection = cls(path=path, index=index, solved_threshold=solved_threshold)
+        collection._on_rows(0, True)
+        index.on_rows(collection._on_rows)
+        return collection
+
+    @property
+    def paths(self) -> CollectionPaths:
+        """The collector's side-file names for this results file."""
+        return CollectionPaths.for_output(self.path)
+
+    def refresh(self) -> int:
+        """Pick up rows appended since the last call (a running collection); returns how many."""
+        return self.index.refresh()
+
+    # ---- summaries -----------------------------------------------------------------------
+    def _on_rows(self, start: int, reset: bool) -> None:
+        from array import array
+
+        if reset:
+            self.tasks_by_key, self.reward_counts, start = {}, Counter(), 0
+            self.token_rows = self.bad_rows = 0
+            self.next_row = array("q")
+        cols = self.index.columns
+        tasks, rewards, agents, flags = cols["task"], cols["reward"], cols["agent"], cols["flags"]
+        by_key, counts, next_row = self.tasks_by_key, self.reward_counts, self.next_row
+        threshold = self.solved_threshold
+        for row in range(start, len(self.index)):
+            key = tasks[row]
+            stats = by_key.get(key)
+            if stats is None:
+                stats = by_key[key] = TaskStats(task=key, agent=agents[row], first_row=row)
+            else:
+                next_row[stats.last_row] = row
+            next_row.append(-1)
+            if flags[row]:
+                self.token_rows += bool(flags[row] & FLAG_TOKEN_IDS)
+                self.bad_rows += bool(flags[row] & FLAG_BAD_LINE)
+            stats.last_row = row
+            stats.n += 1
+            reward = rewards[row]
+            if reward == reward:  # not NaN
+                stats.scored += 1
+                stats.total += reward
+                counts[round(reward, 3)] += 1
+                if reward >= threshold:
+                    stats.solved += 1
+
+    def rows_of(self, stats: TaskStats) -> list[int]:
+        """The row numbers of a task's repeats, in file order."""
+        rows, row = [], stats.first_row
+        while row != -1:
+            rows.append(row)
+            row = self.next_row[row]
+        return rows
+
+    def failures(self) -> dict[str, Any]:
+        """The failures sidecar: counts by ``_ng_failure_class`` and by task (streamed, cached
+        while the file's size and mtime stay the same)."""
+
+        def read(path: Path) -> dict[str, Any]:
+            by_class: Counter[str] = Counter()
+            by_task: Counter[int] = Counter()
+            with path.open("rb") as source:
+                for line in source:
+                    if not line.strip():
+                        continue
+                    try:
+                        record = orjson.loads(line)
+                    except orjson.JSONDecodeError:
+                        by_class["malformed_failure_record"] += 1
+                        continue
+                    if not isinstance(record, dict):
+                        continue
+                    by_class[str(record.get("_ng_failure_class") or "unclassified")] += 1
+                    task = record.get("_ng_task_index")
+                    if isinstance(task, int):
+                        by_task[task] += 1
+            return {"by_class": dict(by_class.most_common()), "by_task": by_task, "total": by_class.total()}
+
+        return self._side_file("failures", self.paths.failures, read) or {
+            "by_class": {},
+            "by_task": Counter(),
+            "total": 0,
+        }
+
+    def metrics_file(self) -> list[dict[str, Any]] | None:
+        """``x_aggregate_metrics.json`` (key metrics per agent), or None when absent or unreadable."""
+
+        def read(path: Path) -> list[dict[str, Any]] | None:
+            try:
+                data = orjson.loads(path.read_bytes())
+            except orjson.JSONDecodeError:
+                return None
+            if not isinstance(data, list):
+                return None
+            return [
+                {"agent_ref": entry.get("agent_ref"), "key_metrics": entry.get("key_metrics") or {}}
+                for entry in data
+                if isinstance(entry, dict)
+            ]
+
+        return self._side_file("metrics", self.paths.aggregate_metrics, read)
+
+    def expected_rows(self) -> int | None:
+        """How many rollouts the collection will make (lines of its materialized inputs)."""
+
+        def read(path: Path) -> int:
+            count = 0
+            with path.open("rb") as source:
+                while chunk := source.read(1 << 20):
+                    count += chunk.count(b"\n")
+            return count
+
+        return self._side_file("materialized", self.paths.materialized_inputs, read)
+
+    def _side_file(self, name: str, path: Path, read: Any) -> Any:
+        try:
+            stat = os.stat(path)
+        except OSError:
+            return None
+        cache = self._side.setdefault(name, _SideFileCache())
+        key = (stat.st_size, stat.st_mtime_ns)
+        if cache.stat != key:
+            cache.value, cache.stat = read(path), key
+        return cache.value
+
+    # ---- pages ---------------------------------------------------------------------------
+    def summary(self) -> dict[str, Any]:
+        """Name, size and row count (the collection picker and the progress line)."""
+        failures = self.failures()
+        expected = self.expected_rows()
+        return {
+            "path": str(self.path),
+            "name": self.path.name,
+            "rows": len(self.index),
+            "bytes": self.index.indexed_bytes,
+            "failures": failures["total"],
+            "expected": expected,
+            "complete": expected is not None and len(self.index) + failures["total"] >= expected,
+        }
+
+    def overview(self) -> dict[str, Any]:
+        """Rollouts, failures by class, per-agent mean reward and pass@k, and the plots' data."""
+        failures = self.failures()
+        per_agent: dict[int, list[TaskStats]] = {}
+        for stats in self.tasks_by_key.values():
+            per_agent.setdefault(stats.agent, []).append(stats)
+        agents = []
+        for agent_id, task_list in sorted(per_agent.items(), key=lambda kv: self.index.agents[kv[0]]):
+            scored = sum(s.scored for s in task_list)
+            total = sum(s.total for s in task_list)
+            agents.append(
+                {
+                    "agent": self.index.agents[agent_id] or "(no agent_ref)",
+                    "rollouts": sum(s.n for s in task_list),
+                    "tasks": len(task_list),
+                    "mean_reward": total / scored if scored else None,
+                    "pass_at_k": _pass_at_k_curve(task_list),
+                    "solved_never": sum(1 for s in task_list if s.scored and not s.solved),
+                    "solved_always": sum(1 for s in task_list if s.scored and s.solved == s.scored),
+                }
+            )
+        all_tasks = list(self.tasks_by_key.values())
+        rates = sorted(
+            (s.solved / s.scored for s in all_tasks if s.scored),
+            reverse=True,
+        )
+        return {
+            **self.summary(),
+            "failures_by_class": failures["by_class"],
+            "agents": agents,
+            "reward_histogram": _histogram(self.reward_counts),
+            "task_pass_rates": _downsample(rates, _MAX_PLOT_POINTS),
+            "num_tasks": len(all_tasks),
+            "pass_at_k": _pass_at_k_curve(all_tasks),
+            "mean_reward": _mean(self.reward_counts),
+            "rows_with_token_ids": self.token_rows,
+            "bad_lines": self.bad_rows,
+            "metrics_file": self.metrics_file(),
+        }
+
+    def task_record(self, stats: TaskStats, with_rows: bool = True) -> dict[str, Any]:
+        """One line of the Tasks page: the task, its agent, repeats' rewards and rows, snippet."""
+        rewards = self.index.columns["reward"]
+        rows = self.rows_of(stats) if with_rows else []
+        return {
+            "task": stats.task,
+            "agent": self.index.agents[stats.agent] or "(no agent_ref)",
+            "n": stats.n,
+            "mean_reward": stats.mean,
+            "solved": stats.solved,
+            "rows": rows,
+            "rewards": [_number(rewards[row]) for row in rows],
+            "prompt": self.index.snippets.get(stats.task, ""),
+        }
+
+    def tasks(
+        self,
+        *,
+        agent: str | None = None,
+        min_reward: float | None = None,
+        max_reward: float | None = None,
+        status: str = "any",
+        search: str = "",
+        sort: str = "task",
+        offset: int = 0,
+        limit: int = 100,
+    ) -> dict[str, Any]:
+        """The Tasks page: tasks matching every filter, sorted, one page of them.
+
+        ``status``: ``failed`` (a rollout of it is in the failures file), ``never`` (no repeat
+        solved), ``always`` (every repeat solved), ``mixed``, or ``any``. ``min_reward`` /
+        ``max_reward`` bound the task's mean reward. ``search`` matches the prompt snippet
+        (case-insensitive). ``sort``: ``task``, ``reward`` or ``-reward``.
+
+        Raises:
+            ViewerInputError: for an unknown status, sort or agent, or a bad page.
+        """
+        if status not in TASK_STATUSES:
+            raise ViewerInputError(f"status must be one of {', '.join(TASK_STATUSES)}; got {status!r}")
+        if sort not in ("task", "reward", "-reward"):
+            raise ViewerInputError(f"sort must be task, reward or -reward; got {sort!r}")
+        if offset < 0 or not 1 <= limit <= _MAX_PAGE:
+            raise ViewerInputError(f"offset must be >= 0 and limit between 1 and {_MAX_PAGE}")
+        agent_id: int | None = None
+        if agent:
+            names = {name or "(no agent_ref)": i for i, name in enumerate(self.index.agents)}
+            if agent not in names:
+                raise ViewerInputError(f"no agent {agent!r} in this collection; agents: {sorted(names)}")
+            agent_id = names[agent]
+        failed_tasks = self.failures()["by_task"] if status == "failed" else None
+        needle = search.lower().strip()
+        snippets = self.index.snippets
+        selected: list[TaskStats] = []
+        for stats in self.tasks_by_key.values():
+            if agent_id is not None and stats.agent != agent_id:
+                continue
+            mean = stats.mean
+            if min_reward is not None and (mean is None or mean < min_reward):
+                continue
+            if max_reward is not None and (mean is None or mean > max_reward):
+                continue
+            if failed_tasks is not None and not failed_tasks.get(stats.task):
+                continue
+            if status == "never" and (not stats.scored or stats.solved):
+                continue
+            if status == "always" and (not stats.scored or stats.solved != stats.scored):
+                continue
+            if status == "mixed" and not 0 < stats.solved < stats.scored:
+                continue
+            if needle and needle not in snippets.get(stats.task, "").lower():
+                continue
+            selected.append(stats)
+        if failed_tasks is not None:
+            # Tasks whose every rollout failed have no row at all; list them too.
+            known = set(self.tasks_by_key)
+            for task in failed_tasks:
+                if task not in known and agent_id is None and not needle and min_reward is None:
+                    selected.append(TaskStats(task=task, agent=-1))
+        if sort == "task":
+            selected.sort(key=lambda s: s.task)
+        else:
+            sign = -1 if sort == "-reward" else 1
+            selected.sort(key=lambda s: (s.mean is None, sign * (s.mean or 0.0), s.task))
+        page = selected[offset : offset + limit]
+        failures = self.failures()["by_task"]
+        records = []
+        for stats in page:
+            if stats.agent == -1:
+                records.append(
+                    {
+                        "task": stats.task,
+                        "agent": "",
+                        "n": 0,
+                        "mean_reward": None,
+                        "solved": 0,
+                        "rows": [],
+                        "rewards": [],
+                        "prompt": "",
+                        "failures": failures.get(stats.task, 0),
+                    }
+                )
+            else:
+                records.append({**self.task_record(stats), "failures": failures.get(stats.task, 0)})
+        return {"total": len(selected), "offset": offset, "limit": limit, "tasks": records}
+
+    def rollout(self, row: int) -> dict[str, Any]:
+        """The Rollout page: row ``row`` in full and its task's other repeats.
+
+        Raises:
+            ViewerInputError: (404) when there is no such row.
+        """
+        if not 0 <= row < len(self.index):
+            raise ViewerInputError(f"no row {row}: {self.path.name} has {len(self.index)} rows", 404)
+        cols = self.index.columns
+        stats = self.tasks_by_key[cols["task"][row]]
+        repeats = [
+            {"row": r, "rollout_index": cols["rollout"][r], "reward": _number(cols["reward"][r])}
+            for r in self.rows_of(stats)
+        ]
+        return {
+            "row": row,
+            "task": stats.task if stats.task >= 0 else None,
+            "agent": self.index.agents[cols["agent"][row]],
+            "has_token_ids": bool(cols["flags"][row] & FLAG_TOKEN_IDS),
+            "repeats": repeats,
+            "data": self.index.read_row(row),
+        }
+
+
+def _mean(counts: Counter[float]) -> float | None:
+    n = sum(counts.values())
+    return sum(value * count for value, count in counts.items()) / n if n else None
+
+
+def _histogram(counts: Counter[float], bins: int = 20) -> dict[str, Any]:
+    """Reward counts: exact values when there are few distinct ones, else ``bins`` equal bins."""
+    if not counts:
+        return {"kind": "values", "bars": []}
+    if len(counts) <= bins:
+        return {
+            "kind": "values",
+            "bars": [{"label": f"{v:g}", "value": v, "count": c} for v, c in sorted(counts.items())],
+        }
+    low, high = min(counts), max(counts)
+    width = (high - low) / bins
+    totals = [0] * bins
+    for value, count in counts.items():
+        totals[min(int((value - low) / width), bins - 1)] += count
+    return {
+        "kind": "bins",
+        "bars": [
+            {
+                "label": f"{low + i * width:.3g}–{low + (i + 1) * width:.3g}",
+                "value": low + i * width,
+                "count": c,
+            }
+            for i, c in enumerate(totals)
+        ],
+    }
+
+
+def _pass_at_k_curve(task_list: Iterable[TaskStats]) -> list[dict[str, float]]:
+    """Mean pass@k over tasks for k = 1 .. the largest repeat count (tasks with n >= k count)."""
+    groups: Counter[tuple[int, int]] = Counter((s.scored, s.solved) for s in task_list if s.scored)
+    if not groups:
+        return []
+    top = max(n for n, _ in groups)
+    ks = (
+        sorted({1, 2, 4, 8, 16, 32, 64, 128, top} & set(range(1, top + 1))) if top > 16 else range(1, top + 1)
+    )
+    curve = []
+    for k in ks:
+        total = count = 0.0
+        for (n, c), tasks in groups.items():
+            if n >= k:
+                total += pass_at_k(n, c, k) * tasks
+                count += tasks
+        if count:
+            curve.append({"k": k, "pass": 100.0 * total / count, "tasks": count})
+    return curve
+
+
+def _downsample(values: list[float], points: int) -> list[float]:
+    if len(values) <= points:
+        return values
+    step = len(values) / points
+    return [values[int(i * step)] for i in range(points)]
+
+
+def compare(
+    a: Collection, b: Collection, *, show: str = "all", offset: int = 0, limit: int = 100
+) -> dict[str, Any]:
+    """The Compare page: tasks present in both collections (matched by ``_ng_task_index``),
+    the change in mean reward, and the tasks that flipped.
+
+    A task *passes* in a collection when at least half of its scored repeats are solved.
+    ``show``: ``all``, ``flipped``, ``gained`` (fails in ``a``, passes in ``b``), ``lost``
+    or ``changed`` (any change in mean reward). Rows are sorted by the change, largest first.
+
+    Raises:
+        ViewerInputError: for an unknown ``show`` or a bad page.
+    """
+    if show not in ("all", "flipped", "gained", "lost", "changed"):
+        raise ViewerInputError(f"show must be all, flipped, gained, lost or changed; got {show!r}")
+    if offset < 0 or not 1 <= limit <= _MAX_PAGE:
+        raise ViewerInputError(f"offset must be >= 0 and limit between 1 and {_MAX_PAGE}")
+
+    def passes(stats: TaskStats) -> bool:
+        return stats.scored > 0 and 2 * stats.solved >= stats.scored
+
+    rows = []
+    gained = lost = 0
+    sum_a = sum_b = 0.0
+    for key, sa in a.tasks_by_key.items():
+        sb = b.tasks_by_key.get(key)
+        if key < 0 or sb is None or sa.mean is None or sb.mean is None:
+            continue
+        flip = None
+        if passes(sa) != passes(sb):
+            flip = "gained" if passes(sb) else "lost"
+            gained += flip == "gained"
+            lost += flip == "lost"
+        sum_a += sa.mean
+        sum_b += sb.mean
+        rows.append((sb.mean - sa.mean, key, sa, sb, flip))
+    common = len(rows)
+    if show == "flipped":
+        rows = [r for r in rows if r[4]]
+    elif show in ("gained", "lost"):
+        rows = [r for r in rows if r[4] == show]
+    elif show == "changed":
+        rows = [r for r in rows if r[0] != 0]
+    rows.sort(key=lambda r: (-abs(r[0]), r[1]))
+    page = rows[offset : offset + limit]
+    return {
+        "a": a.summary(),
+        "b": b.summary(),
+        "common_tasks": common,
+        "only_a": sum(1 for k in a.tasks_by_key if k >= 0 and k not in b.tasks_by_key),
+        "only_b": sum(1 for k in b.tasks_by_key if k >= 0 and k not in a.tasks_by_key),
+        "mean_a": sum_a / common if common else None,
+        "mean_b": sum_b / common if common else None,
+        "gained": gained,
+        "lost": lost,
+        "total": len(rows),
+        "offset": offset,
+        "tasks": [
+            {
+                "task": key,
+                "prompt": a.index.snippets.get(key) or b.index.snippets.get(key, ""),
+                "mean_a": sa.mean,
+                "mean_b": sb.mean,
+                "delta": delta,
+                "rows_a": a.rows_of(sa),
+                "rows_b": b.rows_of(sb),
+                "flip": flip,
+            }
+            for delta, key, sa, sb, flip in page
+        ],
+    }
