@@ -265,6 +265,33 @@ COMMANDS: dict[str, CommandHelp] = {
             examples=("ng_reward_profile +input_jsonl_fpath=results/weather.jsonl",),
             config_options=False,
         ),
+        CommandHelp(
+            "ng_viewer",
+            "Open rollout collections in a local web viewer: Overview (failures, mean reward, pass@k, "
+            "plots), Tasks (filters, prompt search), Rollout (the conversation, repeats side by side), "
+            "Tokens (the training sequence by loss mask) and Compare (two collections, flipped tasks).",
+            options=(
+                Option(
+                    "+input=PATH[,PATH]",
+                    "rollouts JSONL file(s); their _failures/_aggregate_metrics side files are read too",
+                    "required",
+                ),
+                Option("+port=N", "port to serve on; 0 takes a free one (printed)", "0"),
+                Option("+host=H", "address to bind", "127.0.0.1"),
+                Option(
+                    "+tokenizer=PATH", "Hugging Face tokenizer that decodes the Tokens page", "token IDs only"
+                ),
+                Option("+turn_end_token_ids=[...]", "as for ng_export_training_data"),
+                Option("+solved_threshold=X", "a rollout solves its task when reward >= X", "1.0"),
+            ),
+            details="""
+                An index of each file is kept beside it (<file>.ngindex) and extended as a running
+                collection appends. With NEMO_GYM_AUTH_TOKEN set, every request needs the token: open
+                the URL ng_viewer prints (it carries ?token=...).
+            """,
+            examples=("ng_viewer +input=results/main_job_rollouts.jsonl",),
+            config_options=False,
+        ),
     )
 }
 

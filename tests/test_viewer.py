@@ -437,3 +437,10 @@ def test_ng_viewer_rejects_a_missing_input(tmp_path: Path) -> None:
         [sys.executable, "-m", "nemo_gym.viewer.app"], capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 2 and "+input=" in done.stderr
+
+
+def test_ng_viewer_help() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "nemo_gym.viewer.app", "--help"], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0 and "+input=" in done.stdout and "+tokenizer" in done.stdout

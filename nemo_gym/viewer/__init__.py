@@ -6,3 +6,16 @@
 - :mod:`nemo_gym.viewer.app`: the starlette app, its auth, and the ``ng_viewer`` command;
 - ``static/``: the page (HTML, JS, CSS; no CDN; plots drawn as inline SVG).
 """
+
+from typing import Any
+
+__all__ = ["ng_viewer"]
+
+
+def __getattr__(name: str) -> Any:
+    # ``gym view`` and the console script reach ng_viewer here; the web stack loads only then.
+    if name == "ng_viewer":
+        from nemo_gym.viewer.app import ng_viewer
+
+        return ng_viewer
+    raise AttributeError(f"module 'nemo_gym.viewer' has no attribute {name!r}")

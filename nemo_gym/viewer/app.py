@@ -266,6 +266,7 @@ def _inputs(config: dict[str, Any]) -> list[Path]:
 
 
 def _main(argv: list[str]) -> int:
+    """Serve the viewer over ``+input``; its options are in ``ng_viewer --help``."""
     from nemo_gym.server import bind_socket, make_uvicorn_server
 
     config = load_config(argv)
@@ -307,7 +308,7 @@ def _main(argv: list[str]) -> int:
     return 0
 
 
-ng_viewer = console_command(_main)
+ng_viewer = console_command(_main, "ng_viewer")
 
 
 if __name__ == "__main__":
