@@ -133,7 +133,14 @@ def _status(argv: list[str]) -> int:
 
 
 def _dump_config(argv: list[str]) -> int:
-    print(dump_yaml(load_config(argv)), end="")
+    config = load_config(argv)
+    if not config:
+        sys.stderr.write(
+            f"ng_dump_config: the config is empty: no +config_paths=[...], no overrides, and no env.yaml in "
+            f"{os.getcwd()}\n"
+        )
+        return 1
+    print(dump_yaml(config), end="")
     return 0
 
 

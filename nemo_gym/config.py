@@ -112,7 +112,8 @@ def resolve_config_path(path: str | os.PathLike[str]) -> Path:
     in_project = project_root() / candidate
     if in_project.exists():
         return in_project
-    raise ConfigError(f"config file {str(path)!r} not found in {os.getcwd()} or {project_root()}")
+    folders = list(dict.fromkeys([str(Path.cwd().resolve()), str(project_root())]))
+    raise ConfigError(f"config file {str(path)!r} not found in {' or '.join(folders)}")
 
 
 def load_yaml_file(path: Path) -> dict[str, Any]:

@@ -351,8 +351,15 @@ class RolloutCollectionHelper:
         head = config.get("head_server") if isinstance(config, Mapping) else None
         client = self.setup_server_client({"head_server": head} if head else None)
         run = _CollectionRun(self, settings, client, verbose)
+        failures = run.paths.failures
+        failures_existed = failures.exists()
         try:
             return await run.run()
+        except BaseException:
+            # A rejected input file (or agent) leaves no empty failures file behind.
+            if not failures_existed and failures.exists() and failures.stat().st_size == 0:
+                failures.unlink()
+            raise
         finally:
             if client is not self.server_client:
                 await client.close()
@@ -495,13 +502,28 @@ class _CollectionRun:
             )
         return self.summary
 
+    async def _unknown_agent_message(self, agent: str) -> str:
+        """Names only the registered agents, with a "did you mean" for a near miss."""
+        import difflib
+
+        try:
+            instances = await self.client.server_instances()
+        except ServerCallError:
+            instances = []
+        known = sorted({i.name for i in instances if i.server_type == AGENT_KIND})
+        message = f"agent {agent!r} is not registered with the head server at {self.client.head_url}"
+        close = difflib.get_close_matches(agent, known, n=1)
+        if close:
+            message += f"; did you mean {close[0]!r}?"
+        return message + f" (registered agents: {', '.join(known) or 'none'})"
+
     async def _check_agents(self, agents: set[str]) -> None:
         for agent in sorted(agents):
             try:
                 await self.client.resolve(agent)
             except ServerCallError as exc:
                 if exc.kind == "not_found":
-                    raise ConfigError(f"agent {agent!r} is not available: {exc}") from exc
+                    raise ConfigError(await self._unknown_agent_message(agent)) from exc
                 raise ConfigError(
                     f"cannot reach the head server at {self.client.head_url} to find agent {agent!r} ({exc}); "
                     "start the servers with ng_run, or point ++head_server.port at a running head server"
@@ -626,8 +648,14 @@ class _CollectionRun:
             + (f" ({'; '.join(notes)})" if notes else "")
         )
         print(f"Results: {s.paths.output} ({s.results_in_file} rows)")
-        if s.failed or s.attempts_exhausted or s.malformed_lines:
+        if s.failed or s.attempts_exhausted:
             print(f"Failures: {s.paths.failures} (not scored; +resume_from_cache=true retries them)")
+        if s.malformed_lines:
+            # A resume reads the same input again: these lines need fixing, not retrying.
+            print(
+                f"Malformed input lines: {s.malformed_lines}, recorded in {s.paths.failures}; fix them in "
+                f"{self.settings.input_jsonl_fpath} and collect them again"
+            )
         sys.stdout.flush()
 
 
@@ -710,12 +738,22 @@ async def _post_aggregate(client: ServerClient, agent: str, spool: Path, answer_
         raise ServerCallError("unreachable", agent, "/aggregate_metrics", str(exc)) from exc
 
 
+def _as_fraction(key: str, value: float) -> float:
+    """NeMo Gym's metrics files hold pass@k, majority@k and their standard error in percent and
+    means as fractions; printed on one line, all are fractions."""
+    percent = key.startswith(("pass@", "majority@", "std_err_across_runs"))
+    return value / 100.0 if percent else float(value)
+
+
 def format_key_metrics(entries: list[dict[str, Any]], metrics_path: Path) -> str:
     """The key metrics of each agent, one line each."""
-    lines = [f"Key metrics ({metrics_path}):"]
+    lines = [f"Key metrics ({metrics_path}; fractions 0-1, the file keeps pass@k and majority@k in percent):"]
     for entry in entries:
         shown = "  ".join(
-            f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in entry["key_metrics"].items()
+            f"{k}={_as_fraction(k, v):.4f}"
+            if isinstance(v, int | float) and not isinstance(v, bool)
+            else f"{k}={v}"
+            for k, v in entry["key_metrics"].items()
         )
         lines.append(f"  {entry[AGENT_REF_KEY].get('name')}: {shown or '(none)'}")
     if not entries:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import importlib.util
+import json
 import os
 import re
 import signal
@@ -11,17 +13,19 @@ import subprocess
 import sys
 import time
 import tomllib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from nemo_gym.collection_io import CollectionPaths
 from nemo_gym.command_help import COMMANDS
 from nemo_gym.config import ConfigError, head_server_address, load_config, project_root
 from nemo_gym.gym_cli import GROUPS, translate
 from nemo_gym.gym_cli import main as gym_main
 from nemo_gym.launcher import free_port
+from nemo_gym.testing import running_stack
 
 SCRIPTS: dict[str, str] = tomllib.loads((project_root() / "pyproject.toml").read_text())["project"]["scripts"]
 NG_COMMANDS = sorted(name for name in SCRIPTS if name.startswith("ng_"))
@@ -291,3 +295,90 @@ def test_gym_view_runs_ng_viewer_when_it_is_installed(capsys: pytest.CaptureFixt
     if importlib.util.find_spec("nemo_gym.viewer") is None:
         code, _, err = gym(["view", "+input_jsonl_fpath=x.jsonl"], capsys)
         assert code == 2 and "ng_viewer is not part of this installation" in err
+
+
+# ---- messages ---------------------------------------------------------------------------------
+
+STACK_CONFIGS = [
+    "resources_servers/example_single_tool_call/configs/example_single_tool_call.yaml",
+    "responses_api_models/scripted_model/configs/scripted_model.yaml",
+]
+EXAMPLES = project_root() / "resources_servers/example_single_tool_call/data/example.jsonl"
+
+
+@pytest.fixture(scope="module")
+def stack() -> Iterator[Any]:
+    with running_stack(STACK_CONFIGS) as handle:
+        yield handle
+
+
+def collect(handle: Any, output: Path, **fields: Any) -> Any:
+    from nemo_gym.rollout_collection import RolloutCollectionHelper
+
+    config = {
+        "agent_name": "example_single_tool_call_simple_agent",
+        "input_jsonl_fpath": str(EXAMPLES),
+        "output_jsonl_fpath": str(output),
+        "head_server": handle.head_server_config,
+        **fields,
+    }
+    return asyncio.run(RolloutCollectionHelper().run_from_config(config))
+
+
+def test_a_mistyped_agent_gets_did_you_mean_and_only_agents(stack: Any, tmp_path: Path) -> None:
+    output = tmp_path / "out.jsonl"
+    with pytest.raises(ConfigError) as raised:
+        collect(stack, output, agent_name="example_single_tool_call_simple_agnt")
+    message = str(raised.value)
+    assert "did you mean 'example_single_tool_call_simple_agent'?" in message
+    assert "(registered agents: example_single_tool_call_simple_agent)" in message
+    assert "policy_model" not in message
+    # The rejected run leaves no empty failures file.
+    assert not CollectionPaths.for_output(output).failures.exists()
+
+
+def test_a_rejected_input_file_leaves_no_failures_file(stack: Any, tmp_path: Path) -> None:
+    bad = tmp_path / "in.jsonl"
+    bad.write_text(EXAMPLES.read_text() + "{not json\n")
+    output = tmp_path / "out.jsonl"
+    with pytest.raises(ConfigError, match=r"in.jsonl:6"):
+        collect(stack, output, input_jsonl_fpath=str(bad))
+    assert not CollectionPaths.for_output(output).failures.exists()
+
+
+def test_summary_and_metrics_speak_plainly(
+    stack: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "in.jsonl"
+    bad.write_text(EXAMPLES.read_text() + "{not json\n")
+    summary = collect(stack, tmp_path / "out.jsonl", input_jsonl_fpath=str(bad), strict=False, num_repeats=2)
+    assert summary.succeeded == 10 and summary.malformed_lines == 1
+    out = capsys.readouterr().out
+    # A line that cannot parse is not offered a resume: it needs fixing.
+    assert "+resume_from_cache=true" not in out
+    assert f"Malformed input lines: 1, recorded in {summary.paths.failures}; fix them in {bad}" in out
+    # One scale on the metrics line: fractions (the file keeps NeMo Gym's percentages).
+    line = next(
+        line for line in out.splitlines() if "example_single_tool_call_simple_agent: mean/reward" in line
+    )
+    assert "mean/reward=1.0000" in line and "pass@1[avg-of-2]/reward=1.0000" in line
+    assert "fractions 0-1" in out
+    (entry,) = json.loads(summary.paths.aggregate_metrics.read_text())
+    assert entry["agent_metrics"]["pass@1[avg-of-2]/reward"] == pytest.approx(100.0)
+
+
+def test_config_messages(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(project_root())
+    with pytest.raises(ConfigError) as raised:
+        load_config(["+config_paths=[configs/nope.yaml]"])
+    assert str(raised.value).count(str(project_root())) == 1
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError) as raised:
+        load_config(["+config_paths=[configs/nope.yaml]"])
+    assert str(tmp_path.resolve()) in str(raised.value) and str(project_root()) in str(raised.value)
+    code, out, err = call(entry_point("ng_dump_config"), [], capsys)
+    assert code == 1 and out == "" and "the config is empty" in err
+    code, out, _ = call(entry_point("ng_dump_config"), ["+policy_model_name=m"], capsys)
+    assert code == 0 and out == "policy_model_name: m\n"
