@@ -19,6 +19,7 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from nemo_gym.server import BaseServer, BaseServerConfig, HTTPError, json_response
 from nemo_gym.streaming import stream_chat_completion, stream_responses
@@ -60,17 +61,18 @@ class SimpleResponsesAPIModel(BaseServer):
         return {"object": "list", "data": data}
 
     def routes(self) -> list[Route]:
-        """Liveness, ``/v1/responses``, ``/v1/chat/completions`` and ``/v1/models``, with OpenAI-shaped errors."""
-        return openai_error_routes(
-            super().routes()
-            + [
-                self.route("/v1/responses", self._serve_responses, body_model_of=self.responses),
-                self.route(
-                    "/v1/chat/completions", self._serve_chat_completions, body_model_of=self.chat_completions
-                ),
-                self.route("/v1/models", self.models, methods=("GET",)),
-            ]
-        )
+        """Liveness, ``/v1/responses``, ``/v1/chat/completions`` and ``/v1/models``."""
+        return super().routes() + [
+            self.route("/v1/responses", self._serve_responses, body_model_of=self.responses),
+            self.route(
+                "/v1/chat/completions", self._serve_chat_completions, body_model_of=self.chat_completions
+            ),
+            self.route("/v1/models", self.models, methods=("GET",)),
+        ]
+
+    def build_app(self) -> ASGIApp:
+        """The server's app with every error answer in OpenAI's shape (no route, auth, body limits too)."""
+        return OpenAIErrorBodies(super().build_app())
 
     async def _serve_responses(self, body: Any) -> dict[str, Any] | Response:
         check_responses_request(body)
@@ -161,7 +163,9 @@ def openai_error_routes(routes: list[Route]) -> list[Route]:
 
     OpenAI clients (and vLLM) read an error's text from ``error.message``; nemo_gym's plain
     ``{"error": "<text>"}`` would reach an ``openai`` client user as a bare status code. The
-    ``server`` field stays beside it. Routes already wrapped are left as they are.
+    ``server`` field stays beside it. Routes already wrapped are left as they are. Every model
+    server gets this for all its answers through :class:`OpenAIErrorBodies`; this per-route
+    form is for servers built on other bases that serve OpenAI routes.
     """
     return [
         route
@@ -169,6 +173,56 @@ def openai_error_routes(routes: list[Route]) -> list[Route]:
         else _with_openai_errors(route)
         for route in routes
     ]
+
+
+class OpenAIErrorBodies:
+    """ASGI middleware: a JSON error answer ``{"error": "<text>", ...}`` becomes OpenAI's shape.
+
+    Only answers with status >= 400 and a JSON body are held back and rewritten; everything
+    else (event streams included) passes through untouched.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        held: dict[str, Any] = {}
+        chunks: list[bytes] = []
+
+        async def shaping_send(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = dict(message.get("headers") or [])
+                if message["status"] >= 400 and headers.get(b"content-type", b"").startswith(
+                    b"application/json"
+                ):
+                    held["start"] = message
+                    return
+            elif message["type"] == "http.response.body" and "start" in held:
+                chunks.append(message.get("body", b""))
+                if message.get("more_body"):
+                    return
+                await _send_shaped(send, held["start"], b"".join(chunks))
+                return
+            await send(message)
+
+        await self.app(scope, receive, shaping_send)
+
+
+async def _send_shaped(send: Send, start: Message, raw: bytes) -> None:
+    status = start["status"]
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        body = None
+    if isinstance(body, dict) and isinstance(body.get("error"), str):
+        raw = orjson.dumps({**body, **openai_error_body(body["error"], status)})
+    headers = [(k, v) for k, v in start.get("headers") or [] if k.lower() != b"content-length"]
+    headers.append((b"content-length", str(len(raw)).encode()))
+    await send({**start, "headers": headers})
+    await send({"type": "http.response.body", "body": raw, "more_body": False})
 
 
 def openai_error_body(message: str, status: int, param: str | None = None) -> dict[str, Any]:

@@ -35,6 +35,8 @@ class Subcommand:
     summary: str
     positional: str | None = None
     """What a bare positional argument means: ``entrypoint`` (an environment name)."""
+    keys: tuple[tuple[str, str], ...] = ()
+    """Flags whose override key differs for this command (``ng_viewer`` reads ``+input``)."""
 
 
 @dataclass(frozen=True)
@@ -161,7 +163,15 @@ GROUPS: dict[str, tuple[str, tuple[Subcommand, ...]]] = {
     ),
     "view": (
         "browse rollouts in a web page",
-        (Subcommand("", "nemo_gym.viewer:ng_viewer", "ng_viewer", "browse rollouts in a web page"),),
+        (
+            Subcommand(
+                "",
+                "nemo_gym.viewer:ng_viewer",
+                "ng_viewer",
+                "browse rollouts in a web page",
+                keys=(("--input", "input"),),
+            ),
+        ),
     ),
     "version": (
         "print the version",
@@ -215,9 +225,10 @@ def flags_help(command: Subcommand) -> str:
     lines = ["NeMo Gym flags (translated to the overrides above):"]
     if command.positional:
         lines.append(f"  {'NAME':<26} an environment by name: +entrypoint=resources_servers/NAME")
+    keys = dict(command.keys)
     for flag in FLAGS:
         shown = flag.flag + (" VALUE" if flag.takes_value else "")
-        lines.append(f"  {shown:<26} {flag.text}")
+        lines.append(f"  {shown:<26} {'+' + keys[flag.flag] if flag.flag in keys else flag.text}")
     return "\n".join(lines) + "\n"
 
 
@@ -254,7 +265,7 @@ def translate(args: Sequence[str], command: Subcommand) -> tuple[list[str], bool
             elif name == "--model-type":
                 config_paths.append(_component_config("responses_api_models", value))
             else:
-                out.append(f"+{flag.key}={value}")
+                out.append(f"+{dict(command.keys).get(name, flag.key)}={value}")
         elif "=" not in arg and command.positional == "entrypoint":
             out.append(f"+entrypoint={arg if '/' in arg else 'resources_servers/' + arg}")
         else:

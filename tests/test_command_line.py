@@ -285,6 +285,8 @@ def test_gym_flags_become_overrides() -> None:
         "++x=1",
     ]
     assert no_serve
+    view = GROUPS["view"][1][0]
+    assert translate(["--input", "a.jsonl"], view) == (["+input=a.jsonl"], False)
     test = next(c for c in GROUPS["env"][1] if c.name == "test")
     assert translate(["mcqa"], test) == (["+entrypoint=resources_servers/mcqa"], False)
 

@@ -232,3 +232,22 @@ def test_event_builders_on_edge_cases() -> None:
         {"id": "c", "created": 1, "model": "m", "choices": [], "usage": None}, include_usage=False
     )
     assert chunks == []
+
+
+def test_every_error_answer_has_openai_shape(urls: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    # A wrong path (a base_url without /v1) is a 404 the client shows by its message.
+    with pytest.raises(openai.NotFoundError) as raised:
+        openai.OpenAI(base_url=urls["scripted"], api_key="x", max_retries=0).responses.create(
+            model="scripted", input="hello"
+        )
+    assert "no route POST /responses" in raised.value.message
+    # A missing auth token is a 401 with a message.
+    monkeypatch.setenv("NEMO_GYM_AUTH_TOKEN", "s3cret")
+    with running_server(ScriptedModel({"name": "guarded", "scripts": SCRIPTS})) as guarded:
+        with pytest.raises(openai.AuthenticationError) as denied:
+            client(guarded).responses.create(model="scripted", input="hello")
+        assert "auth token" in denied.value.message
+        answer = openai.OpenAI(base_url=guarded + "/v1", api_key="s3cret", max_retries=0).responses.create(
+            model="scripted", input="hello", stream=True
+        )
+        assert [event.type for event in answer][-1] == "response.completed"
