@@ -251,3 +251,15 @@ def test_every_error_answer_has_openai_shape(urls: dict[str, str], monkeypatch: 
             model="scripted", input="hello", stream=True
         )
         assert [event.type for event in answer][-1] == "response.completed"
+
+
+def test_responses_stream_helper_accumulates_the_answer(urls: dict[str, str]) -> None:
+    openai_client = client(urls["openai"])
+    with openai_client.responses.stream(model="scripted", input="hello you") as stream:
+        deltas = [event.delta for event in stream if event.type == "response.output_text.delta"]
+        final = stream.get_final_response()
+    assert "".join(deltas) == final.output_text == "Hello to you too, said the scripted model: hello you"
+    assert len(deltas) > 1  # sent in pieces, as a stream
+    with openai_client.responses.stream(model="scripted", input="weather?", tools=TOOLS) as stream:  # type: ignore[arg-type]
+        call = stream.get_final_response().output[0]
+    assert call.type == "function_call" and call.name == "get_weather" and call.arguments == '{"city":"Oslo"}'
