@@ -42,7 +42,14 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 class BaseResourcesServerConfig(BaseServerConfig):
-    """Config of a resources server; environments subclass it for their own fields."""
+    """Config of a resources server; environments subclass it for their own fields.
+
+    ``max_aggregate_metrics_body_bytes`` bounds an ``/aggregate_metrics`` body sent one verify
+    response per line (it goes to a temporary file, not to memory); a body in another layout
+    is parsed whole and bounded by ``max_body_bytes``.
+    """
+
+    max_aggregate_metrics_body_bytes: int = 64 * 1024**3
 
 
 class BaseRunRequest(BaseModel):
@@ -147,7 +154,7 @@ class SimpleResourcesServer(BaseServer):
         routes = super().routes() + [
             self.route("/seed_session", self.seed_session),
             self.route("/verify", self._verify_and_free),
-            self.route("/aggregate_metrics", self._aggregate_metrics),
+            Route("/aggregate_metrics", self._aggregate_metrics_endpoint(), methods=["POST"]),
         ]
         reserved = {"seed_session", "verify", "aggregate_metrics", ""}
         for tool_name, handler in self.tools().items():
@@ -181,5 +188,18 @@ class SimpleResourcesServer(BaseServer):
             cached = self._verify_models_cache = (request_model, produced)
         return cached
 
-    async def _aggregate_metrics(self, body: AggregateMetricsRequest) -> dict[str, Any]:
-        return self.compute_metrics(body.verify_responses)
+    def _aggregate_metrics_endpoint(self) -> Callable[[Any], Any]:
+        from nemo_gym.aggregate_endpoint import aggregate_endpoint
+        from nemo_gym.streaming_metrics import MetricsAccumulator
+
+        # An environment with its own compute_metrics gets every row as a list, as before;
+        # the default streams rows through an accumulator in bounded memory.
+        own = type(self).compute_metrics is not SimpleResourcesServer.compute_metrics
+        return aggregate_endpoint(
+            server_name=lambda: self.name,
+            max_stream_bytes=lambda: self.config.max_aggregate_metrics_body_bytes,
+            max_whole_bytes=lambda: self.config.max_body_bytes,
+            new_accumulator=lambda: MetricsAccumulator(answer_field=self.answer_field),
+            key_metrics=self.get_key_metrics,
+            compute_whole=self.compute_metrics if own else None,
+        )

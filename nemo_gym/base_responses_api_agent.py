@@ -10,9 +10,20 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
+from starlette.requests import Request
+from starlette.responses import Response
 from starlette.routing import Route
 
-from nemo_gym.server import BaseServer, BaseServerConfig, HTTPError, ServerRef, validation_error_body
+from nemo_gym.server import (
+    BaseServer,
+    BaseServerConfig,
+    HTTPError,
+    ServerRef,
+    auth_headers,
+    json_response,
+    validation_error_body,
+)
+from nemo_gym.server_client import ServerCallError
 
 
 class _CreateParamsShape(BaseModel):
@@ -47,6 +58,8 @@ class BaseResponsesAPIAgentConfig(BaseServerConfig):
 
     resources_server: ServerRef | None = None
     model_server: ServerRef | None = None
+    # An /aggregate_metrics body sent one verify response per line goes to a temporary file.
+    max_aggregate_metrics_body_bytes: int = 64 * 1024**3
 
 
 class SimpleResponsesAPIAgent(BaseServer):
@@ -78,5 +91,45 @@ class SimpleResponsesAPIAgent(BaseServer):
         return super().routes() + [
             self.route("/run", self.run),
             self.route("/v1/responses", self.responses),
-            self.route("/aggregate_metrics", self.aggregate_metrics),
+            self._aggregate_metrics_route(),
         ]
+
+    def _aggregate_metrics_route(self) -> Route:
+        if type(self).aggregate_metrics is not SimpleResponsesAPIAgent.aggregate_metrics:
+            return self.route("/aggregate_metrics", self.aggregate_metrics)  # an agent's own
+        from nemo_gym.aggregate_endpoint import aggregate_endpoint, forward_aggregate_metrics
+        from nemo_gym.streaming_metrics import MetricsAccumulator
+
+        local = aggregate_endpoint(
+            server_name=lambda: self.name,
+            max_stream_bytes=lambda: self.config.max_aggregate_metrics_body_bytes,
+            max_whole_bytes=lambda: self.config.max_body_bytes,
+            new_accumulator=MetricsAccumulator,
+        )
+
+        async def endpoint(request: Request) -> Response:
+            # Rows and answer stream through: the agent never holds them (any number of rows).
+            resources = self.config.resources_server
+            if resources is None:
+                return await local(request)  # type: ignore[no-any-return]
+            try:
+                base = await self.server_client.base_url(resources.name)
+                return await forward_aggregate_metrics(
+                    request, self.server_client.http(), base + "/aggregate_metrics", auth_headers()
+                )
+            except ServerCallError as exc:
+                return json_response(
+                    {
+                        "error": str(exc),
+                        "server": self.name,
+                        "upstream": exc.server,
+                        "failure_class": "unreachable",
+                    },
+                    502,
+                )
+            except HTTPError as exc:
+                return json_response(
+                    {"error": exc.message, "server": self.name, **exc.extra}, exc.status_code
+                )
+
+        return Route("/aggregate_metrics", endpoint, methods=["POST"])

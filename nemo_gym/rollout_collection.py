@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from nemo_gym.aggregate_endpoint import line_layout_chunks
 from nemo_gym.cli import console_command
 from nemo_gym.collection_io import (
     AGENT_KIND,
@@ -35,7 +35,6 @@ from nemo_gym.collection_io import (
     ATTEMPT_INDEX_KEY,
     ERROR_KEY,
     FAILURE_CLASS_KEY,
-    METRIC_KEYS,
     ROLLOUT_INDEX_KEY,
     TASK_INDEX_KEY,
     CollectionPaths,
@@ -59,9 +58,9 @@ from nemo_gym.collection_io import (
     write_metrics_file,
 )
 from nemo_gym.config import ConfigError, head_url_from_config
-from nemo_gym.metrics import compute_aggregate_metrics
 from nemo_gym.server import ENV_HEAD_URL, auth_headers
 from nemo_gym.server_client import ServerCallError, ServerClient, raise_for_status
+from nemo_gym.streaming_metrics import MetricsAccumulator, write_metrics_answer
 
 MAX_ERROR_CHARS = 4000
 AGGREGATE_TIMEOUT_S = 600.0
@@ -670,8 +669,8 @@ async def aggregate_results_file(
     (simple_agent forwards to its resources server, so environment-specific metrics apply) and
     the answer is streamed to disk and copied into the file, so the collector's memory does not
     grow with the run. Without a ``client``, or when that call fails, the metrics are computed
-    here with :func:`nemo_gym.metrics.compute_aggregate_metrics` (which holds every row's
-    numbers in memory) and a notice says so.
+    here by :class:`nemo_gym.streaming_metrics.MetricsAccumulator` (a few numbers per row in
+    flat arrays) and a notice says so.
     """
     import tempfile
 
@@ -691,9 +690,13 @@ async def aggregate_results_file(
                         f"agent {name!r}: /aggregate_metrics failed ({str(exc)[:300]}); computed metrics locally"
                     )
             if summary is None:
-                metrics = compute_aggregate_metrics(row for _, row in iter_jsonl(spool))
-                answer_path.write_bytes(orjson.dumps({k: metrics[k] for k in METRIC_KEYS}))
-                summary = {k: metrics[k] for k in METRIC_KEYS[:2]}
+                accumulator = MetricsAccumulator()
+                for _, row in iter_jsonl(spool):
+                    accumulator.add(row)
+                with answer_path.open("wb") as sink:
+                    write_metrics_answer(sink, accumulator)
+                del accumulator
+                summary = read_metrics_summary(answer_path)
             summaries.append({AGENT_REF_KEY: ref, **summary})
             answers.append((ref, answer_path))
         write_metrics_file(metrics_path, answers)
@@ -707,15 +710,9 @@ async def _post_aggregate(client: ServerClient, agent: str, spool: Path, answer_
     import aiohttp
 
     async def body() -> AsyncIterator[bytes]:
-        # JSONL → a JSON array by turning newlines into commas: orjson never writes a raw newline.
-        yield b'{"verify_responses":['
-        previous = b""
-        with spool.open("rb") as source:
-            while block := source.read(1 << 16):
-                if previous:
-                    yield previous
-                previous = block.replace(b"\n", b",")
-        yield previous.rstrip(b",") + b"]}"
+        # One verify response per line: the server reads it a line at a time, whatever its size.
+        for chunk in line_layout_chunks(spool):
+            yield chunk
 
     base = await client.base_url(agent)
     headers = {**auth_headers(), "Content-Type": "application/json"}

@@ -1,0 +1,117 @@
+"""/aggregate_metrics over real HTTP: one verify response per line streams through agent and
+environment in bounded memory; NeMo Gym's compact body still works; errors name the line."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+import pytest
+
+from nemo_gym.aggregate_endpoint import line_layout_chunks
+from nemo_gym.base_resources_server import BaseVerifyRequest, BaseVerifyResponse, SimpleResourcesServer
+from nemo_gym.metrics import compute_aggregate_metrics
+from nemo_gym.testing import SyncClient, running_agent, running_server
+from responses_api_models.scripted_model.app import ScriptedModel
+from tests.test_streaming_metrics import mixed_rows
+
+
+class QuizEnv(SimpleResourcesServer):
+    """Majority voting on ``extracted_answer``; its own key metric on top of the default ones."""
+
+    answer_field = "extracted_answer"
+
+    async def verify(self, body: BaseVerifyRequest) -> BaseVerifyResponse:
+        return BaseVerifyResponse(**body.model_dump(), reward=1.0)
+
+    def get_key_metrics(self, agent_metrics: dict[str, Any], default: dict[str, Any]) -> dict[str, Any]:
+        return {**default, "quiz/max_reward": agent_metrics.get("max/reward", 0.0)}
+
+
+class OwnMetricsEnv(QuizEnv):
+    """An environment with its own compute_metrics: it receives every row as a list."""
+
+    def compute_metrics(self, verify_responses: list[dict[str, Any]]) -> dict[str, Any]:
+        assert isinstance(verify_responses, list)
+        return {"agent_metrics": {"rows": len(verify_responses)}, "key_metrics": {}, "group_level_metrics": []}
+
+
+def expected_for(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    metrics = compute_aggregate_metrics(rows, answer_field="extracted_answer")
+    metrics["key_metrics"]["quiz/max_reward"] = metrics["agent_metrics"].get("max/reward", 0.0)
+    return orjson.loads(orjson.dumps(metrics))  # type: ignore[no-any-return]
+
+
+def post_raw(url: str, body: bytes) -> tuple[int, Any]:
+    async def call() -> tuple[int, Any]:
+        async with aiohttp.ClientSession() as http:
+            async with http.post(url, data=body, headers={"Content-Type": "application/json"}) as resp:
+                return resp.status, orjson.loads(await resp.read())
+
+    return asyncio.run(call())
+
+
+def line_body(rows: list[dict[str, Any]], tmp_path: Path) -> bytes:
+    spool = tmp_path / "rows.jsonl"
+    spool.write_bytes(b"".join(orjson.dumps(row) + b"\n" for row in rows))
+    return b"".join(line_layout_chunks(spool))
+
+
+@pytest.fixture(scope="module")
+def agent_url() -> Any:
+    env = QuizEnv({"name": "env", "max_body_bytes": 20_000})
+    with running_agent(env, ScriptedModel({"name": "model"})) as url:
+        yield url
+
+
+def test_line_layout_through_the_agent_equals_the_list_computation(agent_url: str, tmp_path: Path) -> None:
+    rows = mixed_rows(3, 400)
+    body = line_body(rows, tmp_path)
+    assert len(body) > 20_000  # past the env's max_body_bytes: only the line layout gets through
+    status, answer = post_raw(agent_url + "/aggregate_metrics", body)
+    assert status == 200, answer
+    assert answer == expected_for(rows)
+    assert orjson.loads(body) == {"verify_responses": rows}  # the layout is plain JSON
+
+
+def test_compact_body_within_the_limit_gives_the_same_answer(agent_url: str) -> None:
+    rows = mixed_rows(4, 40)
+    with SyncClient() as client:
+        status, answer = client.post(agent_url + "/aggregate_metrics", {"verify_responses": rows})
+    assert status == 200, answer
+    assert answer == expected_for(rows)
+
+
+def test_compact_body_past_the_limit_is_a_413_that_says_how_to_send_it(agent_url: str) -> None:
+    rows = mixed_rows(3, 400)
+    status, answer = post_raw(agent_url + "/aggregate_metrics", orjson.dumps({"verify_responses": rows}))
+    assert status == 413
+    assert "one verify response per line" in answer["error"] and answer["server"] == "env"
+
+
+def test_empty_and_malformed_bodies(agent_url: str, tmp_path: Path) -> None:
+    status, answer = post_raw(agent_url + "/aggregate_metrics", line_body([], tmp_path))
+    assert (status, answer) == (200, expected_for([]))
+    rows = mixed_rows(5, 40)
+    lines = line_body(rows, tmp_path).split(b"\n")
+    lines[3] = b'{"reward": 1.0,,'
+    status, answer = post_raw(agent_url + "/aggregate_metrics", b"\n".join(lines))
+    assert status == 400 and "line 4" in answer["error"], answer
+    lines[3] = b"[1, 2],"
+    status, answer = post_raw(agent_url + "/aggregate_metrics", b"\n".join(lines))
+    assert status == 422 and "verify_responses.2" in answer["error"], answer  # small: parsed whole
+    status, answer = post_raw(agent_url + "/aggregate_metrics", b'{"verify_responses": 3}')
+    assert status == 422 and "verify_responses" in answer["error"], answer
+
+
+def test_an_environment_with_its_own_compute_metrics_gets_a_list(tmp_path: Path) -> None:
+    with running_server(OwnMetricsEnv({"name": "env"})) as url:
+        rows = mixed_rows(6, 40)
+        status, answer = post_raw(url + "/aggregate_metrics", line_body(rows, tmp_path))
+        assert (status, answer["agent_metrics"]) == (200, {"rows": len(rows)})
+        with SyncClient() as client:
+            status, answer = client.post(url + "/aggregate_metrics", {"verify_responses": rows})
+        assert (status, answer["agent_metrics"]) == (200, {"rows": len(rows)})
