@@ -36,7 +36,11 @@ class OwnMetricsEnv(QuizEnv):
 
     def compute_metrics(self, verify_responses: list[dict[str, Any]]) -> dict[str, Any]:
         assert isinstance(verify_responses, list)
-        return {"agent_metrics": {"rows": len(verify_responses)}, "key_metrics": {}, "group_level_metrics": []}
+        return {
+            "agent_metrics": {"rows": len(verify_responses)},
+            "key_metrics": {},
+            "group_level_metrics": [],
+        }
 
 
 def expected_for(rows: list[dict[str, Any]]) -> dict[str, Any]:
