@@ -21,6 +21,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from nemo_gym.openai_request_checks import check_chat_request, check_responses_request
 from nemo_gym.server import BaseServer, BaseServerConfig, HTTPError, json_response
 from nemo_gym.streaming import stream_chat_completion, stream_responses
 
@@ -90,60 +91,6 @@ class SimpleResponsesAPIModel(BaseServer):
 
 def _without_stream(body: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in body.items() if key not in ("stream", "stream_options")}
-
-
-def _check_content(content: Any, where: str) -> None:
-    if content is None or isinstance(content, str):
-        return
-    if not isinstance(content, list):
-        raise HTTPError(
-            400, f"{where}.content must be a string or a list of content parts, got {type(content).__name__}"
-        )
-    for index, part in enumerate(content):
-        if not isinstance(part, dict) or not isinstance(part.get("type"), str):
-            raise HTTPError(400, f"{where}.content[{index}] must be an object with a 'type'")
-
-
-def _check_common(body: Any) -> None:
-    if not isinstance(body, dict):
-        raise HTTPError(400, f"the request body must be a JSON object, got {type(body).__name__}")
-    if "stream" in body and not isinstance(body["stream"], bool):
-        raise HTTPError(400, f"stream must be true or false, got {body['stream']!r}")
-    if body.get("model") is not None and not isinstance(body["model"], str):
-        raise HTTPError(400, f"model must be a string, got {type(body['model']).__name__}")
-    if body.get("tools") is not None and not isinstance(body["tools"], list):
-        raise HTTPError(400, f"tools must be a list, got {type(body['tools']).__name__}")
-
-
-def check_responses_request(body: Any) -> None:
-    """Raise ``HTTPError`` 400 naming the field when a Responses create request has the wrong shape."""
-    _check_common(body)
-    value = body.get("input")
-    if value is None or isinstance(value, str):
-        return
-    if not isinstance(value, list):
-        raise HTTPError(400, f"input must be a string or a list of items, got {type(value).__name__}")
-    for index, item in enumerate(value):
-        if not isinstance(item, dict):
-            raise HTTPError(400, f"input[{index}] must be an object, got {type(item).__name__}")
-        if item.get("type", "message") == "message":
-            if not isinstance(item.get("role"), str):
-                raise HTTPError(
-                    400, f"input[{index}].role must be a string (user, assistant, system, developer)"
-                )
-            _check_content(item.get("content"), f"input[{index}]")
-
-
-def check_chat_request(body: Any) -> None:
-    """Raise ``HTTPError`` 400 naming the field when a Chat Completions request has the wrong shape."""
-    _check_common(body)
-    messages = body.get("messages")
-    if not isinstance(messages, list):
-        raise HTTPError(400, f"messages must be a list of messages, got {type(messages).__name__}")
-    for index, message in enumerate(messages):
-        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
-            raise HTTPError(400, f"messages[{index}] must be an object with a string 'role'")
-        _check_content(message.get("content"), f"messages[{index}]")
 
 
 # ---- OpenAI-shaped errors -------------------------------------------------------------------

@@ -263,3 +263,40 @@ def test_responses_stream_helper_accumulates_the_answer(urls: dict[str, str]) ->
     with openai_client.responses.stream(model="scripted", input="weather?", tools=TOOLS) as stream:  # type: ignore[arg-type]
         call = stream.get_final_response().output[0]
     assert call.type == "function_call" and call.name == "get_weather" and call.arguments == '{"city":"Oslo"}'
+
+
+MALFORMED_RESPONSES = [
+    ({"input": "hi", "metadata": 5}, "metadata must be an object"),
+    ({"input": "hi", "tools": [1]}, "tools[0] must be an object"),
+    ({"input": "hi", "tools": [{"type": "function"}]}, "tools[0].name must be a string"),
+    (
+        {"input": [{"role": "user", "content": [{"type": "input_text", "text": 5}]}]},
+        "input[0].content[0].text",
+    ),
+    ({"input": [{"type": "function_call", "name": 1, "arguments": "{}"}]}, "input[0].name must be a string"),
+    ({"input": [{"type": "reasoning", "summary": 5}]}, "input[0].summary must be a list"),
+    (
+        {"input": [{"role": "assistant", "content": "x", "prompt_token_ids": "1 2"}]},
+        "prompt_token_ids must be a list",
+    ),
+    ({"input": "hi", "max_output_tokens": "many"}, "max_output_tokens must be an integer"),
+    ({"input": 7}, "input must be a string or a list"),
+]
+MALFORMED_CHAT = [
+    ({"messages": [{"role": "user", "content": "hi"}], "tools": [5]}, "tools[0] must be an object"),
+    ({"messages": [{"role": "assistant", "tool_calls": [1]}]}, "messages[0].tool_calls[0] must be an object"),
+    ({"messages": [{"role": "assistant", "tool_calls": [{"function": {"name": 3}}]}]}, "function.name"),
+    ({"messages": [{"role": "user", "content": "hi"}], "temperature": "hot"}, "temperature must be a number"),
+    ({"messages": "hi"}, "messages must be a list"),
+]
+
+
+@pytest.mark.parametrize("kind", SERVERS)
+def test_malformed_shapes_are_400s_naming_the_field(kind: str, urls: dict[str, str]) -> None:
+    with SyncClient() as http:
+        for path, cases in (("/v1/responses", MALFORMED_RESPONSES), ("/v1/chat/completions", MALFORMED_CHAT)):
+            for body, field in cases:
+                for stream in (False, True):
+                    status, answer = http.post(urls[kind] + path, {**body, "stream": stream})
+                    assert status == 400, (kind, path, body, answer)
+                    assert field in answer["error"]["message"], (field, answer)
