@@ -117,6 +117,26 @@ COMMANDS: dict[str, CommandHelp] = {
             examples=(f'ng_run "+config_paths=[{_EXAMPLE_CONFIGS}]"',),
         ),
         CommandHelp(
+            "main_job",
+            "The README's main job: start a stack on the embedded CPU model (local_hf_model behind "
+            "vllm_model, token IDs on), collect rollouts on example data, print metrics, stop. "
+            "Without +model it builds a tiny random-weights model locally (no downloads; rewards near 0).",
+            options=(
+                Option(
+                    "+model=NAME_OR_PATH", "a real model for the CPU engine (Hugging Face name or local path)"
+                ),
+                Option("+agent_name=NAME", "agent to collect with", "example_single_tool_call_simple_agent"),
+                Option(
+                    "+input_jsonl_fpath=PATH",
+                    "input rows",
+                    "resources_servers/example_single_tool_call/data/example.jsonl",
+                ),
+                Option("+output_jsonl_fpath=PATH", "results file", "results/main_job_rollouts.jsonl"),
+                Option("+num_repeats=N", "rollouts per row (every ng_collect_rollouts option works)", "1"),
+            ),
+            examples=("bash scripts/main_job.sh +num_repeats=2",),
+        ),
+        CommandHelp(
             "ng_status",
             "List the head server and every server registered with it, with a health check of each. "
             "Exits 1 when the head server is unreachable or a server is unhealthy.",

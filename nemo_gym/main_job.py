@@ -14,7 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from nemo_gym.config import deep_merge, load_config, project_root
+from nemo_gym.command_help import help_text, wants_help
+from nemo_gym.config import ConfigError, deep_merge, load_config, project_root
 from nemo_gym.launcher import StackHandle
 
 DEFAULT_CONFIG_PATHS = [
@@ -40,6 +41,9 @@ def main(argv: list[str] | None = None) -> int:
     from nemo_gym.rollout_collection import RolloutCollectionHelper
 
     args = list(sys.argv[1:] if argv is None else argv)
+    if wants_help(args):
+        sys.stdout.write(help_text("main_job", prog="scripts/main_job.sh"))
+        return 0
     root = project_root()
     base = {
         "config_paths": [str(root / p) for p in DEFAULT_CONFIG_PATHS],
@@ -48,7 +52,11 @@ def main(argv: list[str] | None = None) -> int:
         "input_jsonl_fpath": str(root / DEFAULT_INPUT),
         "output_jsonl_fpath": "results/main_job_rollouts.jsonl",
     }
-    config = load_config(args, base=base)
+    try:
+        config = load_config(args, base=base)
+    except ConfigError as exc:
+        sys.stderr.write(f"config error: {exc}\n(run 'scripts/main_job.sh --help' for its options)\n")
+        return 2
     if config.get("model"):
         config = deep_merge(config, model_overrides(str(config["model"])))
         print(f"Policy: {config['model']} on the CPU engine (loaded with transformers).", flush=True)

@@ -384,3 +384,13 @@ def test_config_messages(
     assert code == 1 and out == "" and "the config is empty" in err
     code, out, _ = call(entry_point("ng_dump_config"), ["+policy_model_name=m"], capsys)
     assert code == 0 and out == "policy_model_name: m\n"
+
+
+def test_the_main_job_answers_help(capsys: pytest.CaptureFixture[str]) -> None:
+    from nemo_gym.main_job import main
+
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: scripts/main_job.sh") and "+model=NAME_OR_PATH" in out
+    assert main(["oops"]) == 2
+    assert "scripts/main_job.sh --help" in capsys.readouterr().err
