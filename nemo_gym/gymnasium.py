@@ -33,7 +33,14 @@ from gymnasium.spaces import Text
 from nemo_gym.protocol import SESSION_COOKIE, auth_headers
 from nemo_gym.response_items import message_item
 
-__all__ = ["OBSERVATION_CHARSET", "ACTION_CHARSET", "RemoteEnv", "RemoteEnvError"]
+__all__ = [
+    "ACTION_CHARSET",
+    "OBSERVATION_CHARSET",
+    "REMOTE_ENV_ID",
+    "RemoteEnv",
+    "RemoteEnvError",
+    "register_remote_env",
+]
 
 ACTION_CHARSET = string.printable
 """What a sampled action is made of: printable ASCII and whitespace."""
@@ -43,6 +50,20 @@ OBSERVATION_CHARSET = frozenset(string.printable) | frozenset(
     for c in range(0xA0, 0x3000)  # Latin-1 up to CJK punctuation: card suits, box drawing, arrows
 )
 """Characters an observation may hold; any other is written as ``?`` so it stays in the space."""
+
+
+REMOTE_ENV_ID = "nemo_gym/RemoteEnv-v0"
+"""The id :func:`register_remote_env` registers ``RemoteEnv`` under."""
+
+
+def register_remote_env(env_id: str = REMOTE_ENV_ID) -> str:
+    """Register ``RemoteEnv`` with gymnasium (once), so ``gymnasium.make(env_id, url=..., row=...)`` builds one.
+
+    Returns ``env_id``. Registration is explicit: importing this module changes no registry.
+    """
+    if env_id not in gymnasium.registry:
+        gymnasium.register(id=env_id, entry_point="nemo_gym.gymnasium:RemoteEnv", disable_env_checker=True)
+    return env_id
 
 
 class RemoteEnvError(RuntimeError):
@@ -62,7 +83,8 @@ class RemoteEnv(gymnasium.Env[str, str]):
         render_mode: ``"ansi"`` makes :meth:`render` return the latest observation.
     """
 
-    metadata = {"render_modes": ["ansi"]}
+    # render_fps means nothing for text, but gymnasium's checker expects one with a render mode.
+    metadata = {"render_modes": ["ansi"], "render_fps": 4}
 
     def __init__(
         self,

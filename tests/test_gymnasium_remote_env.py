@@ -107,3 +107,20 @@ def test_server_errors_name_the_url_and_the_error():
         RemoteEnv("http://127.0.0.1:9", ROW, timeout_s=2).reset()
     with pytest.raises(ValueError, match="render_mode"):
         RemoteEnv("http://127.0.0.1:9", ROW, render_mode="human")
+
+
+def test_gymnasium_make_builds_one_and_check_env_runs_its_spec_checks(blackjack):
+    from nemo_gym.gymnasium import REMOTE_ENV_ID, register_remote_env
+
+    server, url = blackjack
+    assert register_remote_env() == REMOTE_ENV_ID == register_remote_env()
+    env = gymnasium.make(REMOTE_ENV_ID, url=url, row=ROW, render_mode="ansi")
+    assert isinstance(env.unwrapped, RemoteEnv)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        check_env(env.unwrapped)  # with a spec: render modes and a double close are checked too
+    assert [str(w.message) for w in caught] == []
+    observation, _ = env.reset(seed=0)
+    assert env.render() == observation and observation.startswith("Your hand: [8, A] = 19")
+    env.close()
+    assert len(server.sessions) == 0
