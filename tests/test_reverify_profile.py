@@ -150,3 +150,26 @@ def test_profile_refuses_what_it_cannot_read(tmp_path: Path, capsys: pytest.Capt
     assert code == 1 and "no rows with a numeric reward" in out
     code, _, err = run(ng_reward_profile, [f"+input_jsonl_fpath={tmp_path / 'missing.jsonl'}"], capsys)
     assert code == 2 and "must name an existing rollouts JSONL file" in err
+
+
+def test_reverify_on_a_running_stack(
+    rollouts: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from nemo_gym.testing import running_stack
+
+    with running_stack(
+        [ENV_CONFIG, "responses_api_models/scripted_model/configs/scripted_model.yaml"]
+    ) as handle:
+        code, out, err = run(
+            ng_reverify_rollouts,
+            [
+                f"+config_paths=[{ENV_CONFIG}]",
+                f"+input_jsonl_fpath={rollouts}",
+                f"+output_jsonl_fpath={tmp_path / 'out.jsonl'}",
+                "+use_running_stack=true",
+                f"head_server.port={handle.head_server_config['port']}",
+            ],
+            capsys,
+        )
+    assert code == 0, out + err
+    assert "0 reward(s) changed, 10 unchanged" in out
