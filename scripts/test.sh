@@ -8,6 +8,12 @@ PYTHON="${PYTHON:-python3}"
 "$VENV/bin/python" -m pip install -q --upgrade pip
 # torch is pinned inside the [cpu] extra: an unpinned torch would pull a multi-GB CUDA build.
 "$VENV/bin/python" -m pip install -q -e ".[cpu,verifiers,dev,ray,gym]"
+# The viewer's browser tests drive Debian's chromium (a browser download at install time fails
+# here); install it when we can, quietly. Without it those tests skip and say why.
+if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) >/dev/null 2>&1 \
+    || echo "note: could not install chromium; the viewer's browser tests will skip" >&2
+fi
 "$VENV/bin/ruff" check .
 "$VENV/bin/ruff" format --check .
 "$VENV/bin/mypy" nemo_gym

@@ -115,10 +115,15 @@ async function loadCollections() {
   const body = await api("collections");
   collections = body.collections;
   const selected = currentCollection();
-  picker.innerHTML = collections.map((c, i) => `<option value="${i}">${i}: ${esc(c.name)}</option>`).join("");
+  picker.innerHTML = collections.map((c, i) => `<option value="${i}">${i}: ${esc(shortName(c))}</option>`).join("");
   picker.value = String(Math.min(selected, collections.length - 1));
   document.getElementById("nav-compare").style.display = collections.length > 1 ? "" : "none";
   showProgress(collections[Number(picker.value)]);
+}
+// Collections often share a file name (rollouts.jsonl in two run folders): show the folder too.
+function shortName(c) {
+  const clash = collections.filter((o) => o.name === c.name).length > 1;
+  return clash ? c.path.split("/").slice(-2).join("/") : c.name;
 }
 function showProgress(summary) {
   if (!summary) return;
@@ -330,7 +335,7 @@ async function comparePage(params) {
   const a = Number(params.a ?? 0), b = Number(params.b ?? 1), show = params.show || "all";
   const offset = Number(params.offset || 0), limit = 50;
   const r = await api("compare", { a, b, show, offset, limit });
-  const option = (i, cur) => `<option value="${i}"${i === cur ? " selected" : ""}>${i}: ${esc(collections[i].name)}</option>`;
+  const option = (i, cur) => `<option value="${i}"${i === cur ? " selected" : ""}>${i}: ${esc(shortName(collections[i]))}</option>`;
   const shows = [["all", "all common tasks"], ["changed", "reward changed"], ["flipped", "flipped"], ["gained", "gained (fail → pass)"], ["lost", "lost (pass → fail)"]]
     .map(([v, l]) => `<option value="${v}"${v === show ? " selected" : ""}>${l}</option>`).join("");
   const rows = r.tasks.map((t) => `<tr class="compare-row" data-task="${t.task}">
