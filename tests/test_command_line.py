@@ -394,3 +394,33 @@ def test_the_main_job_answers_help(capsys: pytest.CaptureFixture[str]) -> None:
     assert out.startswith("usage: scripts/main_job.sh") and "+model=NAME_OR_PATH" in out
     assert main(["oops"]) == 2
     assert "scripts/main_job.sh --help" in capsys.readouterr().err
+
+
+def test_gym_eval_run_collects_with_nemo_gym_flags(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    output = tmp_path / "rollouts.jsonl"
+    code, out, err = gym(
+        [
+            "eval",
+            "run",
+            "--resources-server",
+            "example_single_tool_call",
+            "--model-type",
+            "scripted_model",
+            "--input",
+            str(EXAMPLES),
+            "--output",
+            str(output),
+            "--limit",
+            "2",
+            "--num-repeats",
+            "2",
+        ],
+        capsys,
+    )
+    assert code == 0, out + err
+    rows = [json.loads(line) for line in output.read_text().splitlines()]
+    assert len(rows) == 4 and all(row["reward"] == 1.0 for row in rows)
+    assert "Key metrics" in out
