@@ -30,7 +30,7 @@ ENV_YAML = "env.yaml"
 ENV_HEAD_HOST = "NEMO_GYM_HEAD_HOST"
 ENV_HEAD_PORT = "NEMO_GYM_HEAD_PORT"
 # Settings every command knows, so ``head_server.port=11300`` works without a leading ``+``.
-BUILT_IN_KEYS = ("head_server",)
+BUILT_IN_KEYS = ("head_server.host", "head_server.port")
 
 
 class ConfigError(ValueError):
@@ -144,7 +144,7 @@ def _as_path_list(value: Any, source: str) -> list[str]:
 def apply_override(config: dict[str, Any], override: Override) -> None:
     """Apply one override in place. Plain ``key=value`` must name an existing key."""
     parts = override.path.split(".")
-    if parts[0] in BUILT_IN_KEYS and not override.mode:
+    if override.path in BUILT_IN_KEYS and not override.mode:
         override = Override(path=override.path, value=override.value, mode="+")
     node = config
     for depth, part in enumerate(parts[:-1]):
@@ -175,7 +175,7 @@ def _all_dotted_keys(config: Mapping[str, Any], prefix: str = "") -> Iterable[st
 
 def _missing_key_message(config: Mapping[str, Any], path: str) -> str:
     message = f"key {path!r} is not in the config; use +{path}=... to add it"
-    close = difflib.get_close_matches(path, list(_all_dotted_keys(config)), n=1)
+    close = difflib.get_close_matches(path, [*_all_dotted_keys(config), *BUILT_IN_KEYS], n=1)
     if close:
         message += f" (did you mean {close[0]!r}?)"
     return message

@@ -126,6 +126,9 @@ def test_head_port_as_documented_from_the_environment_and_env_yaml(
     monkeypatch.setenv("NEMO_GYM_HEAD_PORT", "eleven")
     with pytest.raises(ConfigError, match="NEMO_GYM_HEAD_PORT must be an integer"):
         head_server_address({})
+    # A typo is not silently added.
+    with pytest.raises(ConfigError, match=r"did you mean 'head_server.port'"):
+        load_config(["head_server.prot=1"], cwd=tmp_path)
     # Other keys still need a '+' to be added.
     with pytest.raises(ConfigError, match=r"use \+policy_nmae"):
         load_config(["policy_nmae=x"], cwd=tmp_path)
