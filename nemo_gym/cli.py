@@ -100,7 +100,10 @@ def _status(argv: list[str]) -> int:
         try:
             instances = await client.server_instances()
         except ServerCallError as exc:
-            sys.stderr.write(f"ng_status: no head server at {head_url} ({exc})\n")
+            sys.stderr.write(
+                f"ng_status: no head server at {head_url} ({exc}); start one with ng_run, or point "
+                "head_server.port (or NEMO_GYM_HEAD_PORT, or env.yaml) at the running one\n"
+            )
             return 1
         finally:
             await client.close()

@@ -427,3 +427,11 @@ def test_gym_eval_run_collects_with_nemo_gym_flags(
     rows = [json.loads(line) for line in output.read_text().splitlines()]
     assert len(rows) == 4 and all(row["reward"] == 1.0 for row in rows)
     assert "Key metrics" in out
+
+
+def test_ng_status_without_a_head_server_says_how_to_point_at_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    code, _, err = call(entry_point("ng_status"), [f"head_server.port={free_port()}"], capsys)
+    assert code == 1 and "no head server at http://127.0.0.1:" in err and "NEMO_GYM_HEAD_PORT" in err
