@@ -16,13 +16,12 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 import orjson
-from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from nemo_gym.openai_request_checks import check_chat_request, check_responses_request
-from nemo_gym.server import BaseServer, BaseServerConfig, HTTPError, json_response
+from nemo_gym.server import BaseServer, BaseServerConfig, HTTPError
 from nemo_gym.streaming import stream_chat_completion, stream_responses
 
 
@@ -105,23 +104,6 @@ _ERROR_TYPES = {
 }
 
 
-def openai_error_routes(routes: list[Route]) -> list[Route]:
-    """The routes with error bodies in OpenAI's shape: ``{"error": {"message", "type", "param", "code"}}``.
-
-    OpenAI clients (and vLLM) read an error's text from ``error.message``; nemo_gym's plain
-    ``{"error": "<text>"}`` would reach an ``openai`` client user as a bare status code. The
-    ``server`` field stays beside it. Routes already wrapped are left as they are. Every model
-    server gets this for all its answers through :class:`OpenAIErrorBodies`; this per-route
-    form is for servers built on other bases that serve OpenAI routes.
-    """
-    return [
-        route
-        if route.path == "/" or getattr(route.endpoint, "openai_errors", False)
-        else _with_openai_errors(route)
-        for route in routes
-    ]
-
-
 class OpenAIErrorBodies:
     """ASGI middleware: a JSON error answer ``{"error": "<text>", ...}`` becomes OpenAI's shape.
 
@@ -176,23 +158,3 @@ def openai_error_body(message: str, status: int, param: str | None = None) -> di
     """OpenAI's error object for ``message`` answered with HTTP ``status``."""
     error_type = _ERROR_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
     return {"error": {"message": message, "type": error_type, "param": param, "code": status}}
-
-
-def _with_openai_errors(route: Route) -> Route:
-    inner = route.endpoint
-
-    async def endpoint(request: Request) -> Response:
-        response = await inner(request)
-        status = response.status_code
-        if status < 400:
-            return response
-        try:
-            body = orjson.loads(bytes(response.body))
-        except orjson.JSONDecodeError:
-            return response
-        if not isinstance(body, dict) or not isinstance(body.get("error"), str):
-            return response
-        return json_response({**body, **openai_error_body(body["error"], status)}, status)
-
-    endpoint.openai_errors = True  # type: ignore[attr-defined]
-    return Route(route.path, endpoint, methods=sorted(route.methods or ["POST"]))

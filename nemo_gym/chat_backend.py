@@ -16,7 +16,6 @@ from typing import Any
 
 import orjson
 
-from nemo_gym.base_responses_api_model import openai_error_routes  # noqa: F401 - kept at this path
 from nemo_gym.conversion import TOKEN_ID_FIELDS, chat_completion_to_response, responses_to_chat_request
 from nemo_gym.response_items import build_response
 from nemo_gym.server import HTTPError

@@ -34,7 +34,7 @@ from pydantic import Field, model_validator
 from starlette.routing import Route
 
 from nemo_gym.base_responses_api_model import BaseResponsesAPIModelConfig, SimpleResponsesAPIModel
-from nemo_gym.chat_backend import ChatBridge, is_context_length_error, openai_error_routes, template_messages
+from nemo_gym.chat_backend import ChatBridge, is_context_length_error, template_messages
 from nemo_gym.server import HTTPError
 from nemo_gym.token_ids import TOKEN_ID_FIELDS, render_chat_token_ids, spliced_prompt_token_ids
 from responses_api_models.local_hf_model.engine import Generation, HFCausalLM, SamplingSettings
@@ -133,10 +133,10 @@ class LocalHFModel(SimpleResponsesAPIModel):
 
     def routes(self) -> list[Route]:
         """The model-server routes plus vLLM's ``/tokenize`` and ``/health``."""
-        return openai_error_routes(
-            super().routes()
-            + [self.route("/tokenize", self.tokenize), self.route("/health", self.health, methods=("GET",))]
-        )
+        return super().routes() + [
+            self.route("/tokenize", self.tokenize),
+            self.route("/health", self.health, methods=("GET",)),
+        ]
 
     async def on_shutdown(self) -> None:
         """Stop the generation thread."""
