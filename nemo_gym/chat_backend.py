@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
+from starlette.routing import Route
 
 from nemo_gym.conversion import TOKEN_ID_FIELDS, chat_completion_to_response, responses_to_chat_request
 from nemo_gym.response_items import build_response
@@ -28,6 +29,15 @@ logger = logging.getLogger(__name__)
 _CONTEXT_LENGTH_ERROR = re.compile(r"maximum context length|maximum model length", re.IGNORECASE)
 CONTIGUITY_FIELD = "token_ids_contiguous"
 """Set to ``false`` on a model call's last output item when the engine could not splice its prompt."""
+
+
+def openai_error_routes(routes: list[Route]) -> list[Route]:
+    """The routes unchanged: kept for code written against the earlier per-route wrapper.
+
+    Every model server's error answers are now shaped by
+    :class:`nemo_gym.base_responses_api_model.OpenAIErrorBodies`, for all routes at once.
+    """
+    return routes
 
 
 def is_context_length_error(status: int, message: str) -> bool:
