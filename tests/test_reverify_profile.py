@@ -173,3 +173,33 @@ def test_reverify_on_a_running_stack(
         )
     assert code == 0, out + err
     assert "0 reward(s) changed, 10 unchanged" in out
+
+
+@pytest.mark.slow
+def test_reverify_and_profile_run_on_the_main_jobs_output(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import subprocess
+    import sys
+
+    output = tmp_path / "main_job_rollouts.jsonl"
+    done = subprocess.run(
+        [sys.executable, "-m", "nemo_gym.main_job", f"+output_jsonl_fpath={output}", "+num_repeats=2"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    recorded = read_jsonl(output)
+    assert len(recorded) == 10
+    code, out, err = run(
+        ng_reverify_rollouts, [f"+config_paths=[{ENV_CONFIG}]", f"+input_jsonl_fpath={output}"], capsys
+    )
+    assert code == 0, out + err
+    assert "re-verified 10 rollouts: 0 reward(s) changed, 10 unchanged, 0 verify failure(s)" in out
+    code, out, err = run(ng_reward_profile, [f"+input_jsonl_fpath={output}"], capsys)
+    assert code == 0, err
+    profile = json.loads(output.with_suffix(".reward_profile.json").read_text())
+    assert profile["summary"]["tasks"] == 5 and profile["summary"]["rollouts"] == 10
+    assert all(task["rollouts"] == 2 for task in profile["tasks"])
