@@ -53,7 +53,7 @@ def _check_content(content: Any, where: str) -> None:
 def _check_common(body: Any) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise _fail(f"the request body must be a JSON object, got {_kind(body)}")
-    if "stream" in body and not isinstance(body["stream"], bool):
+    if body.get("stream") is not None and not isinstance(body["stream"], bool):
         raise _fail(f"stream must be true or false, got {body['stream']!r}")
     _check_optional(body, "model", lambda v: isinstance(v, str), "a string")
     _check_optional(body, "metadata", lambda v: isinstance(v, dict), "an object")

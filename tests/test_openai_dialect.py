@@ -300,3 +300,10 @@ def test_malformed_shapes_are_400s_naming_the_field(kind: str, urls: dict[str, s
                     status, answer = http.post(urls[kind] + path, {**body, "stream": stream})
                     assert status == 400, (kind, path, body, answer)
                     assert field in answer["error"]["message"], (field, answer)
+
+
+def test_stream_null_is_an_ordinary_call(urls: dict[str, str]) -> None:
+    # Request models dumped with every field (stream: null) are not refused.
+    with SyncClient() as http:
+        status, answer = http.post(urls["scripted"] + "/v1/responses", {"input": "hello", "stream": None})
+    assert status == 200 and answer["object"] == "response"
