@@ -444,3 +444,34 @@ def test_ng_viewer_help() -> None:
         [sys.executable, "-m", "nemo_gym.viewer.app", "--help"], capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 0 and "+input=" in done.stdout and "+tokenizer" in done.stdout
+
+
+def test_parallel_index_build_matches_serial(
+    job: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from nemo_gym.viewer import index as index_module
+
+    rows: list[Any] = []
+    for copy in range(6):
+        for row in job["rows"]:
+            row = dict(row, agent_ref={"type": "responses_api_agents", "name": f"agent{copy % 3}"})
+            if copy % 2:
+                row.pop("_ng_task_index")  # each such row is its own task, keyed by its row number
+            rows.append(row)
+    path = tmp_path / "p.jsonl"
+    write_rows(path, rows)
+    with path.open("ab") as sink:
+        sink.write(b"not json\n\n" + json.dumps(rows[0]).encode()[:40])  # a bad line, a blank, a partial row
+    serial = RowIndex(path, tmp_path / "serial.ngindex")
+    serial.refresh(force=True)
+    monkeypatch.setattr(index_module, "_PARALLEL_BYTES", 0)
+    monkeypatch.setattr(index_module.os, "cpu_count", lambda: 4)
+    parallel = RowIndex(path, tmp_path / "parallel.ngindex")
+    parallel.refresh(force=True)
+    assert len(serial) == len(parallel) == len(rows) + 1
+    for name in serial.columns:
+        assert parallel.columns[name].tobytes() == serial.columns[name].tobytes(), name
+    assert parallel.agents == serial.agents and parallel.snippets == serial.snippets
+    assert parallel.indexed_bytes == serial.indexed_bytes < path.stat().st_size
+    assert -1 - 10 in parallel.snippets  # row 10 has no task index: its own task
+    assert parallel.read_row(len(rows))["_ng_viewer_bad_line"] == "not json\n"

@@ -17,8 +17,8 @@ from __future__ import annotations
 import math
 import os
 from collections import Counter
-from collections.abc import Iterable
 from dataclasses import dataclass, field
+from operator import itemgetter
 from pathlib import Path
 from typing import Any, Final
 
@@ -63,6 +63,18 @@ class TaskStats:
         return self.total / self.scored if self.scored else None
 
 
+@dataclass(slots=True)
+class AgentStats:
+    """One agent's rollouts, kept current row by row. ``groups`` counts tasks by
+    ``(scored repeats, solved repeats)``: all that pass@k and the pass-rate plot need."""
+
+    rollouts: int = 0
+    tasks: int = 0
+    scored: int = 0
+    total: float = 0.0
+    groups: Counter[tuple[int, int]] = field(default_factory=Counter)
+
+
 def _number(value: float) -> float | None:
     return None if math.isnan(value) else value
 
@@ -83,8 +95,11 @@ class Collection:
     tasks_by_key: dict[int, TaskStats] = field(default_factory=dict)
     next_row: Any = None  # array: the next row of the same task, -1 at the end of a chain
     reward_counts: Counter[float] = field(default_factory=Counter)
+    agent_stats: dict[int, AgentStats] = field(default_factory=dict)
     token_rows: int = 0
     bad_rows: int = 0
+    version: int = 0  # bumped whenever rows are added or the file is re-read
+    _compare_cache: dict[tuple[int, int, int], dict[str, Any]] = field(default_factory=dict)
     _side: dict[str, _SideFileCache] = field(default_factory=dict)
 
     @classmethod
@@ -116,34 +131,57 @@ class Collection:
     def _on_rows(self, start: int, reset: bool) -> None:
         from array import array
 
+        self.version += 1
         if reset:
             self.tasks_by_key, self.reward_counts, start = {}, Counter(), 0
+            self.agent_stats = {}
             self.token_rows = self.bad_rows = 0
             self.next_row = array("q")
         cols = self.index.columns
         tasks, rewards, agents, flags = cols["task"], cols["reward"], cols["agent"], cols["flags"]
-        by_key, counts, next_row = self.tasks_by_key, self.reward_counts, self.next_row
+        by_key, next_row = self.tasks_by_key, self.next_row
+        counts: dict[float, int] = {}
+        agent_stats = self.agent_stats
         threshold = self.solved_threshold
-        for row in range(start, len(self.index)):
+        end = len(self.index)
+        next_row.extend([-1] * (end - start))
+        for row in range(start, end):
             key = tasks[row]
             stats = by_key.get(key)
             if stats is None:
                 stats = by_key[key] = TaskStats(task=key, agent=agents[row], first_row=row)
+                agent = agent_stats.get(stats.agent)
+                if agent is None:
+                    agent = agent_stats[stats.agent] = AgentStats()
+                agent.tasks += 1
             else:
                 next_row[stats.last_row] = row
-            next_row.append(-1)
-            if flags[row]:
-                self.token_rows += bool(flags[row] & FLAG_TOKEN_IDS)
-                self.bad_rows += bool(flags[row] & FLAG_BAD_LINE)
             stats.last_row = row
             stats.n += 1
             reward = rewards[row]
             if reward == reward:  # not NaN
                 stats.scored += 1
                 stats.total += reward
-                counts[round(reward, 3)] += 1
                 if reward >= threshold:
                     stats.solved += 1
+                counts[reward] = counts.get(reward, 0) + 1
+            if flags[row]:
+                self.token_rows += bool(flags[row] & FLAG_TOKEN_IDS)
+                self.bad_rows += bool(flags[row] & FLAG_BAD_LINE)
+        for reward, count in counts.items():
+            self.reward_counts[round(reward, 3)] += count
+        # Per-agent totals from the tasks (one pass over tasks, not rows).
+        for agent in agent_stats.values():
+            agent.rollouts = agent.scored = 0
+            agent.total = 0.0
+            agent.groups = Counter()
+        for stats in by_key.values():
+            agent = agent_stats[stats.agent]
+            agent.rollouts += stats.n
+            if stats.scored:
+                agent.scored += stats.scored
+                agent.total += stats.total
+                agent.groups[(stats.scored, stats.solved)] += 1
 
     def rows_of(self, stats: TaskStats) -> list[int]:
         """The row numbers of a task's repeats, in file order."""
@@ -242,37 +280,30 @@ class Collection:
     def overview(self) -> dict[str, Any]:
         """Rollouts, failures by class, per-agent mean reward and pass@k, and the plots' data."""
         failures = self.failures()
-        per_agent: dict[int, list[TaskStats]] = {}
-        for stats in self.tasks_by_key.values():
-            per_agent.setdefault(stats.agent, []).append(stats)
+        names = self.index.agents
         agents = []
-        for agent_id, task_list in sorted(per_agent.items(), key=lambda kv: self.index.agents[kv[0]]):
-            scored = sum(s.scored for s in task_list)
-            total = sum(s.total for s in task_list)
+        overall: Counter[tuple[int, int]] = Counter()
+        for agent_id, agent in sorted(self.agent_stats.items(), key=lambda kv: names[kv[0]]):
+            overall.update(agent.groups)
             agents.append(
                 {
-                    "agent": self.index.agents[agent_id] or "(no agent_ref)",
-                    "rollouts": sum(s.n for s in task_list),
-                    "tasks": len(task_list),
-                    "mean_reward": total / scored if scored else None,
-                    "pass_at_k": _pass_at_k_curve(task_list),
-                    "solved_never": sum(1 for s in task_list if s.scored and not s.solved),
-                    "solved_always": sum(1 for s in task_list if s.scored and s.solved == s.scored),
+                    "agent": names[agent_id] or "(no agent_ref)",
+                    "rollouts": agent.rollouts,
+                    "tasks": agent.tasks,
+                    "mean_reward": agent.total / agent.scored if agent.scored else None,
+                    "pass_at_k": _pass_at_k_curve(agent.groups),
+                    "solved_never": sum(t for (n, c), t in agent.groups.items() if c == 0),
+                    "solved_always": sum(t for (n, c), t in agent.groups.items() if c == n),
                 }
             )
-        all_tasks = list(self.tasks_by_key.values())
-        rates = sorted(
-            (s.solved / s.scored for s in all_tasks if s.scored),
-            reverse=True,
-        )
         return {
             **self.summary(),
             "failures_by_class": failures["by_class"],
             "agents": agents,
             "reward_histogram": _histogram(self.reward_counts),
-            "task_pass_rates": _downsample(rates, _MAX_PLOT_POINTS),
-            "num_tasks": len(all_tasks),
-            "pass_at_k": _pass_at_k_curve(all_tasks),
+            "task_pass_rates": _sorted_pass_rates(overall, _MAX_PLOT_POINTS),
+            "num_tasks": len(self.tasks_by_key),
+            "pass_at_k": _pass_at_k_curve(overall),
             "mean_reward": _mean(self.reward_counts),
             "rows_with_token_ids": self.token_rows,
             "bad_lines": self.bad_rows,
@@ -440,9 +471,9 @@ def _histogram(counts: Counter[float], bins: int = 20) -> dict[str, Any]:
     }
 
 
-def _pass_at_k_curve(task_list: Iterable[TaskStats]) -> list[dict[str, float]]:
-    """Mean pass@k over tasks for k = 1 .. the largest repeat count (tasks with n >= k count)."""
-    groups: Counter[tuple[int, int]] = Counter((s.scored, s.solved) for s in task_list if s.scored)
+def _pass_at_k_curve(groups: Counter[tuple[int, int]]) -> list[dict[str, float]]:
+    """Mean pass@k over tasks for k = 1 .. the largest repeat count (tasks with n >= k count);
+    ``groups`` counts tasks by (scored repeats, solved repeats)."""
     if not groups:
         return []
     top = max(n for n, _ in groups)
@@ -461,11 +492,22 @@ def _pass_at_k_curve(task_list: Iterable[TaskStats]) -> list[dict[str, float]]:
     return curve
 
 
-def _downsample(values: list[float], points: int) -> list[float]:
-    if len(values) <= points:
-        return values
-    step = len(values) / points
-    return [values[int(i * step)] for i in range(points)]
+def _sorted_pass_rates(groups: Counter[tuple[int, int]], points: int) -> list[float]:
+    """Every task's pass rate (solved / scored), best first, thinned to at most ``points`` values."""
+    by_rate: Counter[float] = Counter()
+    for (n, c), tasks in groups.items():
+        by_rate[c / n] += tasks
+    ordered = sorted(by_rate.items(), reverse=True)
+    total = sum(by_rate.values())
+    if total <= points:
+        return [rate for rate, tasks in ordered for _ in range(tasks)]
+    out, cumulative, position = [], 0, 0
+    for rate, tasks in ordered:
+        cumulative += tasks
+        while position < points and position * total / points < cumulative:
+            out.append(rate)
+            position += 1
+    return out
 
 
 def compare(
@@ -486,43 +528,63 @@ def compare(
     if offset < 0 or not 1 <= limit <= _MAX_PAGE:
         raise ViewerInputError(f"offset must be >= 0 and limit between 1 and {_MAX_PAGE}")
 
-    def passes(stats: TaskStats) -> bool:
-        return stats.scored > 0 and 2 * stats.solved >= stats.scored
-
-    rows = []
-    gained = lost = 0
-    sum_a = sum_b = 0.0
-    for key, sa in a.tasks_by_key.items():
-        sb = b.tasks_by_key.get(key)
-        if key < 0 or sb is None or sa.mean is None or sb.mean is None:
-            continue
-        flip = None
-        if passes(sa) != passes(sb):
-            flip = "gained" if passes(sb) else "lost"
-            gained += flip == "gained"
-            lost += flip == "lost"
-        sum_a += sa.mean
-        sum_b += sb.mean
-        rows.append((sb.mean - sa.mean, key, sa, sb, flip))
+    key_ab = (id(b), a.version, b.version)
+    cached = a._compare_cache.get(key_ab)
+    if cached is None:
+        changed: list[tuple[float, int, TaskStats, TaskStats, str | None]] = []
+        same: list[tuple[float, int, TaskStats, TaskStats, str | None]] = []
+        other = b.tasks_by_key
+        gained = lost = 0
+        sum_a = sum_b = 0.0
+        for key, sa in a.tasks_by_key.items():
+            sb = other.get(key)
+            if sb is None or key < 0 or not sa.scored or not sb.scored:
+                continue
+            mean_a, mean_b = sa.total / sa.scored, sb.total / sb.scored
+            sum_a += mean_a
+            sum_b += mean_b
+            pass_a, pass_b = 2 * sa.solved >= sa.scored, 2 * sb.solved >= sb.scored
+            flip = None
+            if pass_a != pass_b:
+                flip = "gained" if pass_b else "lost"
+                gained += pass_b
+                lost += pass_a
+            delta = mean_b - mean_a
+            (changed if delta else same).append((delta, key, sa, sb, flip))
+        # Biggest change first, then by task; most tasks usually did not change at all.
+        changed.sort(key=lambda r: (-abs(r[0]), r[1]))
+        same.sort(key=itemgetter(1))
+        cached = {
+            "rows": changed + same,
+            "changed": len(changed),
+            "gained": gained,
+            "lost": lost,
+            "sum_a": sum_a,
+            "sum_b": sum_b,
+            "only_a": sum(1 for k in a.tasks_by_key.keys() - other.keys() if k >= 0),
+            "only_b": sum(1 for k in other.keys() - a.tasks_by_key.keys() if k >= 0),
+        }
+        a._compare_cache.clear()  # keep one comparison: files grow and the pair changes
+        a._compare_cache[key_ab] = cached
+    rows = cached["rows"]
     common = len(rows)
     if show == "flipped":
         rows = [r for r in rows if r[4]]
     elif show in ("gained", "lost"):
         rows = [r for r in rows if r[4] == show]
     elif show == "changed":
-        rows = [r for r in rows if r[0] != 0]
-    rows.sort(key=lambda r: (-abs(r[0]), r[1]))
+        rows = rows[: cached["changed"]]
     page = rows[offset : offset + limit]
     return {
         "a": a.summary(),
         "b": b.summary(),
         "common_tasks": common,
-        "only_a": sum(1 for k in a.tasks_by_key if k >= 0 and k not in b.tasks_by_key),
-        "only_b": sum(1 for k in b.tasks_by_key if k >= 0 and k not in a.tasks_by_key),
-        "mean_a": sum_a / common if common else None,
-        "mean_b": sum_b / common if common else None,
-        "gained": gained,
-        "lost": lost,
+        "only_a": cached["only_a"],
+        "only_b": cached["only_b"],
+        "mean_a": cached["sum_a"] / common if common else None,
+        "mean_b": cached["sum_b"] / common if common else None,
+        "gained": cached["gained"],
+        "lost": cached["lost"],
         "total": len(rows),
         "offset": offset,
         "tasks": [

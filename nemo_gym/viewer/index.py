@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import hashlib
 import math
+import multiprocessing
 import os
 import time
 from array import array
-from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any, Final, NamedTuple
 
@@ -33,6 +34,9 @@ _HEAD_BYTES: Final = 4096  # the file's first bytes, hashed to notice a rewritte
 _SNIPPET_CHARS: Final = 240
 # How often a growing file's index is written back to disk (it is always current in memory).
 _PERSIST_EVERY_S: Final = 10.0
+# A first index over this many bytes is built by worker processes, one stretch of the file each.
+_PARALLEL_BYTES: Final = 64 * 2**20
+_MAX_WORKERS: Final = 8
 
 FLAG_TOKEN_IDS: Final = 1  # some output item carries token IDs
 FLAG_BAD_LINE: Final = 2  # the line is not a JSON object (shown as such, never dropped silently)
@@ -124,6 +128,91 @@ def summarize_row(row: Any, row_number: int, with_snippet: bool = True) -> RowSu
 
 def _digest(data: bytes) -> str:
     return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+class _Chunk(NamedTuple):
+    """What :func:`scan_range` found: column bytes, local agent names, snippets, where it ended."""
+
+    columns: dict[str, bytes]
+    agents: list[str]
+    snippets: dict[int, str]
+    has_unindexed_tasks: bool
+    end: int
+    last_digest: str
+
+
+def scan_range(path: str, start: int, stop: int | None) -> _Chunk:
+    """Summarize the lines of ``path`` from byte ``start`` up to ``stop`` (None: to the last
+    complete line). Row numbers, and so the task keys of rows without ``_ng_task_index``, count
+    from 0 at ``start``; :meth:`RowIndex._append` makes them global."""
+    columns: dict[str, array[Any]] = {name: array(code) for name, code in _COLUMNS.items()}
+    add_offset, add_length = columns["offset"].append, columns["length"].append
+    add_task, add_rollout = columns["task"].append, columns["rollout"].append
+    add_reward, add_agent = columns["reward"].append, columns["agent"].append
+    add_tools, add_flags = columns["tool_calls"].append, columns["flags"].append
+    agents: dict[str, int] = {}
+    snippets: dict[int, str] = {}
+    loads = orjson.loads
+    row, offset, last_line, unindexed = 0, start, b"", False
+    with open(path, "rb") as source:
+        source.seek(start)
+        for line in source:
+            if not line.endswith(b"\n") or (stop is not None and offset >= stop):
+                break  # a row still being written, or the next chunk's
+            line_start, offset = offset, offset + len(line)
+            if not line.strip():
+                continue
+            try:
+                parsed = loads(line)
+            except orjson.JSONDecodeError:
+                parsed = None
+            summary = summarize_row(parsed, row, with_snippet=False)
+            task = summary.task
+            if task < 0:
+                unindexed = True
+            if task not in snippets and type(parsed) is dict:
+                snippet = prompt_snippet(parsed)
+                if snippet:
+                    snippets[task] = snippet
+            agent = agents.get(summary.agent)
+            if agent is None:
+                agent = agents[summary.agent] = len(agents)
+            add_offset(line_start)
+            add_length(len(line))
+            add_task(task)
+            add_rollout(summary.rollout)
+            add_reward(summary.reward)
+            add_agent(agent)
+            add_tools(summary.tool_calls)
+            add_flags(summary.flags)
+            row += 1
+            last_line = line
+    return _Chunk(
+        columns={name: column.tobytes() for name, column in columns.items()},
+        agents=list(agents),
+        snippets=snippets,
+        has_unindexed_tasks=unindexed,
+        end=offset,
+        last_digest=_digest(last_line) if last_line else "",
+    )
+
+
+def _scan_in_parallel(path: Path, offset: int, workers: int) -> list[_Chunk]:
+    """Split ``path`` from ``offset`` into ``workers`` stretches at line starts and scan them in
+    worker processes (a fresh interpreter each: the caller may be running threads)."""
+    size = path.stat().st_size
+    bounds = [offset]
+    with path.open("rb") as source:
+        for k in range(1, workers):
+            source.seek(offset + k * (size - offset) // workers)
+            source.readline()  # to the start of the next line
+            position = source.tell()
+            if bounds[-1] < position < size:
+                bounds.append(position)
+    stops: list[int | None] = [*bounds[1:], None]
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=len(bounds), mp_context=context) as pool:
+        return list(pool.map(scan_range, [str(path)] * len(bounds), bounds, stops))
 
 
 class RowIndex:
@@ -241,53 +330,36 @@ class RowIndex:
         self._last_digest = ""
         self.rebuilt = True
 
-    def _lines_from(self, offset: int) -> Iterator[tuple[int, bytes]]:
-        with self.path.open("rb") as source:
-            source.seek(offset)
-            for line in source:
-                if not line.endswith(b"\n"):
-                    return  # a row still being written
-                yield offset, line
-                offset += len(line)
-
     def _scan_from(self, offset: int) -> None:
-        cols = self.columns
-        add_offset, add_length = cols["offset"].append, cols["length"].append
-        add_task, add_rollout = cols["task"].append, cols["rollout"].append
-        add_reward, add_agent = cols["reward"].append, cols["agent"].append
-        add_tools, add_flags = cols["tool_calls"].append, cols["flags"].append
-        snippets, loads = self.snippets, orjson.loads
-        row = len(self)
-        end = offset
-        last_line = b""
-        for start, line in self._lines_from(offset):
-            end = start + len(line)
-            if not line.strip():
-                continue
-            try:
-                parsed = loads(line)
-            except orjson.JSONDecodeError:
-                parsed = None
-            summary = summarize_row(parsed, row, with_snippet=False)
-            if summary.task not in snippets:
-                snippet = prompt_snippet(parsed) if type(parsed) is dict else ""
-                if snippet:
-                    snippets[summary.task] = snippet
-            add_offset(start)
-            add_length(len(line))
-            add_task(summary.task)
-            add_rollout(summary.rollout)
-            add_reward(summary.reward)
-            add_agent(self.agent_id(summary.agent))
-            add_tools(summary.tool_calls)
-            add_flags(summary.flags)
-            row += 1
-            last_line = line
-        if last_line:
-            self._last_digest = _digest(last_line)
-        self.indexed_bytes = max(end, self.indexed_bytes)
+        """Index the complete lines from ``offset`` on; a big stretch is split across processes."""
+        stretch = self.path.stat().st_size - offset
+        workers = min(os.cpu_count() or 1, _MAX_WORKERS)
+        if stretch >= _PARALLEL_BYTES and workers > 1:
+            chunks = _scan_in_parallel(self.path, offset, workers)
+        else:
+            chunks = [scan_range(str(self.path), offset, None)]
+        for chunk in chunks:
+            self._append(chunk)
         if not self._head_digest and self.indexed_bytes:
             self._head_digest = self._current_head_digest()
+
+    def _append(self, chunk: _Chunk) -> None:
+        """Add a scanned chunk: its agent ids and its row-numbered task keys made global."""
+        base = len(self)
+        agent_map = [self.agent_id(name) for name in chunk.agents]
+        for name in _COLUMNS:
+            column = array(_COLUMNS[name])
+            column.frombytes(chunk.columns[name])
+            if name == "agent" and agent_map != list(range(len(agent_map))):
+                column = array(_COLUMNS[name], [agent_map[a] for a in column])
+            elif name == "task" and base and chunk.has_unindexed_tasks:
+                column = array(_COLUMNS[name], [t - base if t < 0 else t for t in column])
+            self.columns[name].extend(column)
+        for task, text in chunk.snippets.items():
+            self.snippets.setdefault(task - base if task < 0 else task, text)
+        if chunk.last_digest:
+            self._last_digest = chunk.last_digest
+        self.indexed_bytes = max(chunk.end, self.indexed_bytes)
 
     def _current_head_digest(self) -> str:
         with self.path.open("rb") as source:
