@@ -373,15 +373,16 @@ def test_failures_sidecar_and_bad_lines(job: dict[str, Any], tmp_path: Path) -> 
     lines = job["a"].read_bytes().splitlines(keepends=True)
     path.write_bytes(b"".join(lines[:6]) + b"{not json\n" + b"[1, 2]\n")
     failures = [
-        {"_ng_task_index": 3, "_ng_rollout_index": 0, "_ng_failure_class": "agent_timeout", "error": "x"},
-        {"_ng_task_index": 3, "_ng_rollout_index": 1, "_ng_failure_class": "agent_timeout", "error": "x"},
-        {"_ng_task_index": 4, "_ng_rollout_index": 0, "_ng_failure_class": "upstream_5xx", "error": "y"},
+        {"_ng_task_index": 3, "_ng_rollout_index": 0, "_ng_failure_class": "agent_timeout", "_ng_error": "x"},
+        {"_ng_task_index": 3, "_ng_rollout_index": 1, "_ng_failure_class": "agent_timeout", "_ng_error": "x"},
+        {"_ng_task_index": 4, "_ng_rollout_index": 0, "_ng_failure_class": "upstream_5xx", "_ng_error": "y"},
     ]
     write_rows(tmp_path / "f_failures.jsonl", failures)
     with serving(Viewer([Collection.open(path)])) as url:
         status, o = get(f"{url}/api/overview")
         assert o["failures_by_class"] == {"agent_timeout": 2, "upstream_5xx": 1} and o["failures"] == 3
         assert o["rows"] == 8 and o["bad_lines"] == 2
+        assert o["failure_samples"][2] == {"task": 4, "rollout": 0, "class": "upstream_5xx", "error": "y"}
         status, t = get(f"{url}/api/tasks?status=failed")
         assert [(task["task"], task["failures"]) for task in t["tasks"]] == [(3, 2), (4, 1)]
         status, bad = get(f"{url}/api/rollout?row=6")

@@ -172,8 +172,20 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
         if row["_ng_task_index"] == 0 or (row["_ng_task_index"] == 1 and row["_ng_rollout_index"] == 0):
             row["reward"] = 0.0
     b.write_text("".join(json.dumps(row) + "\n" for row in edited))
+    # C: a collection still running: 4 of its rows so far, and one rollout that failed.
+    live = root / "live" / "rollouts.jsonl"
+    live.parent.mkdir()
+    shutil.copy(
+        a.with_name("rollouts_materialized_inputs.jsonl"),
+        live.with_name("rollouts_materialized_inputs.jsonl"),
+    )
+    failed = next(row for row in rows if (row["_ng_task_index"], row["_ng_rollout_index"]) == (4, 1))
+    record = {**failed, "_ng_failure_class": "agent_timeout", "_ng_error": "agent did not answer in 30 s"}
+    live.with_name("rollouts_failures.jsonl").write_text(json.dumps(record) + "\n")
+    pending = [json.dumps(row) + "\n" for row in rows if row is not failed]
+    live.write_text("".join(pending[:4]))
     viewer = subprocess.Popen(
-        [sys.executable, "-m", "nemo_gym.viewer.app", f"+input={a},{b}", f"+tokenizer={command.group(1)}"],
+        [sys.executable, "-m", "nemo_gym.viewer.app", f"+input={a},{b},{live}", f"+tokenizer={command.group(1)}"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         env={**os.environ, "NEMO_GYM_AUTH_TOKEN": TOKEN},
     )  # fmt: skip
@@ -186,7 +198,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
                 url = found.group(1)
                 break
         assert url, "ng_viewer did not print its URL"
-        yield {"url": url, "a": rows, "b": edited}
+        yield {"url": url, "a": rows, "b": edited, "live": live, "live_rest": pending[4:]}
     finally:
         viewer.terminate()
         viewer.wait(timeout=10)
@@ -363,3 +375,17 @@ def test_bad_route_parameters_show_the_error(browser: DevTools) -> None:
     browser.eval("location.hash = '#/rollout?c=0&row=999'; 1")
     browser.wait("document.body.dataset.loaded === 'error'")
     assert "no row 999" in browser.text("#page-error")
+
+
+def test_running_collection_shows_progress_live(browser: DevTools, served: dict[str, Any]) -> None:
+    browser.goto("overview?c=2")
+    assert browser.text("#stat-rollouts") == "4"
+    assert browser.text("#stat-failures") == "1"
+    assert browser.text("#progress") == "4 / 10 rollouts, 1 failed — collecting"
+    assert browser.text("#failure-samples tr.failure-row td:nth-child(3)") == "agent_timeout"
+    assert "did not answer" in browser.text("#failure-samples tr.failure-row")
+    browser.screenshot("overview_live")
+    with served["live"].open("a") as sink:  # the collection goes on; nobody reloads the page
+        sink.write("".join(served["live_rest"]))
+    browser.wait("document.getElementById('stat-rollouts')?.textContent === '9'", timeout_s=15)
+    browser.wait("document.getElementById('progress').textContent === '9 / 10 rollouts, 1 failed'")

@@ -24,7 +24,7 @@ from typing import Any, Final
 
 import orjson
 
-from nemo_gym.collection_io import CollectionPaths
+from nemo_gym.collection_io import ERROR_KEY, FAILURE_CLASS_KEY, CollectionPaths
 from nemo_gym.metrics import pass_at_k
 from nemo_gym.viewer.index import FLAG_BAD_LINE, FLAG_TOKEN_IDS, RowIndex
 
@@ -33,6 +33,7 @@ __all__ = ["Collection", "TaskStats", "ViewerInputError", "compare", "TASK_STATU
 TASK_STATUSES: Final = ("any", "failed", "never", "always", "mixed")
 _MAX_PLOT_POINTS: Final = 400
 _MAX_PAGE: Final = 500
+_FAILURE_SAMPLES: Final = 50  # failure records shown on the Overview (the counts cover them all)
 
 
 class ViewerInputError(ValueError):
@@ -198,6 +199,7 @@ class Collection:
         def read(path: Path) -> dict[str, Any]:
             by_class: Counter[str] = Counter()
             by_task: Counter[int] = Counter()
+            samples: list[dict[str, Any]] = []
             with path.open("rb") as source:
                 for line in source:
                     if not line.strip():
@@ -209,16 +211,32 @@ class Collection:
                         continue
                     if not isinstance(record, dict):
                         continue
-                    by_class[str(record.get("_ng_failure_class") or "unclassified")] += 1
+                    failure_class = str(record.get(FAILURE_CLASS_KEY) or "unclassified")
+                    by_class[failure_class] += 1
                     task = record.get("_ng_task_index")
                     if isinstance(task, int):
                         by_task[task] += 1
-            return {"by_class": dict(by_class.most_common()), "by_task": by_task, "total": by_class.total()}
+                    if len(samples) < _FAILURE_SAMPLES:
+                        samples.append(
+                            {
+                                "task": task,
+                                "rollout": record.get("_ng_rollout_index"),
+                                "class": failure_class,
+                                "error": str(record.get(ERROR_KEY) or "")[:500],
+                            }
+                        )
+            return {
+                "by_class": dict(by_class.most_common()),
+                "by_task": by_task,
+                "total": by_class.total(),
+                "samples": samples,
+            }
 
         return self._side_file("failures", self.paths.failures, read) or {
             "by_class": {},
             "by_task": Counter(),
             "total": 0,
+            "samples": [],
         }
 
     def metrics_file(self) -> list[dict[str, Any]] | None:
@@ -299,6 +317,7 @@ class Collection:
         return {
             **self.summary(),
             "failures_by_class": failures["by_class"],
+            "failure_samples": failures["samples"],
             "agents": agents,
             "reward_histogram": _histogram(self.reward_counts),
             "task_pass_rates": _sorted_pass_rates(overall, _MAX_PLOT_POINTS),

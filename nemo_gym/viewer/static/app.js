@@ -177,6 +177,10 @@ async function overview(params) {
     <table id="agents"><thead><tr><th>agent</th><th class="num">rollouts</th><th class="num">tasks</th><th class="num">mean reward</th><th>pass@k</th><th class="num">solved never</th><th class="num">solved always</th></tr></thead><tbody>${agentRows}</tbody></table>
     <h2>Failures by class</h2>
     <table id="failures"><thead><tr><th>class</th><th class="num">rollouts</th></tr></thead><tbody>${failureRows}</tbody></table>
+    ${o.failure_samples.length ? `<h2>Failed rollouts${o.failures > o.failure_samples.length ? ` (first ${o.failure_samples.length})` : ""}</h2>
+    <p class="muted">Failures are never scored: they are infrastructure or agent errors, kept apart from the results.</p>
+    <table id="failure-samples"><thead><tr><th class="num">task</th><th class="num">rollout</th><th>class</th><th>error</th></tr></thead><tbody>${
+      o.failure_samples.map((f) => `<tr class="failure-row"><td class="num"><a href="#/tasks?c=${c}&status=failed">${esc(f.task ?? "–")}</a></td><td class="num">${esc(f.rollout ?? "–")}</td><td>${esc(f.class)}</td><td class="prompt">${esc(f.error)}</td></tr>`).join("")}</tbody></table>` : ""}
     ${metrics ? `<h2>Metrics file (key metrics)</h2><table id="metrics-file"><tbody>${metrics}</tbody></table>` : ""}
     <p class="muted">${esc(o.path)} · ${o.bytes} bytes indexed${o.bad_lines ? ` · ${o.bad_lines} lines that are not JSON objects` : ""}</p>`));
   if (o.expected && !o.complete) pollTimer = setTimeout(render, 2000);
