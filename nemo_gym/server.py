@@ -367,6 +367,10 @@ class BaseServer:
             routes=self.routes(), exception_handlers={404: no_such_route, 405: no_such_route}
         )
         app = StripRolloutPrefix(app)
+        from nemo_gym.memory_release import ReleaseMemoryAfterBurst, release_enabled
+
+        if release_enabled():
+            app = ReleaseMemoryAfterBurst(app)  # RSS settles back after thousands in flight
         token = os.environ.get(ENV_AUTH_TOKEN)
         if token:
             app = RequireAuthToken(app, token, self.name)

@@ -1,0 +1,110 @@
+"""Give memory back to the operating system once a burst of requests is over.
+
+Thousands of requests in flight (a collector at ``num_samples_in_parallel=4096``) leave a
+server's objects freed but its heap grown: glibc keeps freed pages for reuse, so RSS stays at
+the burst's peak long after the burst. :class:`ReleaseMemoryAfterBurst` counts requests in
+flight and, when a burst (at least ``burst`` requests in flight at once) has ended, runs a full
+garbage collection and ``malloc_trim`` after each of ``idle_s`` seconds without a request in
+flight: soon after the burst, and again once idle keep-alive connections (aiohttp closes its
+own after 15 s) have been closed and freed. ``NEMO_GYM_RELEASE_MEMORY_AFTER_BURST=0`` turns it
+off.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import ctypes.util
+import gc
+import os
+from collections.abc import Callable
+from typing import Any
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+ENV_RELEASE_MEMORY = "NEMO_GYM_RELEASE_MEMORY_AFTER_BURST"
+DEFAULT_BURST = 256
+DEFAULT_IDLE_S = (2.0, 20.0)
+
+
+def _malloc_trim() -> Callable[[], Any] | None:
+    """glibc's ``malloc_trim(0)``, or ``None`` where the C library has none (musl, macOS)."""
+    name = ctypes.util.find_library("c")
+    try:
+        trim = ctypes.CDLL(name).malloc_trim if name else None
+    except (OSError, AttributeError):
+        return None
+    if trim is None:
+        return None
+    trim.argtypes = [ctypes.c_size_t]
+    return lambda: trim(0)
+
+
+def release_memory() -> None:
+    """Collect garbage and hand the heap's free pages back to the operating system."""
+    gc.collect()
+    trim = _malloc_trim()
+    if trim is not None:
+        trim()
+
+
+def release_enabled() -> bool:
+    """Whether servers release memory after bursts (``NEMO_GYM_RELEASE_MEMORY_AFTER_BURST``)."""
+    return os.environ.get(ENV_RELEASE_MEMORY, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+class ReleaseMemoryAfterBurst:
+    """ASGI middleware: :func:`release_memory` after each burst of requests in flight, once per
+    entry of ``idle_s`` (seconds without a request in flight).
+
+    ``releases`` counts how often it ran. Costs two integer updates per request.
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        burst: int = DEFAULT_BURST,
+        idle_s: tuple[float, ...] = DEFAULT_IDLE_S,
+        release: Callable[[], None] = release_memory,
+    ) -> None:
+        self.app = app
+        self.burst = burst
+        self.idle_s = idle_s
+        self.release = release
+        self.releases = 0
+        self._in_flight = 0
+        self._peak = 0
+        self._timer: asyncio.TimerHandle | None = None
+        self._next = 0  # which entry of idle_s the timer waits for
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        self._in_flight += 1
+        if self._in_flight > self._peak:
+            self._peak = self._in_flight
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self._in_flight -= 1
+            if self._in_flight == 0 and self._peak >= self.burst:
+                self._start_timer(0)
+
+    def _start_timer(self, index: int) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._next = index
+        delay = self.idle_s[index] - (self.idle_s[index - 1] if index else 0.0)
+        self._timer = asyncio.get_running_loop().call_later(delay, self._after_idle)
+
+    def _after_idle(self) -> None:
+        self._timer = None
+        if self._in_flight:
+            return  # busy again: when it drains, the timers start over
+        self.releases += 1
+        self.release()
+        if self._next + 1 < len(self.idle_s):
+            self._start_timer(self._next + 1)
+        else:
+            self._peak = 0
