@@ -105,6 +105,7 @@ class ServerClient:
         self._external: set[str] = set()  # base URLs of endpoints that are not nemo_gym servers
         self._sessions: dict[asyncio.AbstractEventLoop, aiohttp.ClientSession] = {}
         self._round_robin = 0
+        self._lookups: dict[asyncio.AbstractEventLoop, asyncio.Task[list[ServerInstanceInfo]]] = {}
         self._headers = auth_headers()
         # Trainers often drop a client without close(): its sessions are closed when it is
         # collected (or at exit) instead of warning "Unclosed client session".
@@ -177,7 +178,7 @@ class ServerClient:
             raise ServerCallError(
                 "not_found", server_name, "", "no head server configured and no static URL for this name"
             )
-        instances = await self.server_instances()
+        instances = await (self.server_instances() if refresh else self._shared_lookup())
         by_name: dict[str, list[str]] = {}
         for info in instances:
             by_name.setdefault(info.name, []).append(info.url)
@@ -193,6 +194,16 @@ class ServerClient:
                 f"no server named {server_name!r} is registered (registered: {known})",
             )
         return by_name[server_name]
+
+    async def _shared_lookup(self) -> list[ServerInstanceInfo]:
+        """One head-server lookup shared by every caller that needs it at the same time (the
+        first burst of rollouts would otherwise send one lookup per rollout)."""
+        loop = asyncio.get_running_loop()
+        lookup = self._lookups.get(loop)
+        if lookup is None:
+            lookup = self._lookups[loop] = loop.create_task(self.server_instances())
+            lookup.add_done_callback(lambda _: self._lookups.pop(loop, None))
+        return await asyncio.shield(lookup)
 
     async def base_url(self, server_name: str, affinity: str | None = None) -> str:
         """One replica's base URL; the same ``affinity`` key always picks the same replica."""

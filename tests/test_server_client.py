@@ -114,3 +114,34 @@ def test_one_client_serves_several_event_loops_at_once():
             thread.join(30)
     assert not errors, errors
     assert sorted(results) == sorted([1, 2, 3, 4, 5] * 4)
+
+
+async def test_a_burst_of_first_calls_shares_one_head_lookup():
+    from aiohttp import web
+
+    lookups = []
+
+    async def instances(request: web.Request) -> web.Response:
+        lookups.append(1)
+        await asyncio.sleep(0.1)  # the whole burst arrives while the lookup is in flight
+        return web.json_response(
+            [{"name": "env", "url": "http://127.0.0.1:9", "host": "127.0.0.1", "port": 9}]
+        )
+
+    app = web.Application()
+    app.router.add_get("/server_instances", instances)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    client = ServerClient(f"http://127.0.0.1:{port}")
+    try:
+        urls = await asyncio.gather(*(client.base_url("env") for _ in range(50)))
+        assert set(urls) == {"http://127.0.0.1:9"} and len(lookups) == 1
+        with pytest.raises(ServerCallError) as info:
+            await client.resolve("nope", refresh=True)
+        assert info.value.kind == "not_found" and len(lookups) == 2
+    finally:
+        await client.close()
+        await runner.cleanup()
