@@ -23,7 +23,7 @@ from typing import Any
 import orjson
 
 from nemo_gym.cli import console_command
-from nemo_gym.collection_io import ROLLOUT_INDEX_KEY, TASK_INDEX_KEY
+from nemo_gym.collection_io import ROLLOUT_INDEX_KEY, TASK_INDEX_KEY, iter_jsonl
 from nemo_gym.config import (
     ConfigError,
     head_url_from_config,
@@ -89,23 +89,14 @@ class ReverifyReport:
 
 
 def read_rollouts(path: Path) -> list[tuple[int, dict[str, Any]]]:
-    """``(line number, row)`` for every result row; a line that is not a JSON object fails naming it."""
+    """``(line number, row)`` for every result row; a bad line, or one without a response, fails naming it."""
     rows = []
-    with path.open("rb") as handle:
-        for number, raw in enumerate(handle, start=1):
-            if not raw.strip():
-                continue
-            try:
-                row = orjson.loads(raw)
-            except orjson.JSONDecodeError as exc:
-                raise ConfigError(f"{path}:{number}: not valid JSON ({exc})") from exc
-            if not isinstance(row, dict):
-                raise ConfigError(f"{path}:{number}: a rollout must be a JSON object")
-            if not isinstance(row.get("response"), dict):
-                raise ConfigError(
-                    f"{path}:{number}: no recorded 'response' to re-verify (is this a results file?)"
-                )
-            rows.append((number, row))
+    for number, row in iter_jsonl(path):
+        if not isinstance(row.get("response"), dict):
+            raise ConfigError(
+                f"{path}:{number}: no recorded 'response' to re-verify (is this a results file?)"
+            )
+        rows.append((number, row))
     return rows
 
 

@@ -17,10 +17,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from nemo_gym.cli import console_command
-from nemo_gym.collection_io import TASK_INDEX_KEY
+from nemo_gym.collection_io import TASK_INDEX_KEY, iter_jsonl
 from nemo_gym.config import ConfigError, load_config
 from nemo_gym.response_items import content_text
 
@@ -170,19 +168,7 @@ def profile_rows(rows: Iterable[Mapping[str, Any]], pass_threshold: float = 1.0)
 
 def read_result_rows(path: Path) -> list[dict[str, Any]]:
     """The rows of a results file; a line that is not a JSON object fails naming it."""
-    rows = []
-    with path.open("rb") as handle:
-        for number, raw in enumerate(handle, start=1):
-            if not raw.strip():
-                continue
-            try:
-                row = orjson.loads(raw)
-            except orjson.JSONDecodeError as exc:
-                raise ConfigError(f"{path}:{number}: not valid JSON ({exc})") from exc
-            if not isinstance(row, dict):
-                raise ConfigError(f"{path}:{number}: a result row must be a JSON object")
-            rows.append(row)
-    return rows
+    return [row for _, row in iter_jsonl(path)]
 
 
 def _profile_command(argv: list[str]) -> int:
