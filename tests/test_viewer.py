@@ -247,7 +247,7 @@ def test_rollout_page(viewer_url: str, job: dict[str, Any]) -> None:
     assert status == 200
     assert page["data"] == job["rows"][3]
     task = job["rows"][3]["_ng_task_index"]
-    assert page["task"] == task and page["has_token_ids"] is True
+    assert page["task"] == task and page["has_token_ids"] is True and page["rows"] == 10
     assert [r["row"] for r in page["repeats"]] == [
         i for i, r in enumerate(job["rows"]) if r["_ng_task_index"] == task
     ]

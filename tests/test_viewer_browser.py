@@ -330,6 +330,10 @@ def test_rollout_page_shows_the_conversation_and_repeats(browser: DevTools, serv
     assert browser.text(f"{first} .verify-reward") == "1"
     assert "called_tool" in browser.text(f"{first} .item.verify")
     browser.screenshot("rollout")
+    if row + 1 < len(served["a"]):
+        browser.eval("document.getElementById('next-row').click(); 1")
+        browser.wait(f"location.hash.endsWith('row={row + 1}') && document.body.dataset.loaded === 'rollout'")
+        assert browser.eval("document.querySelector('.repeats .convo').dataset.row") == str(row + 1)
 
 
 def test_tokens_page(browser: DevTools, served: dict[str, Any]) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from operator import itemgetter
@@ -285,6 +286,10 @@ class Collection:
         """Name, size and row count (the collection picker and the progress line)."""
         failures = self.failures()
         expected = self.expected_rows()
+        try:
+            modified_s_ago: float | None = max(0.0, time.time() - self.path.stat().st_mtime)
+        except OSError:
+            modified_s_ago = None
         return {
             "path": str(self.path),
             "name": self.path.name,
@@ -293,6 +298,7 @@ class Collection:
             "failures": failures["total"],
             "expected": expected,
             "complete": expected is not None and len(self.index) + failures["total"] >= expected,
+            "modified_s_ago": modified_s_ago,
         }
 
     def overview(self) -> dict[str, Any]:
@@ -450,6 +456,7 @@ class Collection:
         ]
         return {
             "row": row,
+            "rows": len(self.index),
             "task": stats.task if stats.task >= 0 else None,
             "agent": self.index.agents[cols["agent"][row]],
             "has_token_ids": bool(cols["flags"][row] & FLAG_TOKEN_IDS),

@@ -183,7 +183,8 @@ async function overview(params) {
       o.failure_samples.map((f) => `<tr class="failure-row"><td class="num"><a href="#/tasks?c=${c}&status=failed">${esc(f.task ?? "–")}</a></td><td class="num">${esc(f.rollout ?? "–")}</td><td>${esc(f.class)}</td><td class="prompt">${esc(f.error)}</td></tr>`).join("")}</tbody></table>` : ""}
     ${metrics ? `<h2>Metrics file (key metrics)</h2><table id="metrics-file"><tbody>${metrics}</tbody></table>` : ""}
     <p class="muted">${esc(o.path)} · ${o.bytes} bytes indexed${o.bad_lines ? ` · ${o.bad_lines} lines that are not JSON objects` : ""}</p>`));
-  if (o.expected && !o.complete) pollTimer = setTimeout(render, 2000);
+  // Refresh while a collection is running: rows still expected, or the file changed lately.
+  if ((o.expected && !o.complete) || (o.modified_s_ago !== null && o.modified_s_ago < 30)) pollTimer = setTimeout(render, 2000);
 }
 
 // ---- Tasks ----------------------------------------------------------------------------
@@ -292,6 +293,9 @@ async function rollout(params) {
   const pages = [page, ...(await Promise.all(others.map((r) => api("rollout", { c, row: r.row }))))];
   main.replaceChildren(el(`
     <h1>Rollout <span class="muted">task ${page.task ?? "–"} · ${esc(page.agent)}</span></h1>
+    <p class="pager">${row > 0 ? `<a id="prev-row" href="#/rollout?c=${c}&row=${row - 1}">← row ${row - 1}</a>` : ""}
+      <span class="muted">row ${row} of ${page.rows}</span>
+      ${row + 1 < page.rows ? `<a id="next-row" href="#/rollout?c=${c}&row=${row + 1}">row ${row + 1} →</a>` : ""}</p>
     <p>Repeats of this task: ${page.repeats.map((r) => chip(c, r.row, r.reward, r.row === row)).join("")}
       ${page.repeats.length > 4 ? `<span class="muted">(showing 4 side by side)</span>` : ""}</p>
     <div class="repeats">${pages.map((p, i) => conversation(c, p, i === 0)).join("")}</div>`));
