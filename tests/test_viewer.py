@@ -476,3 +476,20 @@ def test_parallel_index_build_matches_serial(
     assert parallel.indexed_bytes == serial.indexed_bytes < path.stat().st_size
     assert -1 - 10 in parallel.snippets  # row 10 has no task index: its own task
     assert parallel.read_row(len(rows))["_ng_viewer_bad_line"] == "not json\n"
+
+
+def test_a_rewritten_file_is_summarized_again(job: dict[str, Any], tmp_path: Path) -> None:
+    path = tmp_path / "w.jsonl"
+    write_rows(path, job["rows"])
+    collection = Collection.open(path)
+    assert len(collection.tasks_by_key) == 5 and collection.overview()["mean_reward"] == pytest.approx(1.0)
+    rows = [dict(row, reward=0.0) for row in job["rows"] if row["_ng_task_index"] < 2]
+    write_rows(path, rows)  # a new collection written over the old one
+    collection.refresh()
+    assert collection.index.loaded_rows == 0 and len(collection.index) == 4
+    overview = collection.overview()
+    assert (overview["rows"], overview["num_tasks"], overview["mean_reward"]) == (4, 2, 0.0)
+    assert overview["agents"][0]["solved_never"] == 2
+    assert [task["rows"] for task in collection.tasks()["tasks"]] == [
+        [i for i, r in enumerate(rows) if r["_ng_task_index"] == t] for t in (0, 1)
+    ]
