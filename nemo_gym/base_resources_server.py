@@ -33,9 +33,10 @@ import typing
 from collections.abc import Callable
 from typing import Any, ClassVar, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from starlette.routing import Route
 
+from nemo_gym.response_items import response_shape_errors
 from nemo_gym.server import BaseServer, BaseServerConfig, body_model
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -78,6 +79,16 @@ class BaseVerifyRequest(BaseRunRequest):
     """
 
     response: dict[str, Any]
+
+    @field_validator("response")
+    @classmethod
+    def _response_shape(cls, value: dict[str, Any]) -> dict[str, Any]:
+        # A malformed output (an item that is a string, say) is the caller's mistake: a 422
+        # naming the field, never a verifier crashing on it with a 500.
+        errors = response_shape_errors(value)
+        if errors:
+            raise ValueError("; ".join(errors[:5]))
+        return value
 
 
 class BaseVerifyResponse(BaseVerifyRequest):

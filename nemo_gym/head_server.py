@@ -14,14 +14,24 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-import orjson
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
 from nemo_gym.config import dump_yaml
-from nemo_gym.server import ENV_AUTH_TOKEN, RequireAuthToken, json_response
+from nemo_gym.server import (
+    ENV_AUTH_TOKEN,
+    HTTPError,
+    RequestGuard,
+    RequireAuthToken,
+    json_error_handlers,
+    json_response,
+    parse_json_object,
+)
+
+# Registrations are a few hundred bytes; nothing the head serves needs a large body.
+HEAD_MAX_BODY_BYTES = 1024 * 1024
 
 
 @dataclass
@@ -107,14 +117,16 @@ class HeadServer:
     def build_app(self) -> Any:
         """The ASGI app (auth-protected when ``NEMO_GYM_AUTH_TOKEN`` is set)."""
         app: Any = Starlette(
+            exception_handlers=json_error_handlers("head_server"),
             routes=[
                 Route("/", self._liveness, methods=["GET"]),
                 Route("/register", self._register, methods=["POST"]),
                 Route("/deregister", self._deregister, methods=["POST"]),
                 Route("/server_instances", self._server_instances, methods=["GET"]),
                 Route("/global_config_dict_yaml", self._config_yaml, methods=["GET"]),
-            ]
+            ],
         )
+        app = RequestGuard(app, "head_server", HEAD_MAX_BODY_BYTES)
         token = os.environ.get(ENV_AUTH_TOKEN)
         return RequireAuthToken(app, token, "head_server") if token else app
 
@@ -122,27 +134,28 @@ class HeadServer:
         return json_response({"status": "ok", "server": "head_server", "pid": os.getpid()})
 
     async def _register(self, request: Request) -> Response:
+        body = parse_json_object(await request.body(), "registration")
         try:
-            body = orjson.loads(await request.body())
             replica = Replica(
-                name=str(body["name"]),
+                name=_text(body, "name"),
                 server_type=str(body.get("server_type", "")),
-                host=str(body["host"]),
-                port=int(body["port"]),
+                host=_text(body, "host"),
+                port=_port(body),
                 pid=int(body.get("pid", 0)),
                 registered_at=time.time(),
             )
-        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
-            return json_response(
-                {"error": f"invalid registration (need name, host, port): {exc}", "server": "head_server"},
-                422,
-            )
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise HTTPError(422, f"invalid registration (need name, host, port): {exc}") from exc
         self.registry.register(replica)
         return json_response({"status": "registered", "url": replica.url})
 
     async def _deregister(self, request: Request) -> Response:
-        body = orjson.loads(await request.body())
-        self.registry.deregister(str(body.get("name")), str(body.get("host")), int(body.get("port", 0)))
+        body = parse_json_object(await request.body(), "deregistration")
+        try:
+            name, host, port = _text(body, "name"), _text(body, "host"), _port(body)
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise HTTPError(422, f"invalid deregistration (need name, host, port): {exc}") from exc
+        self.registry.deregister(name, host, port)
         return json_response({"status": "deregistered"})
 
     async def _server_instances(self, request: Request) -> Response:
@@ -150,3 +163,17 @@ class HeadServer:
 
     async def _config_yaml(self, request: Request) -> Response:
         return PlainTextResponse(dump_yaml(self.global_config))
+
+
+def _text(body: Mapping[str, Any], field: str) -> str:
+    value = body.get(field)
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{field} must be a non-empty string, got {value!r:.80}")
+    return value
+
+
+def _port(body: Mapping[str, Any]) -> int:
+    value = body.get("port")
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 65536:
+        raise ValueError(f"port must be an integer 1-65535, got {value!r:.80}")
+    return value

@@ -59,15 +59,21 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - miss
 
 
+# Larger magnitudes are not metrics (a sum or a square of them overflows a float): they are
+# skipped like NaN and infinities, instead of failing the whole aggregation.
+MAX_METRIC_MAGNITUDE = 1e150
+
+
 def _as_number(value: Any) -> float | None:
-    """``value`` as a finite float, or ``None`` for bools, non-numbers, NaN and infinities."""
+    """``value`` as a float, or ``None`` for bools, non-numbers, NaN, infinities and magnitudes
+    past :data:`MAX_METRIC_MAGNITUDE`."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     try:
         number = float(value)
     except OverflowError:
         return None
-    return number if math.isfinite(number) else None
+    return number if -MAX_METRIC_MAGNITUDE <= number <= MAX_METRIC_MAGNITUDE else None
 
 
 def _add_numbers(
@@ -78,7 +84,7 @@ def _add_numbers(
     for key, value in source.items():
         value_type = type(value)
         if value_type is float:
-            if not math.isfinite(value):
+            if not -MAX_METRIC_MAGNITUDE <= value <= MAX_METRIC_MAGNITUDE:  # also NaN and infinities
                 continue
         elif value_type in _NOT_NUMBERS:
             continue

@@ -171,3 +171,43 @@ def count_model_turns(items: Iterable[dict[str, Any]]) -> int:
             turns += 1
         previous = current
     return turns
+
+
+def response_shape_errors(response: Any, where: str = "response") -> list[str]:
+    """What is wrong with the shape of a Responses API response object, as ``field: problem`` lines.
+
+    Only the parts every reader walks are checked (``output`` a list of objects, a message's
+    ``content`` a string or a list of objects, text and call fields strings), so a malformed
+    body is named here instead of failing deep inside a verifier. Unknown fields are fine.
+    """
+    if not isinstance(response, dict):
+        return [f"{where}: must be an object, got {type(response).__name__}"]
+    output = response.get("output")
+    if output is None:
+        return []
+    if not isinstance(output, list):
+        return [f"{where}.output: must be a list of items, got {type(output).__name__}"]
+    errors = []
+    for index, item in enumerate(output):
+        path = f"{where}.output.{index}"
+        if not isinstance(item, dict):
+            errors.append(f"{path}: must be an object, got {type(item).__name__}")
+            continue
+        for key in ("type", "role", "name", "arguments", "call_id"):
+            value = item.get(key)
+            if value is not None and not isinstance(value, str):
+                errors.append(f"{path}.{key}: must be a string, got {type(value).__name__}")
+        content = item.get("content")
+        if content is None or isinstance(content, str):
+            continue
+        if not isinstance(content, list):
+            errors.append(
+                f"{path}.content: must be a string or a list of parts, got {type(content).__name__}"
+            )
+            continue
+        for part_index, part in enumerate(content):
+            if not isinstance(part, dict):
+                errors.append(f"{path}.content.{part_index}: must be an object, got {type(part).__name__}")
+            elif part.get("text") is not None and not isinstance(part["text"], str):
+                errors.append(f"{path}.content.{part_index}.text: must be a string")
+    return errors

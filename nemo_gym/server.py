@@ -45,6 +45,14 @@ from nemo_gym.protocol import (  # noqa: F401
     auth_headers,
     raise_fd_limit,
 )
+from nemo_gym.request_guard import (  # noqa: F401 - HTTPError is part of this module's API
+    DEFAULT_BODY_TIMEOUT_S,
+    DEFAULT_HEADER_TIMEOUT_S,
+    HTTPError,
+    RequestGuard,
+    header_timeout_protocol,
+    parse_json_object,
+)
 from nemo_gym.server_client import ServerCallError, ServerClient
 
 logger = logging.getLogger("nemo_gym")
@@ -75,7 +83,11 @@ class BaseServerConfig(BaseModel):
     port: int = 0
     entrypoint: str = "app.py"
     domain: str | None = None
-    max_body_bytes: int = 256 * 1024 * 1024
+    # Bodies are parsed in memory: the limit bounds what one request can make a server hold
+    # (counted while reading, so a larger body is refused before it is buffered).
+    max_body_bytes: int = 64 * 1024 * 1024
+    header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S
+    body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S
     session_ttl_s: float = 3600.0
     max_sessions: int = 1_000_000
     # Bounds for the port this server picks when ``port`` is 0 (NeMo Gym's port_range_low/high).
@@ -95,22 +107,11 @@ def json_response(value: Any, status_code: int = 200) -> Response:
     return Response(dumps(value), status_code=status_code, media_type="application/json")
 
 
-class HTTPError(Exception):
-    """Raise from a handler to answer with a status code and a JSON error body.
-
-    ``extra`` fields are added to the body, e.g. ``failure_class="judge_failed"`` (the collector
-    files the rollout under that class) or ``detail=[{"field": ..., "message": ...}]``.
-    """
-
-    def __init__(self, status_code: int, message: str, **extra: Any) -> None:
-        super().__init__(message)
-        self.status_code = status_code
-        self.message = message
-        self.extra = extra
-
-
 # How an upstream failure is classified when a handler lets a ServerCallError escape.
 UPSTREAM_FAILURE_CLASSES = {"unreachable": "unreachable", "not_found": "unreachable", "timeout": "timeout"}
+# Statuses from a downstream server that mean the request it got was malformed (the caller's
+# input passed through), answered as such instead of as an infrastructure 502.
+CALLER_FAULT_STATUSES = frozenset({400, 413, 422})
 
 
 class SessionStore:
@@ -285,30 +286,16 @@ class BaseServer:
     ) -> Callable[[Request], Awaitable[Response]]:
         """The starlette endpoint for a handler: parse, validate, call, serialize, catch."""
         model = body_model(body_model_of or handler)
-        max_bytes = self.config.max_body_bytes
         server_name = self.name
 
         async def run(request: Request) -> Response:
-            declared = request.headers.get("content-length")
-            if declared is not None and declared.isdigit() and int(declared) > max_bytes:
-                return json_response(
-                    {
-                        "error": f"request body of {declared} bytes exceeds the limit of {max_bytes}",
-                        "server": server_name,
-                    },
-                    413,
-                )
+            # The body limit and deadline are enforced while reading by RequestGuard.
             raw = await request.body()
-            if len(raw) > max_bytes:
-                return json_response(
-                    {"error": f"request body exceeds the limit of {max_bytes} bytes", "server": server_name},
-                    413,
-                )
             try:
-                data = orjson.loads(raw) if raw else {}
-            except orjson.JSONDecodeError as exc:
+                data = parse_json_object(raw)
+            except HTTPError as exc:
                 return json_response(
-                    {"error": f"request body is not valid JSON: {exc}", "server": server_name}, 400
+                    {"error": exc.message, "server": server_name, **exc.extra}, exc.status_code
                 )
 
             incoming = request.cookies.get(SESSION_COOKIE) if "cookie" in request.headers else None
@@ -324,6 +311,21 @@ class BaseServer:
                     {"error": exc.message, "server": server_name, **exc.extra}, exc.status_code
                 )
             except ServerCallError as exc:
+                if exc.kind == "http_error" and exc.status in CALLER_FAULT_STATUSES:
+                    # The server downstream refused what the caller sent (a bad parameter passed
+                    # through): the caller's mistake, so a 4xx naming the upstream, not a 502.
+                    upstream_error = exc.body.get("error") if isinstance(exc.body, dict) else None
+                    if isinstance(upstream_error, dict):
+                        upstream_error = upstream_error.get("message")
+                    return json_response(
+                        {
+                            "error": f"{exc.server} rejected the request: {upstream_error or exc}",
+                            "server": server_name,
+                            "upstream": exc.server,
+                            "upstream_status": exc.status,
+                        },
+                        exc.status or 400,
+                    )
                 # A server this one depends on failed: answer 502 and keep its failure class, so
                 # the collector files the rollout correctly instead of as this server's bug.
                 upstream = exc.body.get("failure_class") if isinstance(exc.body, dict) else None
@@ -340,7 +342,19 @@ class BaseServer:
                 return json_response({"error": f"{type(exc).__name__}: {exc}", "server": server_name}, 500)
             else:
                 # A handler may answer with a ready response (a model server's event stream).
-                response = result if isinstance(result, Response) else json_response(result)
+                try:
+                    response = result if isinstance(result, Response) else json_response(result)
+                except (TypeError, orjson.JSONEncodeError) as exc:
+                    logger.exception(
+                        "%s: %s %s: answer not serializable", server_name, request.method, request.url.path
+                    )
+                    return json_response(
+                        {
+                            "error": f"the answer could not be serialized as JSON: {exc}",
+                            "server": server_name,
+                        },
+                        500,
+                    )
                 # Only a handler that opened state needs the cookie: stateless hops (model calls,
                 # stateless tools) skip building a Set-Cookie header.
                 if incoming is None and session_id in self.sessions:
@@ -353,18 +367,18 @@ class BaseServer:
         return run
 
     def build_app(self) -> ASGIApp:
-        """The ASGI app: routes wrapped in prefix stripping and (optional) auth."""
-        name = self.name
-
-        async def no_such_route(request: Request, exc: Exception) -> Response:
-            status = getattr(exc, "status_code", 404)
-            what = "no route" if status == 404 else "method not allowed for"
-            return json_response(
-                {"error": f"{what} {request.method} {request.url.path}", "server": name}, status
-            )
-
-        app: ASGIApp = Starlette(
-            routes=self.routes(), exception_handlers={404: no_such_route, 405: no_such_route}
+        """The ASGI app: routes behind the request guard, prefix stripping and (optional) auth."""
+        app: ASGIApp = Starlette(routes=self.routes(), exception_handlers=json_error_handlers(self.name))
+        path_limits = {}
+        spooled = getattr(self.config, "max_aggregate_metrics_body_bytes", None)
+        if isinstance(spooled, int):
+            path_limits["/aggregate_metrics"] = spooled  # spooled to disk, not held in memory
+        app = RequestGuard(
+            app,
+            self.name,
+            self.config.max_body_bytes,
+            body_timeout_s=self.config.body_timeout_s,
+            path_limits=path_limits,
         )
         app = StripRolloutPrefix(app)
         from nemo_gym.memory_release import ReleaseMemoryAfterBurst, release_enabled
@@ -408,7 +422,9 @@ class BaseServer:
             else:
                 sock = bind_socket(self.config.host, self.config.port)
         host, port = sock.getsockname()[:2]
-        uv_server = make_uvicorn_server(self.build_app(), embedded=embedded)
+        uv_server = make_uvicorn_server(
+            self.build_app(), embedded=embedded, header_timeout_s=self.config.header_timeout_s
+        )
         self.uvicorn_server = uv_server
         await self.on_startup()
         serve_task = asyncio.create_task(uv_server.serve(sockets=[sock]))
@@ -428,20 +444,27 @@ class BaseServer:
                     await self._server_client.close()
 
 
-def make_uvicorn_server(app: ASGIApp, embedded: bool = False) -> Any:
+def make_uvicorn_server(
+    app: ASGIApp, embedded: bool = False, header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S
+) -> Any:
     """A uvicorn server for ``app`` tuned for internal hops: no access log, keep-alive, big backlog.
 
+    Connections whose request headers are not complete within ``header_timeout_s`` are closed.
     ``embedded`` servers do not install signal handlers (their host process owns the signals).
     """
     import uvicorn
 
+    if _has("httptools"):
+        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as protocol
+    else:
+        from uvicorn.protocols.http.h11_impl import H11Protocol as protocol  # type: ignore[assignment]
     config = uvicorn.Config(
         app,
         log_level="warning",
         access_log=False,
         lifespan="off",
         loop="none",
-        http="httptools" if _has("httptools") else "h11",
+        http=header_timeout_protocol(protocol, header_timeout_s),
         timeout_keep_alive=75,
         backlog=4096,
     )
@@ -454,6 +477,30 @@ def make_uvicorn_server(app: ASGIApp, embedded: bool = False) -> Any:
             yield
 
     return EmbeddedServer(config)
+
+
+def json_error_handlers(server_name: str) -> dict[Any, Callable[[Request, Exception], Awaitable[Response]]]:
+    """Starlette exception handlers that answer every error as JSON naming the server.
+
+    404/405 name the method and path; an :class:`HTTPError` (a body too large or too slow, from
+    the request guard) keeps its status; anything else is a JSON 500, never plain text.
+    """
+
+    async def no_such_route(request: Request, exc: Exception) -> Response:
+        status = getattr(exc, "status_code", 404)
+        what = "no route" if status == 404 else "method not allowed for"
+        return json_response(
+            {"error": f"{what} {request.method} {request.url.path}", "server": server_name}, status
+        )
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPError)
+        return json_response({"error": exc.message, "server": server_name, **exc.extra}, exc.status_code)
+
+    async def internal_error(request: Request, exc: Exception) -> Response:
+        return json_response({"error": f"{type(exc).__name__}: {exc}", "server": server_name}, 500)
+
+    return {404: no_such_route, 405: no_such_route, HTTPError: http_error, Exception: internal_error}
 
 
 class StripRolloutPrefix:

@@ -71,6 +71,32 @@ def running_server(server: BaseServer, host: str = "127.0.0.1") -> Iterator[str]
 
 
 @contextlib.contextmanager
+def running_app(app: Any, host: str = "127.0.0.1", header_timeout_s: float = 15.0) -> Iterator[str]:
+    """Serve any ASGI app (the head server's, a fake upstream's) on a free loopback port; yields its URL."""
+    from nemo_gym.server import make_uvicorn_server
+
+    sock = bind_socket(host, 0)
+    url = f"http://{host}:{sock.getsockname()[1]}"
+    uv = make_uvicorn_server(app, embedded=True, header_timeout_s=header_timeout_s)
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(
+        target=lambda: loop.run_until_complete(uv.serve(sockets=[sock])), name="app", daemon=True
+    )
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not uv.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError(f"the app at {url} did not start")
+        time.sleep(0.01)
+    try:
+        yield url
+    finally:
+        uv.should_exit = True
+        thread.join(10)
+        loop.close()
+
+
+@contextlib.contextmanager
 def running_stack(
     config_paths: Sequence[str], overrides: Sequence[str] = (), **stack_kwargs: Any
 ) -> Iterator[StackHandle]:
