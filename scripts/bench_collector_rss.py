@@ -15,7 +15,8 @@ never count. Transports:
 Aggregation is off by default (``+disable_aggregation=true``). ``--aggregate`` turns it on:
 with ``http`` the rows stream to the agent process (its body limit raised: a million stripped
 rows are ~350 MB) and its answer streams to disk; with ``dry`` the call fails and the metrics
-are computed in the collector by ``nemo_gym.metrics`` (~1.7 GB for a million rows).
+are computed in the collector by ``nemo_gym.streaming_metrics.MetricsAccumulator`` (tens of MB
+for a million rows; see scripts/bench_metrics_rss.py).
 ``--resume`` then cuts the results in half, adds a torn line and measures a resumed run.
 
 Measured on 2 shared cores, 1,000,000 rows: dry 109 MB peak (38 s); http 110 MB (337 s),
@@ -170,7 +171,8 @@ def serve_agent() -> None:
     sock = bind_socket("127.0.0.1", 0)
     print(f"PORT {sock.getsockname()[1]}", flush=True)
     with asyncio.Runner(loop_factory=_loop_factory()) as runner:
-        # A million stripped rows are ~350 MB of JSON: past the default 256 MB body limit.
+        # Since [PERF2] /aggregate_metrics streams (no body limit applies); the raised limit stays so
+        # runs compare with the earlier numbers.
         agent = BenchAgent({"name": "bench_agent", "max_body_bytes": 4 << 30})
         runner.run(agent.serve(sock, register=False))
 
