@@ -395,18 +395,21 @@ def main() -> None:
         f"\n{args.rows} rows, concurrency {args.concurrency}, best of {args.repeats} ng_collect_rollouts runs"
     )
     print(
-        "| stack | collector | agent | resources | model | total CPU ms/rollout | rollouts/s | /run-driven | ratio |"
+        "| stack | collector | agent | resources | model | total CPU ms/rollout | ÷ floor hop | rollouts/s "
+        "| /run-driven | ratio |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for stack, r in results["stacks"].items():
         cpu = r["best"]["cpu_ms_per_rollout"]
         print(
             f"| {stack} | {cpu['collector']:.3f} | {cpu['agent']:.3f} | {cpu['resources']:.3f} | {cpu['model']:.3f} "
-            f"| **{r['best']['total_cpu_ms_per_rollout']:.3f}** | {r['best_collector_rollouts_per_s']:.0f} "
+            f"| **{r['best']['total_cpu_ms_per_rollout']:.3f}** "
+            f"| {r['best']['total_cpu_ms_per_rollout'] / results['floor']['cpu_ms_per_hop']:.1f} "
+            f"| {r['best_collector_rollouts_per_s']:.0f} "
             f"| {r['run_driven']['rollouts_per_s']:.0f} | {r['collector_rate_vs_run_driven']:.0%} |"
         )
     print(
-        f"| floor: {HOPS_PER_ROLLOUT} bare echo hops | | | | | {floor_rollout:.3f} "
+        f"| floor: {HOPS_PER_ROLLOUT} bare echo hops | | | | | {floor_rollout:.3f} | {HOPS_PER_ROLLOUT} "
         f"| {results['floor']['hops_per_s'] / HOPS_PER_ROLLOUT:.0f} | | |"
     )
     if args.json:
