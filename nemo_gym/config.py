@@ -21,11 +21,12 @@ from typing import Any
 
 import yaml
 
+# Redaction lives in nemo_gym.secrets; these names stay importable from here.
+from nemo_gym.secrets import REDACTED, SECRET_KEY_PARTS, is_secret_key, redact, secret_values  # noqa: F401
+
 SERVER_KINDS = ("resources_servers", "responses_api_models", "responses_api_agents")
 DEFAULT_HEAD_HOST = "127.0.0.1"
 DEFAULT_HEAD_PORT = 11000
-SECRET_KEY_PARTS = ("key", "token", "secret", "password")
-REDACTED = "***REDACTED***"
 ENV_YAML = "env.yaml"
 ENV_HEAD_HOST = "NEMO_GYM_HEAD_HOST"
 ENV_HEAD_PORT = "NEMO_GYM_HEAD_PORT"
@@ -325,31 +326,9 @@ def validate_server_refs(config: Mapping[str, Any]) -> None:
             raise ConfigError(message)
 
 
-def is_secret_key(key: str) -> bool:
-    """Whether a config key names a secret (it contains key, token, secret or password)."""
-    lowered = key.lower()
-    return any(part in lowered for part in SECRET_KEY_PARTS)
-
-
-def redact(value: Any) -> Any:
-    """A copy with every secret-looking string value replaced.
-
-    Only string values are hidden: numbers and booleans under such keys (``max_tokens``,
-    ``return_token_id_information``) are settings, not secrets.
-    """
-    if isinstance(value, Mapping):
-        return {
-            k: (REDACTED if is_secret_key(str(k)) and isinstance(v, str) and v else redact(v))
-            for k, v in value.items()
-        }
-    if isinstance(value, list):
-        return [redact(v) for v in value]
-    return value
-
-
 def dump_yaml(config: Mapping[str, Any]) -> str:
     """The config as YAML, secrets redacted."""
-    return yaml.safe_dump(redact(config), sort_keys=False)
+    return yaml.safe_dump(redact(config, secret_values(config)), sort_keys=False)
 
 
 def head_server_address(config: Mapping[str, Any]) -> tuple[str, int]:

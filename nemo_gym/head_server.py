@@ -8,6 +8,7 @@ names. ``/global_config_dict_yaml`` serves the merged config with secrets redact
 from __future__ import annotations
 
 import asyncio
+import hmac
 import os
 import time
 from collections.abc import Mapping
@@ -21,10 +22,11 @@ from starlette.routing import Route
 
 from nemo_gym.config import dump_yaml
 from nemo_gym.server import (
-    ENV_AUTH_TOKEN,
+    REGISTRATION_SECRET_HEADER,
     HTTPError,
     RequestGuard,
     RequireAuthToken,
+    auth_token,
     json_error_handlers,
     json_response,
     parse_json_object,
@@ -110,9 +112,14 @@ class Registry:
 class HeadServer:
     """The registry as a starlette app, with the (redacted) global config it serves."""
 
-    def __init__(self, global_config: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self, global_config: Mapping[str, Any] | None = None, registration_secret: str | None = None
+    ) -> None:
         self.registry = Registry()
         self.global_config = dict(global_config or {})
+        # With a secret, only processes that hold it (the servers ng_run started and handed it
+        # to) may add or remove replicas: any other local process cannot pose as policy_model.
+        self.registration_secret = registration_secret
 
     def build_app(self) -> Any:
         """The ASGI app (auth-protected when ``NEMO_GYM_AUTH_TOKEN`` is set)."""
@@ -127,13 +134,26 @@ class HeadServer:
             ],
         )
         app = RequestGuard(app, "head_server", HEAD_MAX_BODY_BYTES)
-        token = os.environ.get(ENV_AUTH_TOKEN)
+        token = auth_token()
         return RequireAuthToken(app, token, "head_server") if token else app
 
     async def _liveness(self, request: Request) -> Response:
         return json_response({"status": "ok", "server": "head_server", "pid": os.getpid()})
 
+    def _check_registration_secret(self, request: Request) -> None:
+        if self.registration_secret is None:
+            return
+        given = request.headers.get(REGISTRATION_SECRET_HEADER, "")
+        if not hmac.compare_digest(given.encode(), self.registration_secret.encode()):
+            raise HTTPError(
+                403,
+                f"{'wrong' if given else 'missing'} registration secret: {request.url.path} needs the "
+                f"stack's secret in the {REGISTRATION_SECRET_HEADER} header (ng_run hands it to the "
+                "servers it starts)",
+            )
+
     async def _register(self, request: Request) -> Response:
+        self._check_registration_secret(request)
         body = parse_json_object(await request.body(), "registration")
         try:
             replica = Replica(
@@ -150,6 +170,7 @@ class HeadServer:
         return json_response({"status": "registered", "url": replica.url})
 
     async def _deregister(self, request: Request) -> Response:
+        self._check_registration_secret(request)
         body = parse_json_object(await request.body(), "deregistration")
         try:
             name, host, port = _text(body, "name"), _text(body, "host"), _port(body)

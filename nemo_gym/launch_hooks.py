@@ -22,6 +22,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,10 +33,16 @@ ENV_CONFIG_PATH = "NEMO_GYM_CONFIG_PATH"  # NeMo Gym's variable naming the insta
 
 @dataclass(frozen=True)
 class LaunchSettings:
-    """The environment and working directory of the server process being launched."""
+    """The environment and working directory of the server process being launched.
+
+    ``stdin_payload`` (config and secrets as JSON) is written to the process's stdin, which is
+    then closed: secrets never sit in its environment. A replacement ``run_command`` that starts
+    the process itself must deliver it the same way.
+    """
 
     env: Mapping[str, str]
     cwd: str
+    stdin_payload: bytes | None = None
 
 
 current_launch: contextvars.ContextVar[LaunchSettings | None] = contextvars.ContextVar(
@@ -90,16 +97,34 @@ def run_command(command: str, working_dir_path: Path) -> subprocess.Popen[bytes]
             p for p in (str(working_dir_path), env.get("PYTHONPATH", "")) if p
         )
         launch = LaunchSettings(env, str(working_dir_path))
-    return subprocess.Popen(
+    process = subprocess.Popen(
         ["/bin/bash", "-c", command],
         env=dict(launch.env),
         cwd=launch.cwd,
-        stdin=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL if launch.stdin_payload is None else subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         start_new_session=True,
         preexec_fn=die_with_parent if sys.platform.startswith("linux") else None,
     )
+    if launch.stdin_payload is not None:
+        write_stdin_payload(process, launch.stdin_payload)
+    return process
+
+
+def write_stdin_payload(process: subprocess.Popen[bytes], payload: bytes) -> None:
+    """Write ``payload`` to the process's stdin and close it, in a thread (a payload larger than
+    the pipe buffer waits for the child to start reading; the launcher must not)."""
+
+    def write() -> None:
+        assert process.stdin is not None
+        try:
+            process.stdin.write(payload)
+            process.stdin.close()
+        except (BrokenPipeError, OSError):
+            pass  # the child died first: the launcher reports that
+
+    threading.Thread(target=write, name="nemo_gym-launch-payload", daemon=True).start()
 
 
 DEFAULT_HOOKS = LaunchHooks(setup_env_command=setup_env_command, run_command=run_command)

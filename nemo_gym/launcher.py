@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -37,11 +38,15 @@ import orjson
 from nemo_gym.config import ConfigError, ServerInstance, head_server_address, project_root, server_instances
 from nemo_gym.head_server import HeadServer, Replica
 from nemo_gym.launch_hooks import DEFAULT_HOOKS, LaunchHooks, LaunchSettings, current_launch, server_command
+from nemo_gym.secrets import remember_secret_values, secret_values
 from nemo_gym.server import (
+    ENV_AUTH_TOKEN,
     ENV_HEAD_URL,
     ENV_INSTANCE_NAME,
+    ENV_LAUNCH_PAYLOAD,
     ENV_SERVER_CONFIG,
     auth_headers,
+    auth_token,
     bind_socket,
     bind_socket_in_range,
     make_uvicorn_server,
@@ -60,7 +65,8 @@ class LaunchSpec:
 
     ``command`` is the argv of the server itself; ``server_dir`` holds its ``app.py`` (which may
     not exist when a launch hook replaces the process); ``global_config`` is what NeMo Gym's
-    ``setup_env_command`` hook receives.
+    ``setup_env_command`` hook receives; ``stdin_payload`` is what the process reads on stdin at
+    start-up (its config, the auth token, the registration secret: never in its environment).
     """
 
     instance: ServerInstance
@@ -69,6 +75,9 @@ class LaunchSpec:
     cwd: str
     server_dir: Path = Path()
     global_config: Mapping[str, Any] = field(default_factory=dict)
+    # Config and secrets as JSON for the process's stdin (the env only says to read it). Every
+    # backend must deliver it: LocalProcessBackend writes it to the child's stdin and closes it.
+    stdin_payload: bytes | None = None
 
 
 @dataclass
@@ -127,7 +136,7 @@ class LocalProcessBackend:
         setup = self.hooks.setup_env_command(spec.server_dir, spec.global_config, name)
         python, entrypoint = spec.command[0], Path(spec.command[-1])
         command = server_command(setup, name, python, entrypoint)
-        token = current_launch.set(LaunchSettings(spec.env, spec.cwd))
+        token = current_launch.set(LaunchSettings(spec.env, spec.cwd, spec.stdin_payload))
         try:
             process = self.hooks.run_command(command, spec.server_dir)
         finally:
@@ -218,6 +227,7 @@ def launch_spec(
     head_url: str,
     cwd: Path | None = None,
     global_config: Mapping[str, Any] | None = None,
+    registration_secret: str | None = None,
 ) -> LaunchSpec:
     """The command and environment that start one configured server.
 
@@ -230,7 +240,11 @@ def launch_spec(
     )
     root = path.parent.parent.parent  # the folder holding <kind>/<impl>/app.py
     env = dict(os.environ)
-    env[ENV_SERVER_CONFIG] = orjson.dumps({**instance.fields, "name": instance.name}).decode()
+    # Secrets go on stdin, never in the environment (readable in /proc/<pid>/environ and
+    # inherited by every process the server starts).
+    env.pop(ENV_AUTH_TOKEN, None)
+    env.pop(ENV_SERVER_CONFIG, None)
+    env[ENV_LAUNCH_PAYLOAD] = "stdin"
     env[ENV_INSTANCE_NAME] = instance.name
     env[ENV_HEAD_URL] = head_url
     env["PYTHONPATH"] = os.pathsep.join(
@@ -244,6 +258,18 @@ def launch_spec(
         str(cwd or Path.cwd()),
         server_dir=path.parent,
         global_config=dict(global_config or {}),
+        stdin_payload=launch_payload(instance, registration_secret),
+    )
+
+
+def launch_payload(instance: ServerInstance, registration_secret: str | None = None) -> bytes:
+    """What a launched server reads on stdin: its config, the auth token, the registration secret."""
+    return orjson.dumps(
+        {
+            "server_config": {**instance.fields, "name": instance.name},
+            "auth_token": auth_token(),
+            "registration_secret": registration_secret,
+        }
     )
 
 
@@ -317,7 +343,10 @@ class Stack:
         self.log = log
         self.cwd = cwd
         self.startup_timeout_s = startup_timeout_s
-        self.head = HeadServer(self.config)
+        # Per stack: only the servers this stack starts (handed it on stdin) may register.
+        self.registration_secret = secrets.token_urlsafe(32)
+        self.head = HeadServer(self.config, registration_secret=self.registration_secret)
+        remember_secret_values({*secret_values(self.config), auth_token(), self.registration_secret})
         self.processes: dict[str, ServerProcess] = {}
         self.head_url = ""
         self.startup_seconds: float | None = None
@@ -334,7 +363,7 @@ class Stack:
             raise ConfigError("no server instances in the config; pass +config_paths=[...]")
         external = {n: i for n, i in self.instances.items() if i.fields.get("external_url")}
         specs = [
-            launch_spec(i, "http://placeholder", self.cwd, self.config)
+            launch_spec(i, "http://placeholder", self.cwd, self.config, self.registration_secret)
             for n, i in self.instances.items()
             if n not in external
         ]

@@ -15,14 +15,41 @@ ENV_SERVER_CONFIG = "NEMO_GYM_SERVER_CONFIG"
 ENV_INSTANCE_NAME = "NEMO_GYM_INSTANCE_NAME"
 ENV_HEAD_URL = "NEMO_GYM_HEAD_URL"
 ENV_AUTH_TOKEN = "NEMO_GYM_AUTH_TOKEN"
+# Set to "stdin" by the launcher: the child reads its config and secrets as JSON from stdin
+# (never from its environment, which other processes of the same user can read in /proc).
+ENV_LAUNCH_PAYLOAD = "NEMO_GYM_LAUNCH_PAYLOAD"
+REGISTRATION_SECRET_HEADER = "X-NeMo-Gym-Registration-Secret"
 AUTH_HEADER = "authorization"
 SESSION_COOKIE = "session_id"
 ROLLOUT_PREFIX = "/ng-rollout/"
 
 
+# Secrets this process was handed at start-up (see ENV_LAUNCH_PAYLOAD); kept out of os.environ
+# so that child processes (sandboxes, engines) do not inherit them.
+_handed: dict[str, str] = {}
+
+
+def set_process_secrets(auth_token: str | None = None, registration_secret: str | None = None) -> None:
+    """Record the auth token and registration secret this process was handed (not in its environment)."""
+    if auth_token:
+        _handed["auth_token"] = auth_token
+    if registration_secret:
+        _handed["registration_secret"] = registration_secret
+
+
+def auth_token() -> str | None:
+    """The shared auth token: the one handed at start-up, else ``NEMO_GYM_AUTH_TOKEN``."""
+    return _handed.get("auth_token") or os.environ.get(ENV_AUTH_TOKEN) or None
+
+
+def registration_secret() -> str | None:
+    """The stack's registration secret, when this process was handed one."""
+    return _handed.get("registration_secret")
+
+
 def auth_headers() -> dict[str, str]:
-    """The auth header for outbound calls when ``NEMO_GYM_AUTH_TOKEN`` is set."""
-    token = os.environ.get(ENV_AUTH_TOKEN)
+    """The auth header for outbound calls when an auth token is set."""
+    token = auth_token()
     return {"Authorization": f"Bearer {token}"} if token else {}
 
 

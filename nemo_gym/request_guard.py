@@ -9,6 +9,7 @@
 - JSON bodies are parsed by :func:`parse_json_object`: a body that is not JSON, not an object,
   or nested deeper than :data:`MAX_JSON_DEPTH` is a 400/422 naming the problem (a cheap scan of
   the raw bytes, before parsing).
+- Error answers (status >= 400) have secrets hidden (:mod:`nemo_gym.secrets`) before they leave.
 - An exception no handler caught becomes a JSON 500 naming the server, never a plain-text one,
   and an exception raised after the answer was sent keeps the connection usable.
 
@@ -26,6 +27,8 @@ from typing import Any
 
 import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from nemo_gym.secrets import redact_bytes
 
 logger = logging.getLogger("nemo_gym")
 
@@ -143,7 +146,7 @@ async def send_json_error(
     send: Send, status: int, message: str, server: str, close: bool = False, **extra: Any
 ) -> None:
     """Send a complete JSON error answer ``{"error", "server", ...}`` straight over ASGI."""
-    body = orjson.dumps({"error": message, "server": server, **extra})
+    body = redact_bytes(orjson.dumps({"error": message, "server": server, **extra}))
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     if close:
         headers.append((b"connection", b"close"))
@@ -215,6 +218,9 @@ class RequestGuard:
                 body_done = True
             return message
 
+        held: list[Message] = []
+        held_body: list[bytes] = []
+
         async def guarded_send(message: Message) -> None:
             nonlocal started, complete
             if message["type"] == "http.response.start":
@@ -223,8 +229,17 @@ class RequestGuard:
                     # Answered before the body was read (413, 408, an early error): the rest of
                     # the body must not be taken for the next request on this connection.
                     message = {**message, "headers": [*message.get("headers", []), (b"connection", b"close")]}
-            elif message["type"] == "http.response.body" and not message.get("more_body", False):
-                complete = True
+                if message["status"] >= 400:
+                    held.append(message)  # an error text may quote a secret: hidden before it leaves
+                    return
+            elif message["type"] == "http.response.body":
+                last = not message.get("more_body", False)
+                complete = complete or last
+                if held:
+                    held_body.append(message.get("body", b""))
+                    if last:
+                        await _send_redacted(send, held[0], b"".join(held_body))
+                    return
             await send(message)
 
         try:
@@ -249,6 +264,16 @@ class RequestGuard:
                 raise
             logger.exception("%s: %s %s failed", self.server_name, scope.get("method"), scope.get("path"))
             await send_json_error(send, 500, f"{type(exc).__name__}: {exc}", self.server_name)
+
+
+async def _send_redacted(send: Send, start: Message, raw: bytes) -> None:
+    hidden = redact_bytes(raw)
+    headers = start.get("headers", [])
+    if hidden is not raw:
+        headers = [(k, v) for k, v in headers if k.lower() != b"content-length"]
+        headers.append((b"content-length", str(len(hidden)).encode()))
+    await send({**start, "headers": headers})
+    await send({"type": "http.response.body", "body": hidden, "more_body": False})
 
 
 def header_timeout_protocol(base: type[asyncio.Protocol], header_timeout_s: float) -> type[asyncio.Protocol]:

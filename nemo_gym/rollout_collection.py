@@ -58,6 +58,7 @@ from nemo_gym.collection_io import (
     write_metrics_file,
 )
 from nemo_gym.config import ConfigError, head_url_from_config
+from nemo_gym.secrets import redact_text, remember_secret_values, secret_values
 from nemo_gym.server import ENV_HEAD_URL, auth_headers
 from nemo_gym.server_client import ServerCallError, ServerClient, raise_for_status
 from nemo_gym.streaming_metrics import MetricsAccumulator, write_metrics_answer
@@ -347,6 +348,8 @@ class RolloutCollectionHelper:
         The head server comes from ``config['head_server']`` (or this helper's client).
         """
         settings = RolloutCollectionConfig.from_config(config)
+        if isinstance(config, Mapping):
+            remember_secret_values(secret_values(config))
         head = config.get("head_server") if isinstance(config, Mapping) else None
         client = self.setup_server_client({"head_server": head} if head else None)
         run = _CollectionRun(self, settings, client, verbose)
@@ -629,7 +632,7 @@ class _CollectionRun:
                 **row,
                 ATTEMPT_INDEX_KEY: attempt,
                 FAILURE_CLASS_KEY: cls,
-                ERROR_KEY: outcome.error,
+                ERROR_KEY: redact_text(outcome.error or ""),  # an upstream may echo a key or URL
                 "_ng_elapsed_s": round(outcome.elapsed_s, 3),
             }
         )

@@ -39,11 +39,16 @@ from nemo_gym.protocol import (  # noqa: F401
     ENV_AUTH_TOKEN,
     ENV_HEAD_URL,
     ENV_INSTANCE_NAME,
+    ENV_LAUNCH_PAYLOAD,
     ENV_SERVER_CONFIG,
+    REGISTRATION_SECRET_HEADER,
     ROLLOUT_PREFIX,
     SESSION_COOKIE,
     auth_headers,
+    auth_token,
     raise_fd_limit,
+    registration_secret,
+    set_process_secrets,
 )
 from nemo_gym.request_guard import (  # noqa: F401 - HTTPError is part of this module's API
     DEFAULT_BODY_TIMEOUT_S,
@@ -53,6 +58,7 @@ from nemo_gym.request_guard import (  # noqa: F401 - HTTPError is part of this m
     header_timeout_protocol,
     parse_json_object,
 )
+from nemo_gym.secrets import RedactingFilter, remember_secret_values, secret_values
 from nemo_gym.server_client import ServerCallError, ServerClient
 
 logger = logging.getLogger("nemo_gym")
@@ -393,9 +399,20 @@ class BaseServer:
     # ---- process entry -------------------------------------------------------------------
     @classmethod
     def from_env(cls) -> BaseServer:
-        """An instance configured from the environment ``ng_run`` sets for a server process."""
-        raw = os.environ.get(ENV_SERVER_CONFIG)
-        config = orjson.loads(raw) if raw else {}
+        """An instance configured the way ``ng_run`` starts a server process.
+
+        The config and secrets come as JSON on stdin when ``NEMO_GYM_LAUNCH_PAYLOAD=stdin`` (what
+        the launcher does: nothing secret in the environment), else from ``NEMO_GYM_SERVER_CONFIG``.
+        Every secret value is remembered, so error answers and logs hide it.
+        """
+        if os.environ.get(ENV_LAUNCH_PAYLOAD) == "stdin":
+            payload = read_launch_payload()
+            config = payload.get("server_config") or {}
+            set_process_secrets(payload.get("auth_token"), payload.get("registration_secret"))
+        else:
+            raw = os.environ.get(ENV_SERVER_CONFIG)
+            config = orjson.loads(raw) if raw else {}
+        remember_secret_values({*secret_values(config), auth_token(), registration_secret()})
         config.setdefault("name", os.environ.get(ENV_INSTANCE_NAME, cls.__name__))
         return cls(config)
 
@@ -586,6 +603,9 @@ async def register_with_head(head_url: str, name: str, server_type: str, host: s
 
     body = {"name": name, "server_type": server_type, "host": host, "port": port, "pid": os.getpid()}
     headers = auth_headers()
+    secret = registration_secret()
+    if secret:
+        headers[REGISTRATION_SECRET_HEADER] = secret
     delay = 0.05
     for attempt in range(20):
         try:
@@ -605,9 +625,42 @@ async def register_with_head(head_url: str, name: str, server_type: str, host: s
 
 
 def configure_logging() -> None:
-    """Plain stderr logging at warning level (no per-request logs on the hot path)."""
+    """Plain stderr logging at warning level (no per-request logs on the hot path), secrets hidden."""
     level = os.environ.get("NEMO_GYM_LOG_LEVEL", "WARNING").upper()
     logging.basicConfig(level=level, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
+    for handler in logging.getLogger().handlers:
+        if not any(isinstance(f, RedactingFilter) for f in handler.filters):
+            handler.addFilter(RedactingFilter())
+
+
+LAUNCH_PAYLOAD_WAIT_S = 60.0
+
+
+def read_launch_payload(stream: Any = None, timeout_s: float = LAUNCH_PAYLOAD_WAIT_S) -> dict[str, Any]:
+    """The JSON object the launcher writes to a server's stdin (then closes): config and secrets."""
+    import select
+
+    source = stream if stream is not None else sys.stdin.buffer
+    chunks = []
+    deadline = time.monotonic() + timeout_s
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0 or not select.select([source], [], [], remaining)[0]:
+            raise RuntimeError(
+                f"{ENV_LAUNCH_PAYLOAD}=stdin is set but no launch payload arrived on stdin within "
+                f"{timeout_s:g}s (a replaced run_command hook must pass LaunchSettings.stdin_payload)"
+            )
+        chunk = os.read(source.fileno(), 1 << 16)
+        if not chunk:
+            break
+        chunks.append(chunk)
+    try:
+        payload = orjson.loads(b"".join(chunks))
+    except orjson.JSONDecodeError as exc:
+        raise RuntimeError(f"the launch payload on stdin is not JSON: {exc}") from exc
+    if not isinstance(payload, dict):
+        raise RuntimeError("the launch payload on stdin must be a JSON object")
+    return payload
 
 
 def _has(module: str) -> bool:
