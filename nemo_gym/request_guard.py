@@ -158,7 +158,8 @@ class RequestGuard:
     """ASGI middleware: body size counted while reading (413), body deadline (408), JSON 500s.
 
     ``path_limits`` gives some paths their own limit (``/aggregate_metrics`` spools its body to
-    disk, so it may take far more than a body parsed in memory).
+    disk, so it may take far more than a body parsed in memory), ``path_body_timeouts`` their
+    own body deadline (a million rows take longer to upload than one request body).
     """
 
     def __init__(
@@ -168,18 +169,21 @@ class RequestGuard:
         max_body_bytes: int,
         body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S,
         path_limits: Mapping[str, int] | None = None,
+        path_body_timeouts: Mapping[str, float] | None = None,
     ) -> None:
         self.app = app
         self.server_name = server_name
         self.max_body_bytes = max_body_bytes
         self.body_timeout_s = body_timeout_s
         self.path_limits = dict(path_limits or {})
+        self.path_body_timeouts = dict(path_body_timeouts or {})
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         limit = self.path_limits.get(scope.get("path", ""), self.max_body_bytes)
+        body_timeout_s = self.path_body_timeouts.get(scope.get("path", ""), self.body_timeout_s)
         declared = _declared_length(scope)
         if declared is not None and declared > limit:
             await send_json_error(
@@ -192,7 +196,7 @@ class RequestGuard:
             return
 
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.body_timeout_s
+        deadline = loop.time() + body_timeout_s
         body_done = not _expects_body(scope)
         received = 0
         started = complete = False
@@ -208,7 +212,7 @@ class RequestGuard:
                 async with asyncio.timeout(remaining):
                     message = await receive()
             except TimeoutError:
-                raise BodyTimeout(408, f"request body not received within {self.body_timeout_s:g}s") from None
+                raise BodyTimeout(408, f"request body not received within {body_timeout_s:g}s") from None
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > limit:

@@ -62,6 +62,8 @@ from nemo_gym.secrets import RedactingFilter, remember_secret_values, secret_val
 from nemo_gym.server_client import ServerCallError, ServerClient
 
 logger = logging.getLogger("nemo_gym")
+# An /aggregate_metrics body of millions of rows streams for minutes: its own deadline.
+AGGREGATE_BODY_TIMEOUT_S = 3600.0
 
 
 _current_session_id: contextvars.ContextVar[str | None] = contextvars.ContextVar(
@@ -376,15 +378,20 @@ class BaseServer:
         """The ASGI app: routes behind the request guard, prefix stripping and (optional) auth."""
         app: ASGIApp = Starlette(routes=self.routes(), exception_handlers=json_error_handlers(self.name))
         path_limits = {}
+        path_body_timeouts = {}
         spooled = getattr(self.config, "max_aggregate_metrics_body_bytes", None)
         if isinstance(spooled, int):
             path_limits["/aggregate_metrics"] = spooled  # spooled to disk, not held in memory
+            path_body_timeouts["/aggregate_metrics"] = max(
+                self.config.body_timeout_s, AGGREGATE_BODY_TIMEOUT_S
+            )
         app = RequestGuard(
             app,
             self.name,
             self.config.max_body_bytes,
             body_timeout_s=self.config.body_timeout_s,
             path_limits=path_limits,
+            path_body_timeouts=path_body_timeouts,
         )
         app = StripRolloutPrefix(app)
         from nemo_gym.memory_release import ReleaseMemoryAfterBurst, release_enabled

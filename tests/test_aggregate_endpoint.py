@@ -119,3 +119,62 @@ def test_an_environment_with_its_own_compute_metrics_gets_a_list(tmp_path: Path)
         with SyncClient() as client:
             status, answer = client.post(url + "/aggregate_metrics", {"verify_responses": rows})
         assert (status, answer["agent_metrics"]) == (200, {"rows": len(rows)})
+
+
+def test_aggregate_metrics_bodies_get_their_own_upload_deadline() -> None:
+    """A million rows take longer to upload than the per-request body deadline: that path has its own."""
+    from starlette.applications import Starlette
+    from starlette.routing import Route
+
+    from nemo_gym.request_guard import RequestGuard
+    from nemo_gym.server import (
+        AGGREGATE_BODY_TIMEOUT_S,
+        bind_socket,
+        json_error_handlers,
+        make_uvicorn_server,
+    )
+
+    async def read_all(request: Any) -> Any:
+        from starlette.responses import JSONResponse
+
+        return JSONResponse({"bytes": len(await request.body())})
+
+    routes = [
+        Route("/aggregate_metrics", read_all, methods=["POST"]),
+        Route("/verify", read_all, methods=["POST"]),
+    ]
+    guard = RequestGuard(
+        Starlette(routes=routes, exception_handlers=json_error_handlers("env")),
+        "env",
+        1 << 20,
+        body_timeout_s=0.3,
+        path_body_timeouts={"/aggregate_metrics": 10},
+    )
+
+    async def slow_body() -> Any:
+        for _ in range(6):
+            yield b" " * 100
+            await asyncio.sleep(0.15)
+        yield b"{}"
+
+    async def run() -> dict[str, int]:
+        sock = bind_socket("127.0.0.1", 0)
+        server = make_uvicorn_server(guard, embedded=True)
+        task = asyncio.create_task(server.serve(sockets=[sock]))
+        while not server.started:
+            await asyncio.sleep(0.01)
+        statuses = {}
+        async with aiohttp.ClientSession() as http:
+            for path in ("/aggregate_metrics", "/verify"):
+                url = f"http://127.0.0.1:{sock.getsockname()[1]}{path}"
+                async with http.post(url, data=slow_body()) as resp:
+                    statuses[path] = resp.status
+        server.should_exit = True
+        await task
+        return statuses
+
+    assert asyncio.run(run()) == {"/aggregate_metrics": 200, "/verify": 408}
+    app = QuizEnv({"name": "env"}).build_app()
+    while not isinstance(app, RequestGuard):
+        app = app.app  # type: ignore[attr-defined]
+    assert app.path_body_timeouts == {"/aggregate_metrics": AGGREGATE_BODY_TIMEOUT_S}
