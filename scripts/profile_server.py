@@ -1,16 +1,14 @@
-"""CPU profile of one running server's code: a twin of it under cProfile, driven over /run.
+"""CPU profile of one server's code in a running stack: a twin of it under cProfile, driven over /run.
 
-Starts, in this process, a second instance of the server whose pid is given (same entrypoint,
-same NEMO_GYM_* environment, so it reaches the same head server and peers), serves it on
-``--port`` without registering, profiles it with a CPU-time timer for ``--seconds`` while a
-client process posts ``/run`` rows of example_single_tool_call to it (``--in-flight`` at once),
-and prints the top functions and the CPU share per package. For an agent of the example stack::
+Starts the stack from ``--config-paths`` (default: example_single_tool_call + simple_agent +
+the scripted model), then, in this process, a second instance of the server ``--server``
+(default the agent) from the same config, reaching the same head server and peers, on
+``--port`` without registering. It profiles the twin with a CPU-time timer for ``--seconds``
+while a client process posts ``/run`` rows of example_single_tool_call to it (``--in-flight``
+at once), and prints the top functions and the CPU share per package.
 
-    ng_run "+config_paths=[resources_servers/example_single_tool_call/configs/example_single_tool_call.yaml,responses_api_models/scripted_model/configs/scripted_model.yaml]" &
-    python scripts/profile_server.py --pid $(pgrep -f simple_agent/app.py) --out agent.prof
-
-Usage: python scripts/profile_server.py --pid PID [--port 18200] [--seconds 6] [--rollouts 3000]
-       [--in-flight 64] [--out server.prof]
+Usage: python scripts/profile_server.py [--server NAME] [--config-paths a.yaml,b.yaml] [--port 18200]
+       [--seconds 6] [--rollouts 3000] [--in-flight 64] [--out server.prof]
 """
 
 from __future__ import annotations
@@ -86,7 +84,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--pid", type=int, required=True)
+    parser.add_argument("--server", default="example_single_tool_call_simple_agent")
+    parser.add_argument(
+        "--config-paths",
+        default="resources_servers/example_single_tool_call/configs/example_single_tool_call.yaml,"
+        "responses_api_models/scripted_model/configs/scripted_model.yaml",
+    )
     parser.add_argument("--port", type=int, default=18200)
     parser.add_argument("--seconds", type=float, default=6.0)
     parser.add_argument("--rollouts", type=int, default=3000)
@@ -95,26 +98,26 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("server.prof"))
     args = parser.parse_args()
 
-    environ = Path(f"/proc/{args.pid}/environ").read_bytes().split(b"\0")
-    for entry in environ:
-        key, _, value = entry.decode(errors="replace").partition("=")
-        if key.startswith("NEMO_GYM"):
-            os.environ[key] = value
-    app_path = Path(f"/proc/{args.pid}/cmdline").read_bytes().split(b"\0")[1].decode()
-    spec = importlib.util.spec_from_file_location("profiled_app", app_path)
+    from nemo_gym.config import load_config, server_instances
+    from nemo_gym.launcher import StackHandle
+    from nemo_gym.server import ENV_HEAD_URL, BaseServer, _loop_factory
+
+    config = load_config([f"+config_paths=[{args.config_paths}]", "++head_server.port=0"], cwd=ROOT)
+    instance = server_instances(config)[args.server]
+    handle = StackHandle.start(config, log=lambda name, line: None)
+    os.environ[ENV_HEAD_URL] = handle.head_url  # the twin finds its peers through the head server
+    entrypoint = ROOT / instance.kind / instance.impl / str(instance.fields.get("entrypoint", "app.py"))
+    spec = importlib.util.spec_from_file_location("profiled_app", entrypoint)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules["profiled_app"] = module
     spec.loader.exec_module(module)
-
-    from nemo_gym.server import BaseServer, _loop_factory
-
     server_class = [
         c
         for c in vars(module).values()
         if isinstance(c, type) and issubclass(c, BaseServer) and c.__module__ == "profiled_app"
     ][-1]
-    server = server_class.from_env()
+    server = server_class({**instance.fields, "name": instance.name})
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", args.port))
@@ -142,8 +145,11 @@ def main() -> None:
         server.uvicorn_server.should_exit = True
         await serving
 
-    with asyncio.Runner(loop_factory=_loop_factory()) as runner:
-        runner.run(run())
+    try:
+        with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+            runner.run(run())
+    finally:
+        handle.stop()
     profile.dump_stats(args.out)
     print(summary(pstats.Stats(str(args.out)), args.top))
 
