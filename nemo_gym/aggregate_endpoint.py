@@ -131,19 +131,21 @@ async def spool_request_body(request: Request, path: Path, max_bytes: int) -> No
 
 
 def stream_file(path: Path, cleanup: Path) -> StreamingResponse:
-    """Stream ``path`` as a JSON answer, removing the directory ``cleanup`` afterwards."""
+    """Stream ``path`` as a JSON answer. The directory ``cleanup`` is removed at once: the open
+    handle keeps the data readable, and the space is freed when it closes, even if the client
+    goes away before the answer starts."""
+    source = path.open("rb")
+    size = os.fstat(source.fileno()).st_size
+    shutil.rmtree(cleanup, ignore_errors=True)
 
     async def chunks() -> AsyncIterator[bytes]:
         try:
-            with path.open("rb") as source:
-                while block := source.read(1 << 20):
-                    yield block
+            while block := source.read(1 << 20):
+                yield block
         finally:
-            shutil.rmtree(cleanup, ignore_errors=True)
+            source.close()
 
-    return StreamingResponse(
-        chunks(), media_type="application/json", headers={"Content-Length": str(path.stat().st_size)}
-    )
+    return StreamingResponse(chunks(), media_type="application/json", headers={"Content-Length": str(size)})
 
 
 def aggregate_endpoint(

@@ -178,3 +178,13 @@ def test_aggregate_metrics_bodies_get_their_own_upload_deadline() -> None:
     while not isinstance(app, RequestGuard):
         app = app.app  # type: ignore[attr-defined]
     assert app.path_body_timeouts == {"/aggregate_metrics": AGGREGATE_BODY_TIMEOUT_S}
+
+
+def test_no_temporary_files_are_left_behind(agent_url: str, tmp_path: Path) -> None:
+    import tempfile
+
+    before = {p.name for p in Path(tempfile.gettempdir()).glob("ng_metrics_*")}
+    status, _ = post_raw(agent_url + "/aggregate_metrics", line_body(mixed_rows(7, 400), tmp_path))
+    status_bad, _ = post_raw(agent_url + "/aggregate_metrics", b'{"verify_responses":[\n{"reward": 1.0,,\n]}')
+    assert (status, status_bad) == (200, 400)
+    assert {p.name for p in Path(tempfile.gettempdir()).glob("ng_metrics_*")} == before
