@@ -66,7 +66,7 @@ from nemo_gym.streaming_metrics import MetricsAccumulator, write_metrics_answer
 MAX_ERROR_CHARS = 4000
 AGGREGATE_TIMEOUT_S = 600.0
 _Pair = tuple[dict[str, Any], dict[str, Any]]  # (row, result) of one rollout
-_GENERIC_CLASSES = frozenset({"agent_error", "upstream_error"})
+_GENERIC_CLASSES = frozenset({"agent_error", "upstream_error", "upstream_5xx"})
 _FAILURE_CLASS_IN_TEXT = re.compile(r"failure_class[\"']?\s*[:=]\s*[\"']?([a-z][a-z0-9_]*)")
 
 

@@ -8,16 +8,17 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
+from pydantic import Field
 
+from nemo_gym.agent_hops import call_json, call_model, execute_tool_calls, rollout_deadline
 from nemo_gym.base_responses_api_agent import (
     BaseResponsesAPIAgentConfig,
     SimpleResponsesAPIAgent,
     row_create_params,
 )
-from nemo_gym.response_items import add_usage, function_call_output_item, function_calls, input_items
+from nemo_gym.response_items import add_usage, function_calls, input_items
 from nemo_gym.server import ServerRef
-from nemo_gym.server_client import Rollout, ServerCallError
+from nemo_gym.server_client import Rollout
 
 
 class SimpleAgentConfig(BaseResponsesAPIAgentConfig):
@@ -25,12 +26,19 @@ class SimpleAgentConfig(BaseResponsesAPIAgentConfig):
 
     ``execute_tool_calls: false`` ends the rollout after the first model call, leaving its
     function calls unexecuted (for environments that score the calls themselves).
+
+    ``hop_timeout_s`` is the deadline of one model or tool call (default ``NEMO_GYM_HOP_TIMEOUT_S``,
+    300 s), ``rollout_timeout_s`` of a whole rollout (default ``NEMO_GYM_ROLLOUT_TIMEOUT_S``, 1,200 s).
+    An infrastructure fault in any call fails the rollout with a failure class (see
+    :mod:`nemo_gym.agent_hops`); it is never shown to the model or verified.
     """
 
     resources_server: ServerRef
     model_server: ServerRef
     max_steps: int | None = 50
     execute_tool_calls: bool = True
+    hop_timeout_s: float | None = Field(default=None, gt=0)
+    rollout_timeout_s: float | None = Field(default=None, gt=0)
 
 
 class SimpleAgent(SimpleResponsesAPIAgent):
@@ -43,13 +51,18 @@ class SimpleAgent(SimpleResponsesAPIAgent):
         params = row_create_params(body)
         rollout = self.server_client.rollout(self.rollout_id)
         resources = self.config.resources_server.name
-        await rollout.post_json(resources, "/seed_session", body)
-        response = await self.loop(rollout, params)
-        return await rollout.post_json(resources, "/verify", {**body, "response": response})
+        hop = self.config.hop_timeout_s
+        async with rollout_deadline(self.config.rollout_timeout_s, self.name):
+            await call_json(rollout, resources, "/seed_session", body, timeout_s=hop)
+            response = await self.loop(rollout, params)
+            return await call_json(
+                rollout, resources, "/verify", {**body, "response": response}, timeout_s=hop
+            )
 
     async def responses(self, body: dict[str, Any]) -> dict[str, Any]:
         """The loop as a Responses API model: the final response, no seeding and no verify."""
-        return await self.loop(self.server_client.rollout(self.rollout_id), body)
+        async with rollout_deadline(self.config.rollout_timeout_s, self.name):
+            return await self.loop(self.server_client.rollout(self.rollout_id), body)
 
     async def loop(self, rollout: Rollout, params: dict[str, Any]) -> dict[str, Any]:
         """Call the model and tools until the model answers without a tool call.
@@ -64,8 +77,11 @@ class SimpleAgent(SimpleResponsesAPIAgent):
         steps = 0
         while self.config.max_steps is None or steps < self.config.max_steps:
             steps += 1
-            last = await rollout.post_json(
-                self.config.model_server.name, "/v1/responses", {**params, "input": history + produced}
+            last = await call_model(
+                rollout,
+                self.config.model_server.name,
+                {**params, "input": history + produced},
+                timeout_s=self.config.hop_timeout_s,
             )
             output = last.get("output") or []
             produced.extend(output)
@@ -73,34 +89,12 @@ class SimpleAgent(SimpleResponsesAPIAgent):
             calls = function_calls(output)
             if not calls or last.get("status") == "incomplete" or not self.config.execute_tool_calls:
                 break
-            for call in calls:  # in order: stateful environments see calls as the model made them
-                produced.append(
-                    function_call_output_item(call["call_id"], await self.call_tool(rollout, call))
+            produced.extend(
+                await execute_tool_calls(
+                    rollout, self.config.resources_server.name, calls, timeout_s=self.config.hop_timeout_s
                 )
+            )
         return {**last, "output": produced, "usage": usage}
-
-    async def call_tool(self, rollout: Rollout, call: dict[str, Any]) -> str:
-        """Run one function call; any failure comes back as text for the model, not an exception."""
-        name = call.get("name", "")
-        try:
-            arguments = orjson.loads(call.get("arguments") or "{}")
-        except orjson.JSONDecodeError as exc:
-            return f"Error: the arguments of {name!r} are not valid JSON: {exc}"
-        try:
-            resp = await rollout.post(self.config.resources_server.name, f"/{name}", arguments)
-        except ServerCallError as exc:
-            return f"Error: tool {name!r} could not be called: {exc}"
-        if resp.status == 404:
-            return f"Error: there is no tool named {name!r}"
-        if not resp.ok:
-            try:
-                detail = resp.json()
-                detail = detail.get("error", detail) if isinstance(detail, dict) else detail
-            except orjson.JSONDecodeError:
-                detail = resp.body.decode(errors="replace")
-            return f"Error: tool {name!r} failed (HTTP {resp.status}): {detail}"
-        result = resp.json()
-        return result if isinstance(result, str) else orjson.dumps(result).decode()
 
 
 if __name__ == "__main__":
