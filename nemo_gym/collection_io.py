@@ -32,6 +32,7 @@ import orjson
 import yaml
 
 from nemo_gym.config import ConfigError, deep_merge
+from nemo_gym.request_guard import MAX_JSON_DEPTH, json_nesting_depth
 
 TASK_INDEX_KEY = "_ng_task_index"
 ROLLOUT_INDEX_KEY = "_ng_rollout_index"
@@ -299,6 +300,9 @@ def materialize_input(
                 if not stripped:
                     continue
                 try:
+                    depth = json_nesting_depth(stripped)
+                    if depth > MAX_JSON_DEPTH:
+                        raise ValueError(f"nested {depth} levels deep; at most {MAX_JSON_DEPTH} are accepted")
                     try:
                         parsed = orjson.loads(stripped)
                     except orjson.JSONDecodeError as exc:
@@ -509,6 +513,33 @@ def scan_results(path: Path, *, repair: bool = True) -> ResultsScan:
         if repair:
             os.truncate(path, good_end)
     return scan
+
+
+def drop_duplicate_results(path: Path) -> int:
+    """Rewrite ``path`` keeping the first row of each (task, rollout) key; returns rows dropped.
+
+    The rewrite goes to a temporary file that replaces ``path`` only once complete and synced,
+    so a kill during it leaves the original file whole."""
+    seen = IntTable()
+    dropped = 0
+    tmp = path.with_name(path.name + ".dedup.tmp")
+    with path.open("rb") as source, tmp.open("wb") as sink:
+        for line in source:
+            try:
+                row = orjson.loads(line) if line.strip() else None
+            except orjson.JSONDecodeError:
+                row = None
+            key = row_key(row) if isinstance(row, dict) else None
+            if key is not None:
+                if key in seen:
+                    dropped += 1
+                    continue
+                seen.add(key)
+            sink.write(line)
+        sink.flush()
+        os.fsync(sink.fileno())
+    os.replace(tmp, path)
+    return dropped
 
 
 def read_failure_attempts(path: Path, done: Container[int]) -> dict[int, int]:

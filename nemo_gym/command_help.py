@@ -96,7 +96,12 @@ _COLLECT_OPTIONS = (
     Option("+resume_from_cache=BOOL", "finish an interrupted run with the same arguments", "false"),
     Option("+disable_aggregation=BOOL", "skip /aggregate_metrics (for shards)", "false"),
     Option("+strict=BOOL", "stop on a malformed input line (false: skip it)", "true"),
-    Option("+rollout_timeout_s=S", "deadline of one rollout", "1800"),
+    Option("+rollout_timeout_s=S", "deadline of one rollout ($NEMO_GYM_ROLLOUT_TIMEOUT_S)", "1200"),
+    Option(
+        "+max_failure_ratio=R",
+        "exit with status 3 when more than this share of the rollouts failed (0-1)",
+        "0.1",
+    ),
     Option("+max_attempts=N", "most attempts per rollout across resumed runs", "3"),
     Option("+progress_interval_s=S", "seconds between progress lines", "30"),
     Option("+num_shards=N +shard_index=I", "run only rows whose position % N == I", "1, 0"),

@@ -27,6 +27,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from nemo_gym.agent_hops import rollout_timeout_s as default_rollout_timeout_s
 from nemo_gym.aggregate_endpoint import line_layout_chunks
 from nemo_gym.cli import console_command
 from nemo_gym.collection_io import (
@@ -45,6 +46,7 @@ from nemo_gym.collection_io import (
     RowMaterializer,
     agent_name_of,
     compact_failures,
+    drop_duplicate_results,
     expand_input_glob,
     iter_jsonl,
     materialize_input,
@@ -58,12 +60,16 @@ from nemo_gym.collection_io import (
     write_metrics_file,
 )
 from nemo_gym.config import ConfigError, head_url_from_config
+from nemo_gym.output_lock import output_lock
 from nemo_gym.secrets import redact_text, remember_secret_values, secret_values
 from nemo_gym.server import ENV_HEAD_URL, auth_headers
 from nemo_gym.server_client import ServerCallError, ServerClient, raise_for_status
 from nemo_gym.streaming_metrics import MetricsAccumulator, write_metrics_answer
 
 MAX_ERROR_CHARS = 4000
+# ng_collect_rollouts exits non-zero when more than this share of the rollouts it ran failed.
+DEFAULT_MAX_FAILURE_RATIO = 0.1
+EXIT_TOO_MANY_FAILURES = 3
 AGGREGATE_TIMEOUT_S = 600.0
 _Pair = tuple[dict[str, Any], dict[str, Any]]  # (row, result) of one rollout
 _GENERIC_CLASSES = frozenset({"agent_error", "upstream_error", "upstream_5xx"})
@@ -88,6 +94,7 @@ class RolloutCollectionConfig(BaseModel):
     disable_aggregation: bool = False
     strict: bool = True
     rollout_timeout_s: float | None = Field(default=None, gt=0)
+    max_failure_ratio: float = Field(default=DEFAULT_MAX_FAILURE_RATIO, ge=0, le=1)
     max_attempts: int = Field(default=3, ge=1)
     progress_interval_s: float = Field(default=30.0, gt=0)
     num_shards: int = Field(default=1, ge=1)
@@ -182,7 +189,7 @@ class RolloutCollectionHelper:
     """Runs rows through agents: :meth:`run_examples` for trainers, :meth:`run_from_config` for files.
 
     ``server_client`` (optional) replaces head-server lookup, e.g. ``ServerClient(static_urls=...)``;
-    ``rollout_timeout_s`` is the deadline of one rollout (default: the client's timeout).
+    ``rollout_timeout_s`` is the deadline of one rollout (default ``NEMO_GYM_ROLLOUT_TIMEOUT_S``, 1,200 s).
     """
 
     def __init__(
@@ -235,7 +242,7 @@ class RolloutCollectionHelper:
     ) -> RolloutOutcome:
         """Send one row to its agent's ``/run``; never raises for a failed rollout."""
         client = client or self.setup_server_client()
-        timeout_s = timeout_s or self.rollout_timeout_s
+        timeout_s = timeout_s or self.rollout_timeout_s or default_rollout_timeout_s()
         started = time.monotonic()
         outcome = RolloutOutcome(row)
         agent = agent_name_of(row, agent_name)
@@ -356,7 +363,8 @@ class RolloutCollectionHelper:
         failures = run.paths.failures
         failures_existed = failures.exists()
         try:
-            return await run.run()
+            with output_lock(run.paths.output):
+                return await run.run()
         except BaseException:
             # A rejected input file (or agent) leaves no empty failures file behind.
             if not failures_existed and failures.exists() and failures.stat().st_size == 0:
@@ -382,6 +390,13 @@ class CollectionSummary:
     malformed_lines: int = 0
     results_in_file: int = 0
     metrics: list[dict[str, Any]] | None = None
+
+    @property
+    def failure_ratio(self) -> float:
+        """Failed rollouts and malformed input lines over everything this run tried (0 if nothing)."""
+        failed = self.failed + self.malformed_lines
+        tried = self.succeeded + failed
+        return failed / tried if tried else 0.0
 
     def results(self) -> Iterator[dict[str, Any]]:
         """Stream the rows of the results file."""
@@ -439,7 +454,11 @@ class _CollectionRun:
                     f"{paths.output}: dropped a cut-off last line (a write interrupted by a kill); it is rerun"
                 )
             if scan.duplicates:
-                warn(f"{paths.output}: {scan.duplicates} duplicate (task, rollout) rows already present")
+                dropped = drop_duplicate_results(paths.output)
+                scan.rows -= dropped
+                warn(
+                    f"{paths.output}: dropped {dropped} duplicate (task, rollout) row(s), kept the first of each"
+                )
             self.done = scan.done
             compact_failures(paths.failures, self.done, drop_malformed=True)
             self.attempts = read_failure_attempts(paths.failures, self.done)
@@ -769,11 +788,30 @@ def _run_async(coro: Any) -> Any:
         return runner.run(coro)
 
 
+def failure_exit_code(summary: CollectionSummary, max_failure_ratio: float) -> int:
+    """0, or :data:`EXIT_TOO_MANY_FAILURES` (with a line on stderr) when more than
+    ``max_failure_ratio`` of this run's rollouts failed."""
+    ratio = summary.failure_ratio
+    if ratio <= max_failure_ratio:
+        return 0
+    classes = ", ".join(f"{k}: {v}" for k, v in sorted(summary.failures_by_class.items()))
+    if summary.malformed_lines:
+        classes += (", " if classes else "") + f"malformed input: {summary.malformed_lines}"
+    sys.stderr.write(
+        f"ng_collect_rollouts: {ratio:.1%} of the rollouts failed ({classes}), above "
+        f"+max_failure_ratio={max_failure_ratio:g}; see {summary.paths.failures}. "
+        "Fix the cause and finish with +resume_from_cache=true.\n"
+    )
+    return EXIT_TOO_MANY_FAILURES
+
+
 def _collect_command(argv: list[str]) -> int:
     from nemo_gym.config import load_config
 
-    _run_async(RolloutCollectionHelper().run_from_config(load_config(argv)))
-    return 0
+    config = load_config(argv)
+    settings = RolloutCollectionConfig.from_config(config)
+    summary = _run_async(RolloutCollectionHelper().run_from_config(config))
+    return failure_exit_code(summary, settings.max_failure_ratio)
 
 
 def _aggregate_command(argv: list[str]) -> int:
@@ -825,17 +863,17 @@ def _e2e_command(argv: list[str]) -> int:
     agents = [i.name for i in server_instances(config).values() if i.kind == AGENT_KIND]
     if not config.get("agent_name") and len(agents) == 1:
         config["agent_name"] = agents[0]  # rows without agent_ref go to the only agent
-    RolloutCollectionConfig.from_config(config)  # fail on bad arguments before starting anything
+    settings = RolloutCollectionConfig.from_config(config)  # fail on bad arguments before starting anything
     head = dict(config.get("head_server") or {})
     head.setdefault("port", 0)  # a one-shot stack takes a free port unless told otherwise
     config["head_server"] = head
     handle = StackHandle.start(config)
     try:
         config["head_server"] = handle.head_server_config
-        _run_async(RolloutCollectionHelper().run_from_config(config))
+        summary = _run_async(RolloutCollectionHelper().run_from_config(config))
     finally:
         handle.stop()
-    return 0
+    return failure_exit_code(summary, settings.max_failure_ratio)
 
 
 ng_collect_rollouts = console_command(_collect_command, "ng_collect_rollouts")
