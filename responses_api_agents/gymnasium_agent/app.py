@@ -14,25 +14,35 @@ from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
+from nemo_gym.agent_hops import call_json, call_model, rollout_deadline
 from nemo_gym.base_responses_api_agent import (
     BaseResponsesAPIAgentConfig,
     SimpleResponsesAPIAgent,
     row_create_params,
 )
 from nemo_gym.gymnasium_server import EnvResetResponse, EnvStepResponse
+from nemo_gym.hop_faults import HopFault
 from nemo_gym.response_items import add_usage, function_call_output_item, input_items
-from nemo_gym.server import HTTPError, ServerRef
+from nemo_gym.server import ServerRef
 from nemo_gym.server_client import Rollout
 
 logger = logging.getLogger("nemo_gym")
 
 
 class GymnasiumAgentConfig(BaseResponsesAPIAgentConfig):
-    """``resources_server`` (NeMo Gym's older configs call it ``env_server``), ``model_server``, ``max_steps``."""
+    """``resources_server`` (NeMo Gym's older configs call it ``env_server``), ``model_server``, ``max_steps``.
+
+    ``hop_timeout_s`` is the deadline of one model call or ``/reset``, ``/step``, ``/close``
+    (default ``NEMO_GYM_HOP_TIMEOUT_S``, 300 s), ``rollout_timeout_s`` of a whole episode
+    (default ``NEMO_GYM_ROLLOUT_TIMEOUT_S``, 1,200 s). An infrastructure fault in any hop fails
+    the rollout with a failure class (see :mod:`nemo_gym.agent_hops`), never a reward.
+    """
 
     resources_server: ServerRef
     model_server: ServerRef
     max_steps: int = Field(10, ge=1)
+    hop_timeout_s: float | None = Field(default=None, gt=0)
+    rollout_timeout_s: float | None = Field(default=None, gt=0)
 
     @model_validator(mode="before")
     @classmethod
@@ -59,15 +69,20 @@ class GymnasiumAgent(SimpleResponsesAPIAgent):
 
         ``responses_create_params`` comes back with the opening observation appended, as the
         model saw it. The environment is closed (when it says it supports ``/close``) whether
-        the episode finished, hit ``max_steps`` or failed.
+        the episode finished, hit ``max_steps``, failed or ran out of time.
         """
         params = row_create_params(body)
         rollout = self.server_client.rollout(self.rollout_id)
         env = self.config.resources_server.name
-        reset = self._parse(EnvResetResponse, await rollout.post_json(env, "/reset", body), "/reset")
-        closable = reset.info.get("supports_explicit_close") is True
+        closable = False
         try:
-            result = await self._episode(rollout, body, params, reset)
+            async with rollout_deadline(self.config.rollout_timeout_s, self.name):
+                answer = await call_json(rollout, env, "/reset", body, timeout_s=self.config.hop_timeout_s)
+                # A reset that answered owns state on the server even if its body is malformed.
+                info = answer.get("info") if isinstance(answer, dict) else None
+                closable = isinstance(info, dict) and info.get("supports_explicit_close") is True
+                reset = self._parse(EnvResetResponse, answer, "/reset")
+                result = await self._episode(rollout, body, params, reset)
         except BaseException:
             if closable:
                 await self._close(rollout)  # the model or a step failed: free the environment's state
@@ -80,14 +95,16 @@ class GymnasiumAgent(SimpleResponsesAPIAgent):
 
     async def responses(self, body: dict[str, Any]) -> dict[str, Any]:
         """One model call passed through (an episode needs a row: use ``/run``)."""
-        return await self.server_client.rollout(self.rollout_id).post_json(
-            self.config.model_server.name, "/v1/responses", body
+        rollout = self.server_client.rollout(self.rollout_id)
+        return await call_model(
+            rollout, self.config.model_server.name, body, timeout_s=self.config.hop_timeout_s
         )
 
     async def _episode(
         self, rollout: Rollout, row: dict[str, Any], params: dict[str, Any], reset: EnvResetResponse
     ) -> dict[str, Any]:
         env, model = self.config.resources_server.name, self.config.model_server.name
+        hop = self.config.hop_timeout_s
         opening = input_items(params)
         if reset.observation:
             opening.append(user_message(reset.observation))
@@ -99,11 +116,12 @@ class GymnasiumAgent(SimpleResponsesAPIAgent):
         step = EnvStepResponse()
         finished = False
         for _ in range(self.config.max_steps):
-            last = await rollout.post_json(model, "/v1/responses", {**params, "input": opening + produced})
+            last = await call_model(rollout, model, {**params, "input": opening + produced}, timeout_s=hop)
             output = list(last.get("output") or [])
             produced.extend(output)
             usage = add_usage(usage, last.get("usage"))
-            answer = await rollout.post_json(env, "/step", {**row, "response": {**last, "output": output}})
+            step_body = {**row, "response": {**last, "output": output}}
+            answer = await call_json(rollout, env, "/step", step_body, timeout_s=hop)
             step = self._parse(EnvStepResponse, answer, "/step")
             total_reward += step.reward
             for entry in step.info.get("tool_outputs") or []:
@@ -126,7 +144,9 @@ class GymnasiumAgent(SimpleResponsesAPIAgent):
     async def _close(self, rollout: Rollout) -> dict[str, Any] | None:
         """POST /close; a failure is logged and returned as a warning, never raised."""
         try:
-            await rollout.post_json(self.config.resources_server.name, "/close", {})
+            await call_json(
+                rollout, self.config.resources_server.name, "/close", {}, timeout_s=self.config.hop_timeout_s
+            )
         except Exception as exc:  # noqa: BLE001 - cleanup must not replace the rollout's own result or error
             logger.warning("%s: closing the environment failed: %s", self.name, exc)
             return {"operation": "close", "error_type": type(exc).__name__, "message": str(exc)}
@@ -136,23 +156,18 @@ class GymnasiumAgent(SimpleResponsesAPIAgent):
         try:
             return model.model_validate(answer)
         except ValidationError as exc:
-            raise HTTPError(
-                502,
-                f"{self.config.resources_server.name}{route} answered a malformed body: {exc.errors()[0]['msg']} "
-                f"at {'.'.join(map(str, exc.errors()[0]['loc'])) or 'body'}",
-                failure_class="resources_server_error",
-            ) from None
+            first = exc.errors()[0]
+            where = ".".join(map(str, first["loc"])) or "body"
+            raise self._bad_body(route, f"answered a malformed body: {first['msg']} at {where}") from None
 
     def _tool_output(self, entry: Any) -> dict[str, Any]:
         if not isinstance(entry, dict) or not isinstance(entry.get("call_id"), str) or "output" not in entry:
-            raise HTTPError(
-                502,
-                f"{self.config.resources_server.name}/step answered info.tool_outputs entries without "
-                "call_id and output",
-                failure_class="resources_server_error",
-            )
+            raise self._bad_body("/step", "answered info.tool_outputs entries without call_id and output")
         output = entry["output"]
         return function_call_output_item(entry["call_id"], output if isinstance(output, str) else str(output))
+
+    def _bad_body(self, route: str, message: str) -> HopFault:
+        return HopFault("bad_upstream_body", self.config.resources_server.name, route, message)
 
 
 if __name__ == "__main__":

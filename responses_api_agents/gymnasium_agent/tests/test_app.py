@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -100,6 +101,32 @@ def test_a_failed_model_call_closes_the_environment_and_fails_the_rollout():
         status, body = http.post(url + "/run", row)
         assert len(env.sessions) == 0  # /close freed the episode the failure left open
     assert status == 502 and body["upstream"] == "model" and "engine crashed" in body["error"], body
+    assert body["failure_class"] == "upstream_5xx"
+
+
+class SlowOnSecondCall(ScriptedModel):
+    """A model whose second call takes longer than the rollout may."""
+
+    async def responses(self, body: dict[str, Any]) -> dict[str, Any]:
+        if count_model_turns(input_items(body)) >= 1:
+            await asyncio.sleep(3)
+        return await super().responses(body)
+
+
+def test_the_rollout_deadline_fails_the_rollout_as_a_timeout_and_closes():
+    env = LampServer({"name": "env"})
+    model = SlowOnSecondCall(
+        {"name": "model", "scripts": [{"turns": [{"call_tool": "count_lamps", "arguments": {}}]}]}
+    )
+    row = {**ROW, "responses_create_params": {**ROW["responses_create_params"], "tools": TOOLS}}
+    with (
+        running_agent(env, model, agent_class=GymnasiumAgent, rollout_timeout_s=0.5) as url,
+        SyncClient() as http,
+    ):
+        status, body = http.post(url + "/run", row)
+        assert len(env.sessions) == 0
+    assert status == 502 and body["failure_class"] == "timeout", body
+    assert "deadline of 0.5s" in body["error"]
 
 
 def test_a_step_refusal_fails_the_rollout_and_still_closes():
@@ -153,5 +180,5 @@ def test_a_malformed_step_answer_is_a_classified_failure_not_a_reward():
     with running_agent(env, model, agent_class=GymnasiumAgent) as url, SyncClient() as http:
         status, body = http.post(url + "/run", ROW)
         assert len(env.sessions) == 0
-    assert status == 502 and body["failure_class"] == "resources_server_error", body
-    assert body["error"].startswith("env/step answered a malformed body") and "reward" in body["error"]
+    assert status == 502 and body["failure_class"] == "bad_upstream_body", body
+    assert body["error"].startswith("env/step: answered a malformed body") and "reward" in body["error"]
