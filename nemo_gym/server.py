@@ -74,6 +74,45 @@ _current_rollout_id: contextvars.ContextVar[str | None] = contextvars.ContextVar
 )
 
 
+class ClientGone(Exception):
+    """The caller closed its connection while the handler ran; the handler was cancelled."""
+
+
+async def _await_disconnect(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+async def until_disconnect(receive: Receive, awaitable: Awaitable[Any]) -> Any:
+    """Await ``awaitable`` (a handler), cancelling it if the caller disconnects first.
+
+    A caller that gave up (its deadline passed, it was killed) must not leave work running here:
+    a model server would otherwise keep retrying its upstream for minutes for nobody. Raises
+    :class:`ClientGone` when that happened. Call only once the request body has been read.
+    """
+    task = asyncio.current_task()
+    state = {"gone": False, "finished": False}
+
+    def on_disconnect(watcher: asyncio.Future[None]) -> None:
+        if state["finished"] or watcher.cancelled() or watcher.exception() is not None or task is None:
+            return
+        state["gone"] = True
+        task.cancel()
+
+    watcher = asyncio.ensure_future(_await_disconnect(receive))
+    watcher.add_done_callback(on_disconnect)
+    try:
+        return await awaitable
+    except asyncio.CancelledError:
+        if not state["gone"] or task is None:
+            raise
+        task.uncancel()
+        raise ClientGone from None
+    finally:
+        state["finished"] = True
+        watcher.cancel()
+
+
 class ServerRef(BaseModel):
     """A reference to another configured server instance by kind and name."""
 
@@ -311,7 +350,9 @@ class BaseServer:
             token = _current_session_id.set(session_id)
             try:
                 body = model.model_validate(data) if model is not None else data
-                result = await handler(body)
+                result = await until_disconnect(request.receive, handler(body))
+            except ClientGone:
+                return Response(status_code=499)  # nobody is left to read it
             except ValidationError as exc:
                 return json_response(validation_error_body(exc, server_name), 422)
             except HTTPError as exc:

@@ -19,6 +19,7 @@ from pydantic import Field
 
 from nemo_gym.base_responses_api_model import BaseResponsesAPIModelConfig, SimpleResponsesAPIModel
 from nemo_gym.conversion import TOKEN_ID_FIELDS
+from nemo_gym.hop_faults import status_failure_class
 from nemo_gym.server import HTTPError
 from nemo_gym.upstream import (
     UpstreamError,
@@ -98,7 +99,9 @@ class OpenAIModel(SimpleResponsesAPIModel):
             async with self._limit():
                 answer = await self.http.request("POST", url, request)
         except UpstreamError as exc:
-            raise HTTPError(504 if exc.kind == "timeout" else 502, f"OpenAI endpoint {url}: {exc}") from exc
+            raise HTTPError(
+                504 if exc.kind == "timeout" else 502, f"OpenAI endpoint {url}: {exc}", failure_class=exc.kind
+            ) from exc
         return self._result(answer, url)
 
     def _result(self, answer: UpstreamResponse, url: str) -> dict[str, Any]:
@@ -106,16 +109,25 @@ class OpenAIModel(SimpleResponsesAPIModel):
             # 4xx means the request itself was refused: keep the status so the caller sees why.
             status = answer.status if 400 <= answer.status < 500 else 502
             retried = f" after {answer.attempts} attempts" if answer.attempts > 1 else ""
-            raise HTTPError(
-                status,
-                f"OpenAI endpoint {url} answered HTTP {answer.status}{retried}: {error_message(answer)}",
-            )
+            message = f"OpenAI endpoint {url} answered HTTP {answer.status}{retried}: {error_message(answer)}"
+            failure_class = status_failure_class(answer.status)
+            if failure_class is None:
+                raise HTTPError(status, message)
+            raise HTTPError(status, message, failure_class=failure_class)
         try:
             value = answer.json()
         except ValueError as exc:
-            raise HTTPError(502, f"OpenAI endpoint {url} answered with a body that is not JSON") from exc
+            raise HTTPError(
+                502,
+                f"OpenAI endpoint {url} answered with a body that is not JSON",
+                failure_class="bad_upstream_body",
+            ) from exc
         if not isinstance(value, dict):
-            raise HTTPError(502, f"OpenAI endpoint {url} answered with JSON that is not an object")
+            raise HTTPError(
+                502,
+                f"OpenAI endpoint {url} answered with JSON that is not an object",
+                failure_class="bad_upstream_body",
+            )
         return value
 
     def _limit(self) -> Any:
