@@ -1,0 +1,101 @@
+"""[GYM] agents end to end on the CPU engine: collected by ``ng_collect_rollouts``, exported by
+``ng_export_training_data`` as token-exact training sequences.
+
+The policy is the tiny local model behind vllm_model (forced completions, so random weights
+make well-formed tool calls; token IDs and log-probs are real). Every model call's prompt must
+begin with the previous call's prompt + generation, and the exported sequence must be exactly
+the last call's prompt + generation, with the loss mask on the policy's tokens only.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from nemo_gym.config import project_root
+from nemo_gym.rollout_collection import ng_collect_rollouts
+from nemo_gym.testing import read_jsonl, running_stack
+
+pytestmark = pytest.mark.slow
+
+ROOT = project_root()
+LOCAL_HF = "responses_api_models/local_hf_model/configs/local_hf_model.yaml"
+
+
+def engine_overrides(path: Path, forced: list[str], extra: dict[str, Any] | None = None) -> str:
+    engine = {"forced_completions": forced, "default_max_tokens": 96}
+    path.write_text(
+        yaml.safe_dump(
+            {"local_hf_engine": {"responses_api_models": {"local_hf_model": engine}}, **(extra or {})}
+        )
+    )
+    return str(path)
+
+
+def collect(tmp_path: Path, configs: list[str], agent: str, rows: Path) -> list[dict[str, Any]]:
+    out = tmp_path / "rollouts.jsonl"
+    with running_stack(configs) as stack, pytest.raises(SystemExit) as exited:
+        ng_collect_rollouts(
+            [
+                f"++head_server.port={stack.head_server_config['port']}",
+                f"+agent_name={agent}",
+                f"+input_jsonl_fpath={rows}",
+                f"+output_jsonl_fpath={out}",
+                "+limit=1",
+            ]
+        )
+    assert int(exited.value.code or 0) == 0
+    return read_jsonl(out)
+
+
+def export(tmp_path: Path, rollouts: Path) -> dict[str, Any]:
+    sequences = tmp_path / "sequences.jsonl"
+    code = (
+        "from nemo_gym.train_data import ng_export_training_data as c; "
+        f"c(['+input_jsonl_fpath={rollouts}', '+output_jsonl_fpath={sequences}'])"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    (sequence,) = read_jsonl(sequences)
+    return sequence
+
+
+def check_token_exact(tmp_path: Path, row: dict[str, Any], num_calls: int) -> None:
+    calls = [item for item in row["response"]["output"] if "prompt_token_ids" in item]
+    assert len(calls) == num_calls, [item.get("role") or item["type"] for item in row["response"]["output"]]
+    for earlier, later in zip(calls, calls[1:], strict=False):
+        prefix = earlier["prompt_token_ids"] + earlier["generation_token_ids"]
+        assert later["prompt_token_ids"][: len(prefix)] == prefix
+        assert "token_ids_contiguous" not in later
+    rollouts = tmp_path / "collected.jsonl"
+    rollouts.write_text(json.dumps(row) + "\n")
+    sequence = export(tmp_path, rollouts)
+    assert sequence["contiguous"] is True and sequence["num_calls"] == num_calls
+    last = calls[-1]
+    assert sequence["input_ids"] == last["prompt_token_ids"] + last["generation_token_ids"]
+    assert sum(sequence["loss_mask"]) == sum(len(c["generation_token_ids"]) for c in calls)
+    assert len(sequence["logprobs"]) == len(sequence["input_ids"])
+
+
+def test_simulated_user_agent_on_retail_exports_token_exact(tmp_path: Path):
+    env = "resources_servers/retail_service"
+    forced = [
+        '<tool_call>\n{"name": "get_order", "arguments": {"order_id": "W1001"}}\n</tool_call>',
+        "Order W1001 was delivered. Shall I return it?",
+        '<tool_call>\n{"name": "return_order", "arguments": {"order_id": "W1001"}}\n</tool_call>',
+        "Order W1001 is returned.",
+    ]
+    user_model = yaml.safe_load((ROOT / env / "configs/scripted_policy.yaml").read_text())["user_model"]
+    overrides = engine_overrides(tmp_path / "forced.yaml", forced, {"user_model": user_model})
+    configs = [f"{env}/configs/retail_service.yaml", LOCAL_HF, overrides]
+    (row,) = collect(
+        tmp_path, configs, "retail_service_simulated_user_agent", ROOT / env / "data/example.jsonl"
+    )
+    assert row["reward"] == 1.0 and row["ended_by"] == "user_stop" and row["num_user_turns"] == 3
+    check_token_exact(tmp_path, row, num_calls=4)
