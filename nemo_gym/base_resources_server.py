@@ -36,7 +36,7 @@ from typing import Any, ClassVar, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from starlette.routing import Route
 
-from nemo_gym.response_items import response_shape_errors
+from nemo_gym.response_items import create_params_shape_errors, response_shape_errors
 from nemo_gym.server import BaseServer, BaseServerConfig, body_model
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -59,6 +59,15 @@ class BaseRunRequest(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     responses_create_params: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("responses_create_params")
+    @classmethod
+    def _create_params_shape(cls, value: dict[str, Any]) -> dict[str, Any]:
+        # input/tools of the wrong type are the caller's mistake: a 422 naming the field.
+        errors = create_params_shape_errors(value)
+        if errors:
+            raise ValueError("; ".join(errors[:5]))
+        return value
 
 
 class BaseSeedSessionRequest(BaseRunRequest):

@@ -211,3 +211,38 @@ def response_shape_errors(response: Any, where: str = "response") -> list[str]:
             elif part.get("text") is not None and not isinstance(part["text"], str):
                 errors.append(f"{path}.content.{part_index}.text: must be a string")
     return errors
+
+
+def create_params_shape_errors(params: Any, where: str = "responses_create_params") -> list[str]:
+    """What is wrong with the parts of a Responses create request servers read, as ``field: problem``.
+
+    ``input`` is a string or a list of item objects, ``tools`` a list of objects, ``instructions``
+    a string; other fields pass through unchecked.
+    """
+    if not isinstance(params, dict):
+        return [f"{where}: must be an object, got {type(params).__name__}"]
+    errors = []
+    value = params.get("input")
+    if value is not None and not isinstance(value, str):
+        if not isinstance(value, list):
+            errors.append(f"{where}.input: must be a string or a list of items, got {type(value).__name__}")
+        else:
+            errors += [
+                f"{where}.input.{i}: must be an object, got {type(item).__name__}"
+                for i, item in enumerate(value)
+                if not isinstance(item, dict)
+            ]
+    tools = params.get("tools")
+    if tools is not None:
+        if not isinstance(tools, list):
+            errors.append(f"{where}.tools: must be a list of tools, got {type(tools).__name__}")
+        else:
+            errors += [
+                f"{where}.tools.{i}: must be an object, got {type(tool).__name__}"
+                for i, tool in enumerate(tools)
+                if not isinstance(tool, dict)
+            ]
+    instructions = params.get("instructions")
+    if instructions is not None and not isinstance(instructions, str):
+        errors.append(f"{where}.instructions: must be a string, got {type(instructions).__name__}")
+    return errors

@@ -617,7 +617,9 @@ class RequireAuthToken:
 def bind_socket(host: str, port: int) -> socket.socket:
     """Bind and listen on (host, port); port 0 takes a free port. The socket is kept, not released."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP named explicitly: asyncio sets TCP_NODELAY only on sockets whose proto says TCP,
+    # and without it every answer waits ~40 ms (Nagle holding the body behind a delayed ACK).
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))

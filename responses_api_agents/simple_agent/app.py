@@ -16,8 +16,8 @@ from nemo_gym.base_responses_api_agent import (
     SimpleResponsesAPIAgent,
     row_create_params,
 )
-from nemo_gym.response_items import add_usage, function_calls, input_items
-from nemo_gym.server import ServerRef
+from nemo_gym.response_items import add_usage, create_params_shape_errors, function_calls, input_items
+from nemo_gym.server import HTTPError, ServerRef
 from nemo_gym.server_client import Rollout
 
 
@@ -61,6 +61,9 @@ class SimpleAgent(SimpleResponsesAPIAgent):
 
     async def responses(self, body: dict[str, Any]) -> dict[str, Any]:
         """The loop as a Responses API model: the final response, no seeding and no verify."""
+        errors = create_params_shape_errors(body, "body")
+        if errors:
+            raise HTTPError(422, "invalid body: " + "; ".join(errors[:5]))
         async with rollout_deadline(self.config.rollout_timeout_s, self.name):
             return await self.loop(self.server_client.rollout(self.rollout_id), body)
 
