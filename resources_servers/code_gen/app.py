@@ -8,7 +8,7 @@ The model answers in text; the last ```python block is run against the row's
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import ValidationError
 
@@ -36,6 +36,8 @@ class CodeGenConfig(BaseResourcesServerConfig):
     file_size_limit_mb: int = 16
     process_limit: int = 64
     max_output_mb: int = 16
+    disk_limit_mb: int = 64
+    sandbox_uid: int | Literal["auto", "keep"] = "auto"
     stop_on_first_failure: bool = True
     extra_read_roots: list[str] = []
     require_sandbox_layers: list[str] = []
@@ -76,6 +78,7 @@ class CodeGenServer(SimpleResourcesServer):
             file_size_mb=cfg.file_size_limit_mb,
             processes=cfg.process_limit,
             max_output_bytes=cfg.max_output_mb * 1024 * 1024,
+            disk_mb=cfg.disk_limit_mb,
         )
         self.sandbox = CodeSandbox(
             limits,
@@ -83,6 +86,7 @@ class CodeGenServer(SimpleResourcesServer):
             work_root=cfg.sandbox_work_root,
             extra_read_roots=cfg.extra_read_roots,
             require=cfg.require_sandbox_layers,
+            uid=cfg.sandbox_uid,
         )
         self._layers_logged = False
 

@@ -32,6 +32,7 @@ logger = logging.getLogger("nemo_gym.code_gen")
 CHILD_SCRIPT = Path(__file__).with_name("sandbox_child.py")
 MARKER = "__NG_SANDBOX__"
 _STDERR_TAIL_BYTES = 4096
+DISK_POLL_S = 0.02
 _READ_CHUNK = 65536
 
 # Paths the code may read (besides its working directory and the interpreter's own prefixes):
@@ -100,6 +101,7 @@ class SandboxLimits:
     open_files: int = 256
     processes: int = 64
     max_output_bytes: int = 16 * 1024 * 1024
+    disk_mb: int = 64  # all files of one run together (each file is also capped by file_size_mb)
 
     @property
     def wall_deadline_s(self) -> float:
@@ -140,6 +142,13 @@ class CodeSandbox:
     ``use_netns``/``use_landlock``/``use_seccomp`` switch layers off (for machines where one
     misbehaves); ``require`` lists layers whose absence must fail every run instead of running
     with less confinement (names: ``netns``, ``landlock_abi``, ``seccomp``).
+
+    ``uid``: the user id the code runs as. ``"auto"`` (default): when this process is root, the
+    ``nobody`` user if it can reach the interpreter and the work root (every directory on the
+    way traversable by others), else the current user (with a warning); ``"keep"``: always the current user; an int:
+    that id (its primary group from the password database, else the same number).
+    The files a run writes count against ``limits.disk_mb`` together: the run is killed (status
+    ``output_limit``) within a few milliseconds of passing it.
     """
 
     def __init__(
@@ -154,6 +163,7 @@ class CodeSandbox:
         use_landlock: bool = True,
         use_seccomp: bool = True,
         require: Sequence[str] = (),
+        uid: int | str = "auto",
     ) -> None:
         if max_concurrency < 1:
             raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}")
@@ -165,6 +175,7 @@ class CodeSandbox:
         self.switches = {"use_netns": use_netns, "use_landlock": use_landlock, "use_seccomp": use_seccomp}
         self.require = list(require)
         self._semaphore = asyncio.Semaphore(max_concurrency)
+        self.run_as = resolve_run_as(uid, self.python, work_root or tempfile.gettempdir())
 
     async def run(
         self,
@@ -214,6 +225,10 @@ class CodeSandbox:
             **self.switches,
         }
         Path(workdir, ".job.json").write_text(json.dumps(job), encoding="utf-8")
+        if self.run_as is not None:
+            uid, gid = self.run_as
+            for name in ("", "solution.py", ".stdin", ".job.json"):
+                os.chown(os.path.join(workdir, name), uid, gid)
         return workdir
 
     async def _run_child(self, workdir: str) -> RunResult:
@@ -233,6 +248,11 @@ class CodeSandbox:
                 env={},
                 start_new_session=True,
                 limit=_READ_CHUNK,
+                **(
+                    {"user": self.run_as[0], "group": self.run_as[1], "extra_groups": []}
+                    if self.run_as is not None
+                    else {}
+                ),
             )
         finally:
             os.close(stdin_fd)
@@ -241,11 +261,13 @@ class CodeSandbox:
         out_task = asyncio.create_task(_read_capped(proc.stdout, self.limits.max_output_bytes, overflow))
         err_task = asyncio.create_task(_read_tail(proc.stderr, _STDERR_TAIL_BYTES))
         overflow_task = asyncio.create_task(overflow.wait())
+        disk_full = asyncio.Event()
+        disk_task = asyncio.create_task(_watch_disk(workdir, self.limits.disk_mb * 1024 * 1024, disk_full))
         wait_task = asyncio.create_task(proc.wait())
         timed_out = False
         try:
             done, _ = await asyncio.wait(
-                {wait_task, overflow_task},
+                {wait_task, overflow_task, disk_task},
                 timeout=self.limits.wall_deadline_s,
                 return_when=asyncio.FIRST_COMPLETED,
             )
@@ -254,6 +276,7 @@ class CodeSandbox:
             # Kill the whole group: the child and anything it managed to start.
             _kill_group(proc.pid)
             overflow_task.cancel()
+            disk_task.cancel()
             # Some event loops finish wait() only once the pipes close; an escaped holder must
             # not keep us waiting (the status is known from the exit itself).
             with contextlib.suppress(TimeoutError):
@@ -263,6 +286,9 @@ class CodeSandbox:
             returncode = proc.returncode if proc.returncode is not None else -signal.SIGKILL
             stdout, stderr = await _finish_readers(out_task, err_task)
         wall_s = time.monotonic() - started
+        if disk_full.is_set():
+            message = f"disk quota exceeded ({self.limits.disk_mb} MB written in total)"
+            return RunResult(RunStatus.OUTPUT_LIMIT, "", message, returncode, wall_s, "")
         return self._classify(returncode, stdout, stderr, timed_out, overflow.is_set(), wall_s)
 
     def _classify(
@@ -290,6 +316,79 @@ class CodeSandbox:
             hint = " (stack overflow or crash)" if -returncode == signal.SIGSEGV else ""
             return result(RunStatus.RUNTIME_ERROR, f"killed by {name}{hint}")
         return result(RunStatus.RUNTIME_ERROR, reported or f"exited with status {returncode}")
+
+
+def resolve_run_as(uid: int | str, python: str, work_root: str) -> tuple[int, int] | None:
+    """The (uid, gid) a child runs as, or None for this process's own (see :class:`CodeSandbox`)."""
+    import pwd
+
+    if uid == "keep":
+        return None
+    if isinstance(uid, int) and not isinstance(uid, bool):
+        try:
+            return uid, pwd.getpwuid(uid).pw_gid
+        except KeyError:
+            return uid, uid
+    if uid != "auto":
+        raise ValueError(f"sandbox uid must be 'auto', 'keep' or an integer, got {uid!r}")
+    if os.geteuid() != 0:
+        return None  # already unprivileged
+    try:
+        nobody = pwd.getpwnam("nobody")
+    except KeyError:
+        logger.warning("code_gen: running sandboxed code as root: there is no 'nobody' user")
+        return None
+    blocked = [p for p in (os.path.realpath(python), str(CHILD_SCRIPT)) if not _reachable_by_others(p)]
+    if not _reachable_by_others(os.path.join(os.path.realpath(work_root), ".")):
+        blocked.append(work_root)
+    if blocked:
+        logger.warning(
+            "code_gen: running sandboxed code as root: user 'nobody' cannot reach %s "
+            "(make the path traversable by others, or set the sandbox uid)",
+            blocked[0],
+        )
+        return None
+    return nobody.pw_uid, nobody.pw_gid
+
+
+def _reachable_by_others(path: str) -> bool:
+    """Whether a user with no relation to the owner can read (and traverse to) ``path``."""
+    target = Path(path)
+    try:
+        if not target.stat().st_mode & stat.S_IROTH:
+            return False
+        return all(parent.stat().st_mode & stat.S_IXOTH for parent in target.parents)
+    except OSError:
+        return False
+
+
+async def _watch_disk(workdir: str, limit_bytes: int, full: asyncio.Event) -> None:
+    """Return (setting ``full``) once the files under ``workdir`` use more than ``limit_bytes``."""
+    while True:
+        await asyncio.sleep(DISK_POLL_S)
+        if _disk_usage(workdir) > limit_bytes:
+            full.set()
+            return
+
+
+def _disk_usage(root: str) -> int:
+    total = 0
+    stack = [root]
+    while stack:
+        try:
+            entries = os.scandir(stack.pop())
+        except OSError:
+            continue
+        with entries:
+            for entry in entries:
+                try:
+                    info = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                total += max(info.st_size, info.st_blocks * 512)
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(entry.path)
+    return total
 
 
 def _read_roots(python: str, extra: Sequence[str]) -> list[str]:
