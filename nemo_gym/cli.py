@@ -57,12 +57,13 @@ def console_command(
 
 def _run(argv: list[str]) -> int:
     from nemo_gym.launcher import Stack, StackError
+    from nemo_gym.ray_backend import default_backend
     from nemo_gym.server import _loop_factory
 
     config = load_config(argv)
 
     async def main() -> int:
-        stack = Stack(config)
+        stack = Stack(config, backend=default_backend(config))
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stack.request_stop)
@@ -190,15 +191,15 @@ class RunHelper:
         from omegaconf import OmegaConf
 
         from nemo_gym import global_config, server_utils
-        from nemo_gym.launcher import LocalProcessBackend, StackHandle
+        from nemo_gym.launcher import StackHandle
+        from nemo_gym.ray_backend import default_backend
 
         global_config.set_global_config_dict(global_config_dict_parser_config)
         config_dict = global_config.get_global_config_dict()
         config = OmegaConf.to_container(config_dict, resolve=True)
         assert isinstance(config, dict)
-        self._handle = StackHandle.start(
-            {str(k): v for k, v in config.items()}, backend=LocalProcessBackend(_CLI_LAUNCH_HOOKS)
-        )
+        plain = {str(k): v for k, v in config.items()}
+        self._handle = StackHandle.start(plain, backend=default_backend(plain, _CLI_LAUNCH_HOOKS))
         head = server_utils.BaseServerConfig(**self._handle.head_server_config)
         self._server_client = server_utils.ServerClient(
             head_server_config=head, global_config_dict=config_dict

@@ -47,6 +47,8 @@ class Replica:
     pid: int
     registered_at: float
     external_url: str | None = None
+    node_id: str | None = None  # the Ray node it runs on (Ray backend), else None
+    node_ip: str | None = None
 
     @property
     def url(self) -> str:
@@ -86,6 +88,16 @@ class Registry:
             self.replicas[name] = kept
         else:
             self.replicas.pop(name, None)
+
+    def remove_where(self, host: str, pid: int) -> None:
+        """Forget the replicas of process ``pid`` on ``host`` (pids repeat across machines)."""
+        for name in list(self.replicas):
+            kept = [r for r in self.replicas[name] if (r.host, r.pid) != (host, pid)]
+            if kept:
+                self.replicas[name] = kept
+            else:
+                del self.replicas[name]
+        self._changed.set()
 
     def remove_pid(self, pid: int) -> None:
         """Forget every replica of a process that died."""
@@ -163,6 +175,8 @@ class HeadServer:
                 port=_port(body),
                 pid=int(body.get("pid", 0)),
                 registered_at=time.time(),
+                node_id=_optional_text(body, "node_id"),
+                node_ip=_optional_text(body, "node_ip"),
             )
         except (TypeError, ValueError, OverflowError) as exc:
             raise HTTPError(422, f"invalid registration (need name, host, port): {exc}") from exc
@@ -190,6 +204,15 @@ def _text(body: Mapping[str, Any], field: str) -> str:
     value = body.get(field)
     if not isinstance(value, str) or not value:
         raise ValueError(f"{field} must be a non-empty string, got {value!r:.80}")
+    return value
+
+
+def _optional_text(body: Mapping[str, Any], field: str) -> str | None:
+    value = body.get(field)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ValueError(f"{field} must be a string, got {value!r:.80}")
     return value
 
 

@@ -346,6 +346,9 @@ class Stack:
         # Per stack: only the servers this stack starts (handed it on stdin) may register.
         self.registration_secret = secrets.token_urlsafe(32)
         self.head = HeadServer(self.config, registration_secret=self.registration_secret)
+        bind_registry = getattr(self.backend, "bind_registry", None)
+        if bind_registry is not None:  # a backend that restarts replicas keeps the registry current
+            bind_registry(self.head.registry)
         remember_secret_values({*secret_values(self.config), auth_token(), self.registration_secret})
         self.processes: dict[str, ServerProcess] = {}
         self.head_url = ""
@@ -561,6 +564,9 @@ class Stack:
         await asyncio.gather(
             *(self.backend.stop(p, grace_s) for p in self.processes.values()), return_exceptions=True
         )
+        close = getattr(self.backend, "close", None)
+        if close is not None:
+            await close()
         if self._head_server is not None:
             self._head_server.should_exit = True
         if self._head_task is not None:

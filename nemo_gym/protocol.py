@@ -18,6 +18,9 @@ ENV_AUTH_TOKEN = "NEMO_GYM_AUTH_TOKEN"
 # Set to "stdin" by the launcher: the child reads its config and secrets as JSON from stdin
 # (never from its environment, which other processes of the same user can read in /proc).
 ENV_LAUNCH_PAYLOAD = "NEMO_GYM_LAUNCH_PAYLOAD"
+# Set by the Ray backend: the node a server process runs on, registered with the head server.
+ENV_NODE_ID = "NEMO_GYM_NODE_ID"
+ENV_NODE_IP = "NEMO_GYM_NODE_IP"
 REGISTRATION_SECRET_HEADER = "X-NeMo-Gym-Registration-Secret"
 AUTH_HEADER = "authorization"
 SESSION_COOKIE = "session_id"

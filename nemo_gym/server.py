@@ -40,6 +40,8 @@ from nemo_gym.protocol import (  # noqa: F401
     ENV_HEAD_URL,
     ENV_INSTANCE_NAME,
     ENV_LAUNCH_PAYLOAD,
+    ENV_NODE_ID,
+    ENV_NODE_IP,
     ENV_SERVER_CONFIG,
     REGISTRATION_SECRET_HEADER,
     ROLLOUT_PREFIX,
@@ -651,7 +653,16 @@ async def register_with_head(head_url: str, name: str, server_type: str, host: s
     """Tell the head server which port this process really bound."""
     import aiohttp
 
-    body = {"name": name, "server_type": server_type, "host": host, "port": port, "pid": os.getpid()}
+    body: dict[str, Any] = {
+        "name": name,
+        "server_type": server_type,
+        "host": host,
+        "port": port,
+        "pid": os.getpid(),
+    }
+    for key, env in (("node_id", ENV_NODE_ID), ("node_ip", ENV_NODE_IP)):
+        if os.environ.get(env):
+            body[key] = os.environ[env]
     headers = auth_headers()
     secret = registration_secret()
     if secret:

@@ -26,6 +26,9 @@ from nemo_gym.protocol import ENV_HEAD_URL, ROLLOUT_PREFIX, SESSION_COOKIE, auth
 
 DEFAULT_TIMEOUT_S = float(os.environ.get("NEMO_GYM_CLIENT_TIMEOUT_S", "1800"))
 DEFAULT_CONNECT_RETRIES = 4
+# How long a name's replica list is reused before the head server is asked again: replicas
+# started later (more workers, a restart on another node) get new rollouts within this time.
+RESOLVE_TTL_S = 2.0
 
 
 class ServerCallError(Exception):
@@ -58,6 +61,8 @@ class ServerInstanceInfo:
     pid: int
     server_type: str
     external: bool = False
+    node_id: str | None = None  # the Ray node it runs on (Ray backend)
+    node_ip: str | None = None
 
 
 @dataclass
@@ -67,6 +72,7 @@ class ServerResponse:
     status: int
     body: bytes
     cookies: dict[str, str]
+    base_url: str = ""  # the replica that answered
 
     def json(self) -> Any:
         """The body parsed as JSON."""
@@ -102,6 +108,7 @@ class ServerClient:
             k: [v] if isinstance(v, str) else list(v) for k, v in (static_urls or {}).items()
         }
         self._resolved: dict[str, list[str]] = {}
+        self._resolved_at = float("-inf")
         self._external: set[str] = set()  # base URLs of endpoints that are not nemo_gym servers
         self._sessions: dict[asyncio.AbstractEventLoop, aiohttp.ClientSession] = {}
         self._round_robin = 0
@@ -164,6 +171,8 @@ class ServerClient:
                 pid=i.get("pid", 0),
                 server_type=i.get("server_type", ""),
                 external=bool(i.get("external", False)),
+                node_id=i.get("node_id"),
+                node_ip=i.get("node_ip"),
             )
             for i in resp.json()
         ]
@@ -172,7 +181,8 @@ class ServerClient:
         """Base URLs of every replica of ``server_name``."""
         if server_name in self._static:
             return self._static[server_name]
-        if not refresh and server_name in self._resolved:
+        fresh = time.monotonic() - self._resolved_at < RESOLVE_TTL_S
+        if not refresh and fresh and server_name in self._resolved:
             return self._resolved[server_name]
         if not self.head_url:
             raise ServerCallError(
@@ -185,6 +195,7 @@ class ServerClient:
             if info.external:
                 self._external.add(info.url)
         self._resolved = by_name
+        self._resolved_at = time.monotonic()
         if server_name not in by_name:
             known = ", ".join(sorted(by_name)) or "none"
             raise ServerCallError(
@@ -206,12 +217,17 @@ class ServerClient:
         return await asyncio.shield(lookup)
 
     async def base_url(self, server_name: str, affinity: str | None = None) -> str:
-        """One replica's base URL; the same ``affinity`` key always picks the same replica."""
+        """One replica's base URL; the same ``affinity`` key picks the same replica.
+
+        Rendezvous hashing: when a replica joins or leaves, only the keys that hashed to it move
+        (with ``len(urls)`` as a modulus almost every key would).
+        """
         urls = await self.resolve(server_name)
         if len(urls) == 1:
             return urls[0]
         if affinity is not None:
-            return urls[zlib.crc32(affinity.encode()) % len(urls)]
+            key = affinity.encode()
+            return max(urls, key=lambda url: zlib.crc32(url.encode(), zlib.crc32(key)))
         self._round_robin += 1
         return urls[self._round_robin % len(urls)]
 
@@ -226,20 +242,23 @@ class ServerClient:
         cookies: Mapping[str, str] | None = None,
         timeout_s: float | None = None,
         rollout_id: str | None = None,
+        replica: str | None = None,
     ) -> ServerResponse:
         """Send one request to a named server and read the whole answer.
 
+        ``replica`` (a base URL) sends it to that replica only: a rollout holding session state
+        on it must not move (when it is gone the call fails ``unreachable``).
         Raises :class:`ServerCallError` of kind ``unreachable``, ``timeout`` or ``not_found``;
         an HTTP error status is returned, not raised (see :meth:`post_json`).
         """
-        base = await self.base_url(server_name, affinity=rollout_id)
+        base = replica or await self.base_url(server_name, affinity=rollout_id)
         path = self._path(base, url_path, rollout_id)
         try:
             return await self._send(
                 method, server_name, base, path, json, cookies, timeout_s or self.timeout_s
             )
         except ServerCallError as exc:
-            if exc.kind != "unreachable" or server_name in self._static or not self.head_url:
+            if exc.kind != "unreachable" or replica or server_name in self._static or not self.head_url:
                 raise
             # The server may have restarted on another port: re-resolve once and try again.
             fresh = await self.resolve(server_name, refresh=True)
@@ -306,7 +325,8 @@ class ServerClient:
                     timeout=aiohttp.ClientTimeout(total=remaining),
                 ) as resp:
                     body = await resp.read()
-                    return ServerResponse(resp.status, body, {k: m.value for k, m in resp.cookies.items()})
+                    cookies = {k: m.value for k, m in resp.cookies.items()}
+                    return ServerResponse(resp.status, body, cookies, base)
             except (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError) as exc:
                 # Safe to retry: either no connection was made, or a pooled keep-alive connection
                 # was closed by the peer before it read the request.
@@ -390,6 +410,8 @@ class Rollout:
         self.client = client
         self.rollout_id = rollout_id
         self.cookies: dict[str, dict[str, str]] = {}
+        # Servers that gave this rollout a session: later calls stay on the replica holding it.
+        self.replicas: dict[str, str] = {}
 
     async def request(
         self, method: str, server_name: str, url_path: str, json: Any = None, **kwargs: Any
@@ -397,10 +419,19 @@ class Rollout:
         """Like :meth:`ServerClient.request`, with this rollout's cookies and id."""
         jar = self.cookies.setdefault(server_name, {})
         resp = await self.client.request(
-            method, server_name, url_path, json, cookies=jar, rollout_id=self.rollout_id, **kwargs
+            method,
+            server_name,
+            url_path,
+            json,
+            cookies=jar,
+            rollout_id=self.rollout_id,
+            replica=self.replicas.get(server_name),
+            **kwargs,
         )
         if resp.cookies:
             jar.update(resp.cookies)
+            if resp.base_url:
+                self.replicas.setdefault(server_name, resp.base_url)
         return resp
 
     async def post(self, server_name: str, url_path: str, json: Any = None, **kwargs: Any) -> ServerResponse:
