@@ -43,9 +43,8 @@ SMALL_STORE = 80 * 1024 * 1024
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[dict[str, Any]]:
-    from ray.cluster_utils import Cluster
-
     from ray._private import ray_constants
+    from ray.cluster_utils import Cluster
 
     # Ray then takes the loopback address as every node's address (and so do the processes the
     # nodes start, through the environment): nothing leaves 127.0.0.1.
