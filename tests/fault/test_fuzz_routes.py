@@ -82,9 +82,11 @@ bodies = st.one_of(
 
 
 def bundled_fields(kind: str, impl: str) -> tuple[dict[str, Any], dict[str, str]]:
-    """The instance fields of ``impl`` in its first bundled config, and instance name → impl
-    of every resources server in the same file."""
-    for path in sorted((ROOT / kind / impl / "configs").glob("*.yaml")):
+    """The instance fields of ``impl`` in its first bundled config (its own folder's first), and
+    instance name → impl of every resources server in the same file."""
+    own = sorted((ROOT / kind / impl / "configs").glob("*.yaml"))
+    # An agent may have no configs of its own: the environment that uses it holds its block.
+    for path in own + sorted(p for k in KINDS for p in (ROOT / k).glob("*/configs/*.yaml") if p not in own):
         blocks = yaml.safe_load(path.read_text()) or {}
         envs = {
             name: next(iter(block["resources_servers"]))
