@@ -8,7 +8,9 @@ upstream that echoes every credential it receives in its error answer, as some p
 from __future__ import annotations
 
 import asyncio
+import io
 import json
+import logging
 import subprocess
 import sys
 
@@ -22,8 +24,16 @@ from nemo_gym.config import load_config
 from nemo_gym.launcher import StackHandle
 from nemo_gym.protocol import ENV_AUTH_TOKEN
 from nemo_gym.rollout_collection import RolloutCollectionHelper
-from nemo_gym.secrets import REDACTED, redact, redact_text, secret_values
-from nemo_gym.testing import SyncClient, running_app
+from nemo_gym.secrets import (
+    REDACTED,
+    RedactingFilter,
+    redact,
+    redact_text,
+    remember_secret_values,
+    secret_values,
+)
+from nemo_gym.server import BaseServer, BaseServerConfig, HTTPError
+from nemo_gym.testing import SyncClient, running_app, running_server
 
 API_KEY = "sk-test-0123456789abcdefghij"
 EXTRA_HEADER = "Bearer hdr-secret-4242424242"
@@ -140,3 +150,50 @@ def test_ng_dump_config_hides_secrets(stack_config):
     assert "Authorization-Extra" in shown and "nguser" not in shown
     for secret in SECRETS[:3]:
         assert secret not in shown, secret
+
+
+class LeakyServer(BaseServer):
+    """Errors that quote the server's own secret, as a careless handler or library might."""
+
+    class Config(BaseServerConfig):
+        judge_api_key: str
+
+    config: Config
+
+    def routes(self):
+        return super().routes() + [self.route("/crash", self.crash), self.route("/refuse", self.refuse)]
+
+    async def crash(self, body: dict) -> dict:
+        raise RuntimeError(f"judge call failed with key {self.config.judge_api_key}")
+
+    async def refuse(self, body: dict) -> dict:
+        raise HTTPError(400, f"bad request for http://judge:{self.config.judge_api_key}@judge.local/v1")
+
+
+def test_error_answers_and_logs_hide_remembered_secrets():
+    secret = "plain-value-without-any-pattern-5150"
+    remember_secret_values(secret_values({"judge_api_key": secret}))  # what from_env does at start-up
+    with (
+        running_server(LeakyServer({"name": "leaky", "judge_api_key": secret})) as url,
+        SyncClient() as client,
+    ):
+        for route, status in (("/crash", 500), ("/refuse", 400)):
+            got, answer = client.post(url + route, {})
+            assert got == status and answer["error"], answer
+            assert secret not in json.dumps(answer) and REDACTED in answer["error"], answer
+
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.addFilter(RedactingFilter())
+    log = logging.getLogger("nemo_gym.test_secrets")
+    log.addHandler(handler)
+    try:
+        log.error("calling %s with Authorization: Bearer abcdef123456", f"http://u:{secret}@h/v1")
+        try:
+            raise ValueError(f"upstream echoed {secret}")
+        except ValueError:
+            log.exception("failed")
+    finally:
+        log.removeHandler(handler)
+    logged = stream.getvalue()
+    assert "upstream echoed" in logged and "abcdef123456" not in logged and secret not in logged
