@@ -39,11 +39,18 @@ def engine_overrides(path: Path, forced: list[str], extra: dict[str, Any] | None
 
 
 def collect(tmp_path: Path, configs: list[str], agent: str, rows: Path) -> list[dict[str, Any]]:
+    with running_stack(configs) as stack:
+        return collect_on(tmp_path, stack.head_server_config["port"], agent, rows)
+
+
+def collect_on(tmp_path: Path, head_port: int, agent: str, rows: Path) -> list[dict[str, Any]]:
+    """``ng_collect_rollouts`` on the first row of ``rows`` through ``agent`` of a running stack."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
     out = tmp_path / "rollouts.jsonl"
-    with running_stack(configs) as stack, pytest.raises(SystemExit) as exited:
+    with pytest.raises(SystemExit) as exited:
         ng_collect_rollouts(
             [
-                f"++head_server.port={stack.head_server_config['port']}",
+                f"++head_server.port={head_port}",
                 f"+agent_name={agent}",
                 f"+input_jsonl_fpath={rows}",
                 f"+output_jsonl_fpath={out}",
@@ -99,3 +106,37 @@ def test_simulated_user_agent_on_retail_exports_token_exact(tmp_path: Path):
     )
     assert row["reward"] == 1.0 and row["ended_by"] == "user_stop" and row["num_user_turns"] == 3
     check_token_exact(tmp_path, row, num_calls=4)
+
+
+def test_harness_agent_black_box_exports_token_exact_over_both_apis(tmp_path: Path):
+    env = "resources_servers/example_session_state_mgmt"
+    forced = [
+        '<tool_call>\n{"name": "increment_counter", "arguments": {"count": 5}}\n</tool_call>',
+        '<tool_call>\n{"name": "increment_counter", "arguments": {"count": 7}}\n</tool_call>',
+        '<tool_call>\n{"name": "get_counter_value", "arguments": {}}\n</tool_call>',
+        "The counter reads 22.",
+    ]
+    agent = yaml.safe_load(
+        (ROOT / "responses_api_agents/harness_agent/configs/harness_agent.yaml").read_text()
+    )
+    chat_agent = json.loads(json.dumps(agent["example_session_state_mgmt_harness_agent"]))
+    chat_agent["responses_api_agents"]["harness_agent"]["command"][3] = "chat"
+    overrides = engine_overrides(tmp_path / "forced.yaml", forced, {"chat_harness_agent": chat_agent})
+    configs = [
+        f"{env}/configs/example_session_state_mgmt.yaml",
+        "responses_api_agents/harness_agent/configs/harness_agent.yaml",
+        LOCAL_HF,
+        overrides,
+    ]
+    rows = ROOT / env / "data/example.jsonl"
+    with running_stack(configs) as stack:
+        collected = {
+            agent_name: collect_on(tmp_path / agent_name, stack.head_server_config["port"], agent_name, rows)
+            for agent_name in ("example_session_state_mgmt_harness_agent", "chat_harness_agent")
+        }
+    for agent_name, (row,) in collected.items():
+        assert row["reward"] == 1.0, (agent_name, row.get("harness"))
+        assert row["harness"]["status"] == "ok" and row["harness"]["model_calls"] == 4
+        assert "The counter reads 22." in row["harness"]["stdout_tail"]
+        (tmp_path / agent_name).mkdir(exist_ok=True)
+        check_token_exact(tmp_path / agent_name, row, num_calls=4)

@@ -1,0 +1,230 @@
+"""harness_agent: train on a third-party agent program (a black box) by capturing its model calls.
+
+One rollout: ``/seed_session`` with the row; the configured ``command`` runs as a child process
+in a fresh working directory, pointed at a rollout-scoped model URL served by the capture proxy
+(``capture.py``) inside this agent; the proxy forwards every call to the policy model and
+records it with its token IDs and log-probs; when the program exits (or hits its limits) the
+rollout's response is assembled from the captured calls and sent to ``/verify``.
+
+The program sees, in its environment:
+
+- ``OPENAI_BASE_URL`` (``<proxy>/r/<token>/v1``) and ``OPENAI_API_KEY``: any ``openai`` client,
+  Responses or Chat Completions, works unchanged;
+- ``NEMO_GYM_TOOLS_URL`` (``<proxy>/r/<token>/tools``): ``POST <url>/<tool>`` runs a tool of the
+  resources server in this rollout's session (the answer is the tool's output text);
+- ``NEMO_GYM_TASK_FILE``: ``task.json`` in its working directory, the dataset row.
+
+Working directory and limits reuse code_gen's sandbox limits (CPU time, wall time, memory,
+file size, open files, output cap); the directory is deleted afterwards and the child's whole
+process group is killed at the deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import resource
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+from pydantic import Field
+
+from nemo_gym.agent_hops import call_json, rollout_deadline
+from nemo_gym.base_responses_api_agent import SimpleResponsesAPIAgent, row_create_params
+from nemo_gym.server import HTTPError
+from resources_servers.code_gen.sandbox import SandboxLimits
+from responses_api_agents.harness_agent.capture import CaptureProxy, RolloutCapture
+from responses_api_agents.simple_agent.app import SimpleAgentConfig
+
+AGENT_DIR = Path(__file__).resolve().parent
+_TAIL_BYTES = 4096
+
+
+class HarnessAgentConfig(SimpleAgentConfig):
+    """simple_agent's server refs and timeouts, plus the program to run.
+
+    ``command``: the argv; each part may use ``{python}`` (this interpreter), ``{agent_dir}``
+    (this folder) and ``{workdir}``. ``env``: extra environment variables for it.
+    ``max_model_calls``: calls the proxy forwards per rollout (then 429).
+    ``cpu_time_s``, ``wall_time_s``, ``memory_mb``, ``file_size_mb``, ``open_files``,
+    ``max_output_bytes``: the child's limits (code_gen's :class:`SandboxLimits`).
+    """
+
+    command: list[str] = Field(min_length=1)
+    env: dict[str, str] = Field(default_factory=dict)
+    max_model_calls: int = Field(default=50, ge=1)
+    cpu_time_s: float = Field(default=60.0, gt=0)
+    wall_time_s: float = Field(default=300.0, gt=0)
+    memory_mb: int = Field(default=4096, ge=64)
+    file_size_mb: int = Field(default=64, ge=1)
+    open_files: int = Field(default=256, ge=16)
+    max_output_bytes: int = Field(default=1024 * 1024, ge=1024)
+
+
+class HarnessAgent(SimpleResponsesAPIAgent):
+    """Runs the configured program per rollout and verifies what its captured model calls produced."""
+
+    config: HarnessAgentConfig
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.proxy = CaptureProxy()
+        self.limits = SandboxLimits(
+            cpu_time_s=self.config.cpu_time_s,
+            wall_time_s=self.config.wall_time_s,
+            memory_mb=self.config.memory_mb,
+            file_size_mb=self.config.file_size_mb,
+            open_files=self.config.open_files,
+            max_output_bytes=self.config.max_output_bytes,
+        )
+
+    async def on_shutdown(self) -> None:
+        """Stop the capture proxy."""
+        await self.proxy.stop()
+
+    async def run(self, body: dict[str, Any]) -> dict[str, Any]:
+        """One rollout: seed, run the program against its proxy URL, verify the assembled response.
+
+        The verify answer gains ``harness`` (exit status, ``status`` ``ok``/``failed``/``timeout``/
+        ``output_limit``, wall seconds, model and tool call counts, stderr tail). A policy-model or
+        tool fault seen by the proxy fails the rollout with its failure class, never a reward.
+        """
+        row_create_params(body)  # the row's request must be well formed (a 422 names the field)
+        await self.proxy.start()
+        rollout = self.server_client.rollout(self.rollout_id)
+        resources = self.config.resources_server.name
+        hop = self.config.hop_timeout_s
+        capture = RolloutCapture(
+            rollout=rollout,
+            model_server=self.config.model_server.name,
+            resources_server=resources,
+            max_model_calls=self.config.max_model_calls,
+            hop_timeout_s=hop,
+        )
+        async with rollout_deadline(self.config.rollout_timeout_s, self.name):
+            await call_json(rollout, resources, "/seed_session", body, timeout_s=hop)
+            url = self.proxy.open(capture)
+            try:
+                outcome = await self.run_program(url, body)
+            finally:
+                self.proxy.close(url)
+            if capture.fault is not None:
+                raise capture.fault
+            response = capture.assembled_response()
+            verified = await call_json(
+                rollout, resources, "/verify", {**body, "response": response}, timeout_s=hop
+            )
+        outcome.update(model_calls=len(capture.calls), tool_calls=capture.tool_calls)
+        return {**verified, "harness": outcome}
+
+    async def run_program(self, url: str, row: dict[str, Any]) -> dict[str, Any]:
+        """Run the command once in a fresh working directory; its outcome (never raises for the
+        program's own failure)."""
+        workdir = tempfile.mkdtemp(prefix="ng_harness_")
+        try:
+            task_file = Path(workdir, "task.json")
+            task_file.write_bytes(orjson.dumps(row))
+            fields = {"python": sys.executable, "agent_dir": str(AGENT_DIR), "workdir": workdir}
+            try:
+                argv = [part.format(**fields) for part in self.config.command]
+            except (KeyError, IndexError) as exc:
+                raise HTTPError(500, f"agent {self.name}: command has an unknown placeholder {exc}") from None
+            env = {
+                "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+                "HOME": workdir,
+                "LANG": "C.UTF-8",
+                "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
+                "OPENAI_BASE_URL": f"{url}/v1",
+                "OPENAI_API_KEY": "nemo-gym-capture-proxy",
+                "NEMO_GYM_TOOLS_URL": f"{url}/tools",
+                "NEMO_GYM_TASK_FILE": str(task_file),
+                **self.config.env,
+            }
+            return await self._supervise(argv, workdir, env)
+        finally:
+            await asyncio.to_thread(shutil.rmtree, workdir, True)
+
+    async def _supervise(self, argv: list[str], workdir: str, env: dict[str, str]) -> dict[str, Any]:
+        limits = self.limits
+        started = time.monotonic()
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                cwd=workdir,
+                env=env,
+                start_new_session=True,
+                preexec_fn=lambda: _apply_limits(limits),
+            )
+        except OSError as exc:
+            raise HTTPError(500, f"agent {self.name}: cannot start {argv[0]!r}: {exc}") from None
+        assert proc.stdout is not None and proc.stderr is not None
+        out_task = asyncio.create_task(_read_tail(proc.stdout, limits.max_output_bytes))
+        err_task = asyncio.create_task(_read_tail(proc.stderr, _TAIL_BYTES))
+        status = "ok"
+        try:
+            await asyncio.wait_for(proc.wait(), limits.wall_deadline_s)
+        except TimeoutError:
+            status = "timeout"
+        finally:
+            _kill_group(proc.pid)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(proc.wait(), 5.0)
+        stdout, out_overflow = await out_task
+        stderr, _ = await err_task
+        returncode = proc.returncode
+        if status == "ok" and out_overflow:
+            status = "output_limit"
+        elif status == "ok" and returncode != 0:
+            status = "failed"
+        return {
+            "status": status,
+            "returncode": returncode,
+            "wall_s": round(time.monotonic() - started, 3),
+            "stdout_tail": stdout[-_TAIL_BYTES:].decode("utf-8", "replace"),
+            "stderr_tail": stderr.decode("utf-8", "replace"),
+        }
+
+
+def _apply_limits(limits: SandboxLimits) -> None:
+    # Runs in the child before exec: the program cannot raise these again.
+    child = limits.as_child_limits()
+    cpu = int(child["cpu_time_s"]) + 1
+    for kind, value in (
+        (resource.RLIMIT_CPU, cpu),
+        (resource.RLIMIT_AS, child["memory_bytes"]),
+        (resource.RLIMIT_FSIZE, child["file_size_bytes"]),
+        (resource.RLIMIT_NOFILE, child["open_files"]),
+    ):
+        resource.setrlimit(kind, (value, value))
+
+
+async def _read_tail(stream: asyncio.StreamReader, cap: int) -> tuple[bytes, bool]:
+    """The last ``cap`` bytes of a stream (read to the end so the child never blocks on a full
+    pipe), and whether more than ``cap`` came."""
+    kept = bytearray()
+    overflow = False
+    while chunk := await stream.read(65536):
+        kept.extend(chunk)
+        if len(kept) > cap:
+            overflow = True
+            del kept[: len(kept) - cap]
+    return bytes(kept), overflow
+
+
+def _kill_group(pgid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+if __name__ == "__main__":
+    HarnessAgent.run_webserver()

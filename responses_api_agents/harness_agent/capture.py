@@ -1,0 +1,248 @@
+"""The capture proxy of harness_agent: a rollout-scoped model URL in front of the policy model.
+
+One loopback HTTP server per agent process serves every rollout under its own path prefix
+``/r/<token>``:
+
+- ``POST /r/<token>/v1/responses`` and ``POST /r/<token>/v1/chat/completions``: forwarded to
+  the policy model (Chat requests are converted to the Responses API and back), each call
+  recorded with its input items and output items, token-ID fields included;
+- ``POST /r/<token>/tools/<name>``: one tool call on the rollout's resources server, in the
+  rollout's session (the answer is the tool's output text).
+
+A harness echoes earlier answers back without our token-ID fields (the ``openai`` client keeps
+only what it knows), so the proxy puts them back on the echoed items (matched by ``call_id``
+or by the assistant text) before forwarding: the model server can then splice the token IDs
+and every call's prompt extends the previous call's prompt + generation. Contiguity is still
+checked on each answer; a call whose prompt does not extend the previous call's is marked
+``token_ids_contiguous: false`` (as the model servers do when a splice is refused), so a
+trainer never stitches it onto the previous call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from nemo_gym.agent_hops import call_model, execute_tool_call
+from nemo_gym.conversion import chat_request_to_responses_params, response_to_chat_completion
+from nemo_gym.hop_faults import HopFault
+from nemo_gym.response_items import add_usage, content_text, input_items, is_model_item
+from nemo_gym.server import bind_socket, make_uvicorn_server
+from nemo_gym.server_client import Rollout
+from nemo_gym.token_ids import TOKEN_ID_FIELDS
+
+CONTIGUITY_FIELD = "token_ids_contiguous"
+
+
+@dataclass
+class CapturedCall:
+    """One model call the harness made: what it sent (token fields restored) and what came back."""
+
+    input: list[dict[str, Any]]
+    response: dict[str, Any]
+
+
+@dataclass
+class RolloutCapture:
+    """Everything one rollout's harness did through the proxy."""
+
+    rollout: Rollout
+    model_server: str
+    resources_server: str
+    max_model_calls: int
+    hop_timeout_s: float | None = None
+    calls: list[CapturedCall] = field(default_factory=list)
+    tool_calls: int = 0
+    fault: HopFault | None = None
+    # Token-ID fields of each model-produced item, by the key an echoed copy can be matched on.
+    _tokens: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    _last_sequence: list[int] | None = None
+
+    def restore_token_fields(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """``items`` with our token-ID fields put back on echoed model items that lost them."""
+        restored = []
+        for item in items:
+            if is_model_item(item) and "prompt_token_ids" not in item:
+                fields = self._tokens.get(item_key(item))
+                if fields:
+                    item = {**item, **fields}
+            restored.append(item)
+        return restored
+
+    def record(self, sent: list[dict[str, Any]], response: dict[str, Any]) -> None:
+        """Keep one call; check its prompt extends the previous call's prompt + generation."""
+        carrier = next((i for i in reversed(response.get("output") or []) if "prompt_token_ids" in i), None)
+        if carrier is not None:
+            prompt = list(carrier["prompt_token_ids"])
+            previous = self._last_sequence
+            if previous is not None and prompt[: len(previous)] != previous:
+                carrier[CONTIGUITY_FIELD] = False
+            self._last_sequence = prompt + list(carrier.get("generation_token_ids") or [])
+            fields = {k: carrier[k] for k in (*TOKEN_ID_FIELDS, CONTIGUITY_FIELD) if k in carrier}
+            self._tokens[item_key(carrier)] = fields
+        self.calls.append(CapturedCall(sent, response))
+
+    def assembled_response(self) -> dict[str, Any]:
+        """The rollout's response: every call's output in order, with the items the harness
+        added between calls (tool outputs, its own messages) before each call's output; the
+        usage summed. Empty ``output`` when the harness made no call."""
+        output: list[dict[str, Any]] = []
+        usage: dict[str, Any] | None = None
+        for index, call in enumerate(self.calls):
+            if index:
+                output.extend(items_since_last_model_item(call.input))
+            output.extend(call.response.get("output") or [])
+            usage = add_usage(usage, call.response.get("usage"))
+        last = self.calls[-1].response if self.calls else {"object": "response", "status": "completed"}
+        return {**last, "output": output, "usage": usage}
+
+
+def item_key(item: dict[str, Any]) -> tuple[str, str]:
+    """How an echoed copy of a model item is recognised: its call id, or its text."""
+    if item.get("type") == "function_call":
+        return ("call", str(item.get("call_id") or ""))
+    if item.get("type") == "reasoning":
+        return ("reasoning", orjson.dumps(item.get("summary") or item.get("content") or []).decode())
+    return ("message", content_text(item.get("content")))
+
+
+def items_since_last_model_item(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The items after the last model-produced one (what the harness added since the model spoke)."""
+    for index in range(len(items) - 1, -1, -1):
+        if is_model_item(items[index]):
+            return [dict(item) for item in items[index + 1 :]]
+    return []
+
+
+def _error(status: int, message: str, **extra: Any) -> Response:
+    body = {"error": {"message": message, "type": "capture_proxy_error", **extra}}
+    return Response(orjson.dumps(body), status_code=status, media_type="application/json")
+
+
+class CaptureProxy:
+    """The loopback server; :meth:`open` gives a rollout its base URL, :meth:`close` ends it."""
+
+    def __init__(self, host: str = "127.0.0.1") -> None:
+        self.host = host
+        self.base_url = ""
+        self._captures: dict[str, RolloutCapture] = {}
+        self._server: Any = None
+        self._task: asyncio.Task[None] | None = None
+        self._lock = asyncio.Lock()
+
+    async def start(self) -> None:
+        """Start serving (once; later calls return at once)."""
+        async with self._lock:
+            if self._server is not None:
+                return
+            sock = bind_socket(self.host, 0)
+            self.base_url = f"http://{self.host}:{sock.getsockname()[1]}"
+            app = Starlette(
+                routes=[
+                    Route("/r/{token}/v1/responses", self._responses, methods=["POST"]),
+                    Route("/r/{token}/v1/chat/completions", self._chat, methods=["POST"]),
+                    Route("/r/{token}/tools/{name}", self._tool, methods=["POST"]),
+                ]
+            )
+            self._server = make_uvicorn_server(app, embedded=True)
+            self._task = asyncio.create_task(self._server.serve(sockets=[sock]))
+            while not self._server.started:
+                if self._task.done():
+                    self._task.result()
+                await asyncio.sleep(0.005)
+
+    async def stop(self) -> None:
+        """Stop serving."""
+        if self._server is not None and self._task is not None:
+            self._server.should_exit = True
+            await self._task
+            self._server = None
+
+    def open(self, capture: RolloutCapture) -> str:
+        """Register a rollout; returns its base URL (``<base>/v1/...`` and ``<base>/tools/...``)."""
+        token = secrets.token_urlsafe(16)
+        self._captures[token] = capture
+        return f"{self.base_url}/r/{token}"
+
+    def close(self, url: str) -> None:
+        """Forget a rollout: later calls to its URL get a 404."""
+        self._captures.pop(url.rsplit("/", 1)[-1], None)
+
+    async def _body(self, request: Request) -> tuple[RolloutCapture | None, Any, Response | None]:
+        capture = self._captures.get(request.path_params["token"])
+        if capture is None:
+            return None, None, _error(404, "no rollout at this URL (it has ended, or the URL is wrong)")
+        try:
+            body = orjson.loads(await request.body() or b"{}")
+        except orjson.JSONDecodeError as exc:
+            return capture, None, _error(400, f"request body is not JSON: {exc}")
+        return capture, body, None
+
+    async def _forward(self, capture: RolloutCapture, params: dict[str, Any]) -> dict[str, Any] | Response:
+        if len(capture.calls) >= capture.max_model_calls:
+            return _error(429, f"this rollout's limit of {capture.max_model_calls} model calls is reached")
+        if capture.fault is not None:
+            return _error(502, f"the policy model failed earlier in this rollout: {capture.fault}")
+        params = {k: v for k, v in params.items() if k not in ("model", "stream", "store")}
+        sent = capture.restore_token_fields(input_items(params))
+        try:
+            response = await call_model(
+                capture.rollout,
+                capture.model_server,
+                {**params, "input": sent},
+                timeout_s=capture.hop_timeout_s,
+            )
+        except HopFault as exc:
+            capture.fault = exc  # the rollout fails with this class once the harness is done
+            return _error(502, str(exc), failure_class=exc.failure_class)
+        capture.record(sent, response)
+        return response
+
+    async def _responses(self, request: Request) -> Response:
+        capture, body, problem = await self._body(request)
+        if problem is not None or capture is None:
+            return problem or _error(404, "no rollout")
+        if not isinstance(body, dict) or body.get("stream"):
+            return _error(400, "expected a non-streaming Responses API request object")
+        answer = await self._forward(capture, body)
+        if isinstance(answer, Response):
+            return answer
+        return Response(orjson.dumps(answer), media_type="application/json")
+
+    async def _chat(self, request: Request) -> Response:
+        capture, body, problem = await self._body(request)
+        if problem is not None or capture is None:
+            return problem or _error(404, "no rollout")
+        if not isinstance(body, dict) or body.get("stream"):
+            return _error(400, "expected a non-streaming Chat Completions request object")
+        try:
+            params = chat_request_to_responses_params(body)
+        except ValueError as exc:
+            return _error(400, f"cannot read the Chat Completions request: {exc}")
+        answer = await self._forward(capture, params)
+        if isinstance(answer, Response):
+            return answer
+        return Response(orjson.dumps(response_to_chat_completion(answer)), media_type="application/json")
+
+    async def _tool(self, request: Request) -> Response:
+        capture, body, problem = await self._body(request)
+        if problem is not None or capture is None:
+            return problem or _error(404, "no rollout")
+        call = {"name": request.path_params["name"], "arguments": orjson.dumps(body).decode()}
+        try:
+            text = await execute_tool_call(
+                capture.rollout, capture.resources_server, call, timeout_s=capture.hop_timeout_s
+            )
+        except HopFault as exc:
+            capture.fault = exc
+            return _error(502, str(exc), failure_class=exc.failure_class)
+        capture.tool_calls += 1
+        return Response(text, media_type="text/plain; charset=utf-8")

@@ -1,0 +1,145 @@
+"""harness_agent with real in-process servers and real child processes: the example black box
+over both APIs, the program's failures and limits, model faults, and the capture bookkeeping."""
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+import yaml
+
+from nemo_gym.config import project_root
+from nemo_gym.launcher import free_port
+from nemo_gym.testing import SyncClient, read_jsonl, running_agent, running_server
+from resources_servers.example_session_state_mgmt.app import ExampleSessionStateMgmtServer
+from responses_api_agents.harness_agent.app import HarnessAgent
+from responses_api_agents.harness_agent.capture import RolloutCapture
+from responses_api_models.scripted_model.app import ScriptedModel
+
+ROOT = project_root()
+ENV = ROOT / "resources_servers/example_session_state_mgmt"
+ROWS = read_jsonl(ENV / "data/example.jsonl")
+SCRIPTS = yaml.safe_load((ENV / "configs/scripted_policy.yaml").read_text())["policy_model"][
+    "responses_api_models"
+]["scripted_model"]["scripts"]
+HARNESS = ["{python}", "{agent_dir}/example_harness.py", "--api"]
+
+
+@contextmanager
+def agent(command: list[str], model_url: str | None = None, **fields: Any) -> Iterator[str]:
+    env = ExampleSessionStateMgmtServer({"name": "env"})
+    model = ScriptedModel({"name": "model", "scripts": SCRIPTS})
+    with running_agent(env, model, agent_class=HarnessAgent, command=command, **fields) as url:
+        yield url
+
+
+def run(url: str, row: dict[str, Any]) -> tuple[int, Any]:
+    with SyncClient(timeout_s=120) as client:
+        return client.post(url + "/run", row)
+
+
+@pytest.mark.parametrize("api", ["responses", "chat"])
+def test_the_example_harness_is_captured_and_verified(api: str):
+    with agent([*HARNESS, api]) as url:
+        status, body = run(url, ROWS[0])  # 10 + 5 + 7 = 22
+    assert status == 200, body
+    assert body["reward"] == 1.0 and body["final_count"] == 22
+    harness = body["harness"]
+    assert (harness["status"], harness["returncode"], harness["model_calls"], harness["tool_calls"]) == (
+        "ok",
+        0,
+        4,
+        3,
+    )
+    assert "22" in harness["stdout_tail"]
+    shape = [item["type"] for item in body["response"]["output"]]
+    assert shape == ["function_call", "function_call_output"] * 3 + ["message"]
+
+
+def test_a_failing_program_is_reported_and_scored_on_what_it_did():
+    with agent(["{python}", "-c", "import sys; print('boom', file=sys.stderr); sys.exit(3)"]) as url:
+        status, body = run(url, ROWS[0])
+    assert status == 200, body
+    assert body["reward"] == 0.0 and body["response"]["output"] == []
+    assert (body["harness"]["status"], body["harness"]["returncode"]) == ("failed", 3)
+    assert "boom" in body["harness"]["stderr_tail"] and body["harness"]["model_calls"] == 0
+
+
+def test_the_wall_limit_kills_the_program_and_its_children():
+    code = "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); time.sleep(60)"
+    with agent(["{python}", "-c", code], wall_time_s=1.5) as url:
+        status, body = run(url, ROWS[0])
+    assert status == 200, body
+    assert body["harness"]["status"] == "timeout" and body["harness"]["wall_s"] < 10
+
+
+def test_the_output_cap_is_enforced():
+    code = "import sys; sys.stdout.write('x' * 200000)"
+    with agent(["{python}", "-c", code], max_output_bytes=4096) as url:
+        status, body = run(url, ROWS[0])
+    assert status == 200 and body["harness"]["status"] == "output_limit"
+
+
+def test_a_policy_model_that_is_down_is_a_classified_failure_not_a_reward():
+    env = ExampleSessionStateMgmtServer({"name": "env"})
+    dead = f"http://127.0.0.1:{free_port()}"
+    from nemo_gym.server_client import ServerClient
+
+    with running_server(env) as env_url:
+        harness = HarnessAgent(
+            {
+                "name": "agent",
+                "resources_server": {"type": "resources_servers", "name": "env"},
+                "model_server": {"type": "responses_api_models", "name": "model"},
+                "command": [*HARNESS, "responses"],
+            },
+            server_client=ServerClient(static_urls={"env": env_url, "model": dead}),
+        )
+        with running_server(harness) as url:
+            status, body = run(url, ROWS[0])
+    assert status >= 500 and body.get("failure_class") == "unreachable", body
+    assert "reward" not in body
+
+
+def test_capture_restores_token_fields_and_flags_a_prompt_that_does_not_extend():
+    capture = RolloutCapture(rollout=None, model_server="m", resources_server="r", max_model_calls=5)  # type: ignore[arg-type]
+    first = {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"}
+    capture.record(
+        [],
+        {
+            "output": [
+                {
+                    **first,
+                    "prompt_token_ids": [1, 2],
+                    "generation_token_ids": [3],
+                    "generation_log_probs": [-0.1],
+                }
+            ]
+        },
+    )
+    echoed = capture.restore_token_fields([{"role": "user", "content": "hi"}, dict(first)])
+    assert echoed[1]["prompt_token_ids"] == [1, 2] and "prompt_token_ids" not in echoed[0]
+    extends = {
+        "type": "message",
+        "role": "assistant",
+        "content": "ok",
+        "prompt_token_ids": [1, 2, 3, 9],
+        "generation_token_ids": [4],
+    }
+    capture.record(echoed, {"output": [extends]})
+    assert "token_ids_contiguous" not in extends
+    restarted = {
+        "type": "message",
+        "role": "assistant",
+        "content": "again",
+        "prompt_token_ids": [7],
+        "generation_token_ids": [8],
+    }
+    capture.record([], {"output": [restarted]})
+    assert restarted["token_ids_contiguous"] is False
+    assembled = capture.assembled_response()
+    assert [item.get("content") or item["type"] for item in assembled["output"]] == [
+        "function_call",
+        "ok",
+        "again",
+    ]
