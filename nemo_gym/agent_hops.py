@@ -53,14 +53,19 @@ def _env_seconds(name: str, default: float) -> float:
     return seconds
 
 
+# Read once at import (not per hop: the hot path of every rollout).
+_HOP_TIMEOUT_S = _env_seconds("NEMO_GYM_HOP_TIMEOUT_S", DEFAULT_HOP_TIMEOUT_S)
+_ROLLOUT_TIMEOUT_S = _env_seconds("NEMO_GYM_ROLLOUT_TIMEOUT_S", DEFAULT_ROLLOUT_TIMEOUT_S)
+
+
 def hop_timeout_s() -> float:
-    """The deadline of one hop: ``NEMO_GYM_HOP_TIMEOUT_S``, default 300 s."""
-    return _env_seconds("NEMO_GYM_HOP_TIMEOUT_S", DEFAULT_HOP_TIMEOUT_S)
+    """The deadline of one hop: ``NEMO_GYM_HOP_TIMEOUT_S`` when the process started, default 300 s."""
+    return _HOP_TIMEOUT_S
 
 
 def rollout_timeout_s() -> float:
-    """The deadline of one rollout: ``NEMO_GYM_ROLLOUT_TIMEOUT_S``, default 1,200 s."""
-    return _env_seconds("NEMO_GYM_ROLLOUT_TIMEOUT_S", DEFAULT_ROLLOUT_TIMEOUT_S)
+    """The deadline of one rollout: ``NEMO_GYM_ROLLOUT_TIMEOUT_S`` when the process started, default 1,200 s."""
+    return _ROLLOUT_TIMEOUT_S
 
 
 @contextlib.asynccontextmanager
