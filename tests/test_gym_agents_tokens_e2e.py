@@ -140,3 +140,72 @@ def test_harness_agent_black_box_exports_token_exact_over_both_apis(tmp_path: Pa
         assert "The counter reads 22." in row["harness"]["stdout_tail"]
         (tmp_path / agent_name).mkdir(exist_ok=True)
         check_token_exact(tmp_path / agent_name, row, num_calls=4)
+
+
+def test_both_agents_under_run_helper_as_a_trainer_starts_them():
+    """NeMo RL / verl's path: RunHelper starts the stack, RolloutCollectionHelper routes rows by ``agent_ref``."""
+    import asyncio
+
+    from omegaconf import DictConfig
+
+    from nemo_gym.cli import GlobalConfigDictParserConfig, RunHelper
+    from nemo_gym.launcher import free_port
+    from nemo_gym.rollout_collection import RolloutCollectionHelper
+    from nemo_gym.server_utils import HEAD_SERVER_KEY_NAME, BaseServerConfig
+
+    retail = "resources_servers/retail_service"
+    counter = "resources_servers/example_session_state_mgmt"
+
+    def scripts(env: str) -> list[dict[str, Any]]:
+        policy = yaml.safe_load((ROOT / env / "configs/scripted_policy.yaml").read_text())["policy_model"]
+        return policy["responses_api_models"]["scripted_model"]["scripts"]
+
+    # The counter's own scripts (without its catch-all), then retail's.
+    combined = [s for s in scripts(counter) if s.get("match")] + scripts(retail)
+    head_port = free_port()
+    initial: dict[str, Any] = {
+        "config_paths": [
+            str(ROOT / retail / "configs/retail_service.yaml"),
+            str(ROOT / "responses_api_models/scripted_model/configs/scripted_model.yaml"),
+            str(ROOT / retail / "configs/scripted_policy.yaml"),
+            str(ROOT / counter / "configs/example_session_state_mgmt.yaml"),
+            str(ROOT / "responses_api_agents/harness_agent/configs/harness_agent.yaml"),
+        ],
+        "policy_model": {"responses_api_models": {"scripted_model": {"scripts": combined}}},
+        HEAD_SERVER_KEY_NAME: {"host": "127.0.0.1", "port": head_port},
+    }
+    retail_rows = read_jsonl(ROOT / retail / "data/example.jsonl")[:2]
+    counter_rows = read_jsonl(ROOT / counter / "data/example.jsonl")[:2]
+    examples = [
+        {**row, "agent_ref": {"type": "responses_api_agents", "name": name}, "_rowidx": index}
+        for index, (row, name) in enumerate(
+            [(r, "retail_service_simulated_user_agent") for r in retail_rows]
+            + [(r, "example_session_state_mgmt_harness_agent") for r in counter_rows]
+        )
+    ]
+    helper = RunHelper()
+    helper.start(
+        global_config_dict_parser_config=GlobalConfigDictParserConfig(
+            dotenv_path=None, initial_global_config_dict=DictConfig(initial), skip_load_from_cli=True
+        )
+    )
+    try:
+
+        async def generate() -> dict[int, dict[str, Any]]:
+            collector = RolloutCollectionHelper()
+            results = {}
+            try:
+                head = BaseServerConfig(host="127.0.0.1", port=head_port)
+                for task in collector.run_examples(examples=examples, head_server_config=head):
+                    row, result = await task
+                    results[row["_rowidx"]] = result
+            finally:
+                await collector.close()
+            return results
+
+        results = asyncio.run(generate())
+    finally:
+        helper.shutdown()
+    assert [results[i]["reward"] for i in range(4)] == [1.0, 1.0, 1.0, 1.0]
+    assert [results[i]["ended_by"] for i in range(2)] == ["user_stop", "user_stop"]
+    assert [results[i]["harness"]["status"] for i in (2, 3)] == ["ok", "ok"]
