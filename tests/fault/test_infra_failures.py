@@ -9,6 +9,7 @@ model sees, and the rollout is scored.
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +68,7 @@ class Fakes:
     def __init__(self) -> None:
         self.model: tuple[int, bytes] | None = None  # None: a tool call, then a text answer
         self.tool: tuple[int, bytes] = (200, b'{"temperature": 20}')
+        self.tool_delay_s = 0.0
         self.tool_outputs: list[str] = []
         self.verified = 0
 
@@ -88,6 +90,11 @@ class Fakes:
             return Response(b"{}", media_type="application/json")
 
         async def tool(request: Request) -> Response:
+            until = time.monotonic() + self.tool_delay_s
+            while time.monotonic() < until:  # a hung tool, which still notices its caller leaving
+                if await request.is_disconnected():
+                    return Response(status_code=499)
+                await asyncio.sleep(0.05)
             status, body = self.tool
             return Response(body, status, media_type="application/json")
 
@@ -113,7 +120,7 @@ def stack():
                 "name": "agent",
                 "resources_server": {"type": "resources_servers", "name": "env"},
                 "model_server": {"type": "responses_api_models", "name": "model"},
-                "hop_timeout_s": 5,
+                "hop_timeout_s": 1.5,
             },
             server_client=ServerClient(static_urls={"env": env_url, "model": model_url}, connect_retries=1),
         )
@@ -122,6 +129,7 @@ def stack():
 
 
 def collect(agent_url: str, tmp_path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    tmp_path.mkdir(parents=True, exist_ok=True)
     source = tmp_path / "in.jsonl"
     row = {"responses_create_params": {"input": [{"role": "user", "content": "weather in Oslo?"}]}}
     source.write_bytes(b"".join(orjson.dumps(row) + b"\n" for _ in range(ROWS)))
@@ -214,6 +222,23 @@ def test_the_healthy_path_still_scores(stack, tmp_path):
     assert failures == []
     assert len(results) == ROWS
     assert fakes.tool_outputs == ['{"temperature":20}'] * ROWS
+
+
+def test_a_hung_tool_is_cut_at_the_hop_deadline_and_a_slow_one_is_waited_for(stack, tmp_path):
+    fakes, agent_url = stack
+    fakes.model, fakes.tool, fakes.tool_outputs = None, (200, b'{"temperature": 20}'), []
+    try:
+        fakes.tool_delay_s = 30  # hung: far past the agent's 1.5 s hop deadline
+        started = time.monotonic()
+        results, failures = collect(agent_url, tmp_path / "hung")
+        assert time.monotonic() - started < 10
+        assert results == [] and [f["_ng_failure_class"] for f in failures] == ["timeout"] * ROWS
+        assert all("get_weather" in f["_ng_error"] for f in failures)
+        fakes.tool_delay_s = 0.5  # slow but within the deadline
+        results, failures = collect(agent_url, tmp_path / "slow")
+        assert failures == [] and [r["reward"] for r in results] == [1.0] * ROWS
+    finally:
+        fakes.tool_delay_s = 0.0
 
 
 def test_an_unreachable_tool_server_is_a_fault_not_a_tool_output():
