@@ -143,3 +143,68 @@ def test_capture_restores_token_fields_and_flags_a_prompt_that_does_not_extend()
         "ok",
         "again",
     ]
+
+
+PROBE = """
+import json, os, urllib.error, urllib.request
+
+def post(url, data):
+    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"}, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=60) as answer:
+            return answer.status, answer.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+base = os.environ["OPENAI_BASE_URL"]
+ask = {"input": "Increase the counter by 20 and report its value."}
+results = {
+    "stream": post(base + "/responses", json.dumps(dict(ask, stream=True)).encode())[0],
+    "not_json": post(base + "/responses", b"{nope")[0],
+    "unknown_rollout": post(base.rsplit("/", 2)[0] + "/wrong/v1/responses", b"{}")[0],
+    "first": post(base + "/responses", json.dumps(ask).encode())[0],
+    "over_limit": post(base + "/responses", json.dumps(ask).encode())[0],
+    "tool": post(os.environ["NEMO_GYM_TOOLS_URL"] + "/increment_counter", b'{"count": 20}'),
+    "bad_tool_args": post(os.environ["NEMO_GYM_TOOLS_URL"] + "/increment_counter", b'{"count": "x"}')[1],
+}
+print(json.dumps(results))
+"""
+
+
+def test_the_proxy_answers_a_programs_mistakes_with_clear_errors(tmp_path):
+    import json
+
+    script = tmp_path / "probe.py"
+    script.write_text(PROBE)
+    with agent(["{python}", str(script)], max_model_calls=1) as url:
+        status, body = run(url, ROWS[1])  # 0 + 20 = 20: the probe's own tool call reaches the goal
+    assert status == 200, body
+    assert body["harness"]["status"] == "ok", body["harness"]
+    seen = json.loads(body["harness"]["stdout_tail"])
+    assert (seen["stream"], seen["not_json"], seen["unknown_rollout"]) == (400, 400, 404)
+    assert (seen["first"], seen["over_limit"]) == (200, 429)
+    assert seen["tool"] == [200, '{"success":true}']
+    assert "count" in seen["bad_tool_args"] and "failed (HTTP 422)" in seen["bad_tool_args"]
+    assert body["harness"]["model_calls"] == 1 and body["harness"]["tool_calls"] == 2
+    assert body["reward"] == 1.0
+
+
+def test_the_rollout_deadline_ends_the_program_as_a_timeout_failure(tmp_path):
+    import os
+    import time
+
+    pid_file = tmp_path / "pid"
+    code = "import os, sys, time; open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(60)"
+    with agent(["{python}", "-c", code, str(pid_file)], rollout_timeout_s=1.5) as url:
+        status, body = run(url, ROWS[0])
+    assert status >= 500 and body.get("failure_class") == "timeout", body
+    pid = int(pid_file.read_text())
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    else:
+        raise AssertionError(f"the program (pid {pid}) outlived its rollout")
