@@ -35,7 +35,14 @@ from nemo_gym.agent_hops import call_model, execute_tool_call
 from nemo_gym.conversion import chat_request_to_responses_params, response_to_chat_completion
 from nemo_gym.hop_faults import HopFault
 from nemo_gym.response_items import add_usage, content_text, input_items, is_model_item
-from nemo_gym.server import bind_socket, make_uvicorn_server
+from nemo_gym.server import (
+    HTTPError,
+    RequestGuard,
+    bind_socket,
+    json_error_handlers,
+    make_uvicorn_server,
+    parse_json_object,
+)
 from nemo_gym.server_client import Rollout
 from nemo_gym.token_ids import TOKEN_ID_FIELDS
 
@@ -122,6 +129,9 @@ def items_since_last_model_item(items: list[dict[str, Any]]) -> list[dict[str, A
     return []
 
 
+CAPTURE_MAX_BODY_BYTES = 64 * 1024 * 1024
+
+
 def _error(status: int, message: str, **extra: Any) -> Response:
     body = {"error": {"message": message, "type": "capture_proxy_error", **extra}}
     return Response(orjson.dumps(body), status_code=status, media_type="application/json")
@@ -150,9 +160,12 @@ class CaptureProxy:
                     Route("/r/{token}/v1/responses", self._responses, methods=["POST"]),
                     Route("/r/{token}/v1/chat/completions", self._chat, methods=["POST"]),
                     Route("/r/{token}/tools/{name}", self._tool, methods=["POST"]),
-                ]
+                ],
+                exception_handlers=json_error_handlers("harness_capture_proxy"),
             )
-            self._server = make_uvicorn_server(app, embedded=True)
+            # The harness is untrusted code: its bodies are bounded and timed like any client's.
+            guarded = RequestGuard(app, "harness_capture_proxy", CAPTURE_MAX_BODY_BYTES)
+            self._server = make_uvicorn_server(guarded, embedded=True)
             self._task = asyncio.create_task(self._server.serve(sockets=[sock]))
             while not self._server.started:
                 if self._task.done():
@@ -181,9 +194,9 @@ class CaptureProxy:
         if capture is None:
             return None, None, _error(404, "no rollout at this URL (it has ended, or the URL is wrong)")
         try:
-            body = orjson.loads(await request.body() or b"{}")
-        except orjson.JSONDecodeError as exc:
-            return capture, None, _error(400, f"request body is not JSON: {exc}")
+            body = parse_json_object(await request.body())
+        except HTTPError as exc:
+            return capture, None, _error(exc.status_code, exc.message)
         return capture, body, None
 
     async def _forward(self, capture: RolloutCapture, params: dict[str, Any]) -> dict[str, Any] | Response:

@@ -202,3 +202,34 @@ def test_a_downstream_4xx_from_the_callers_input_is_not_a_502(env_url):
             assert status == 200 and answer["city"] == "Oslo"
         finally:
             conn.close()
+
+
+async def test_harness_capture_proxy_refuses_bad_bodies_as_json_4xx():
+    # The black-box harness is untrusted code: its proxy guards bodies like any server.
+    from responses_api_agents.harness_agent.capture import (
+        CAPTURE_MAX_BODY_BYTES,
+        CaptureProxy,
+        RolloutCapture,
+    )
+
+    proxy = CaptureProxy()
+    await proxy.start()
+    try:
+        client = ServerClient(static_urls={})
+        base = proxy.open(RolloutCapture(client.rollout("r1"), "policy", "env", max_model_calls=4))
+        import aiohttp
+
+        async with aiohttp.ClientSession() as http:
+            for body, status in [
+                (b"[]", 422),
+                (b"{broken", 400),
+                (b'{"input": ' + b"[" * 300 + b"]" * 300 + b"}", 400),
+                (b"x" * (CAPTURE_MAX_BODY_BYTES + 1), 413),
+            ]:
+                async with http.post(base + "/v1/responses", data=body) as resp:
+                    answer = await resp.json(content_type=None)
+                    assert resp.status == status, (body[:20], resp.status, answer)
+                    assert answer["error"]
+        await client.close()
+    finally:
+        await proxy.stop()
