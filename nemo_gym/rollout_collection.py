@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from nemo_gym.agent_hops import rollout_timeout_s as default_rollout_timeout_s
@@ -270,6 +271,11 @@ class RolloutCollectionHelper:
             else:
                 outcome.failure_class = {"not_found": "unreachable"}.get(exc.kind, exc.kind)
             outcome.error = _clip(str(exc))
+        except orjson.JSONDecodeError as exc:
+            outcome.failure_class = "bad_upstream_body"
+            outcome.error = _clip(
+                f"{agent}/run answered HTTP {resp.status} with a body that is not JSON: {exc}"
+            )
         except Exception as exc:  # noqa: BLE001 - one bad row never aborts the run
             outcome.failure_class, outcome.error = "agent_error", _clip(f"{type(exc).__name__}: {exc}")
         else:

@@ -241,6 +241,18 @@ def test_a_hung_tool_is_cut_at_the_hop_deadline_and_a_slow_one_is_waited_for(sta
         fakes.tool_delay_s = 0.0
 
 
+@pytest.mark.parametrize(
+    ("body", "expected"), [(b"<html>", "bad_upstream_body"), (b'{"no": "reward"}', "agent_error")]
+)
+def test_an_agent_answer_that_is_not_a_result_is_a_failure_row(tmp_path, body, expected):
+    async def run(request: Request) -> Response:
+        return Response(body, 200, media_type="application/json")
+
+    with running_app(strip_rollout_prefix(Starlette(routes=[Route("/run", run, methods=["POST"])]))) as url:
+        results, failures = collect(url, tmp_path)
+    assert results == [] and [f["_ng_failure_class"] for f in failures] == [expected] * ROWS
+
+
 def test_an_unreachable_tool_server_is_a_fault_not_a_tool_output():
     async def main() -> None:
         client = ServerClient(static_urls={"env": f"http://127.0.0.1:{free_port()}"}, connect_retries=1)
