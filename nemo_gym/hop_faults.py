@@ -10,7 +10,8 @@ handed to the model as text and never verified into a reward. The classes:
 - ``upstream_5xx``: any other 5xx (a failure class the server put in its body wins, e.g.
   ``judge_failed``);
 - ``bad_upstream_body``: a 2xx whose body is not what the hop returns (not JSON; for a model
-  call, not a Responses object: ``{}``, ``{"error": ...}``, ``output`` not a list of items).
+  call, not a Responses object: ``{}``, ``{"error": ...}``, ``output`` not a list of items;
+  behind a model server, an upstream answer that is not a Responses or Chat Completions object).
 
 A 4xx a tool answers because of the model's own arguments (400, 404, 422, ...) is not a fault:
 the model sees it as the tool's output.
@@ -18,7 +19,7 @@ the model sees it as the tool's output.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
@@ -127,18 +128,42 @@ def check_status(resp: ServerResponse, server: str, path: str) -> Any:
     return body
 
 
-def check_responses_object(body: Any, server: str, path: str) -> dict[str, Any]:
-    """``body`` if it is a Responses API object (an object with an ``output`` list of items);
-    else :class:`HopFault` ``bad_upstream_body`` naming what is wrong."""
+def responses_object_problem(body: Any) -> str | None:
+    """What makes ``body`` not a Responses API object (an object with an ``output`` list of
+    items), or None when it is one."""
     if not isinstance(body, dict):
-        problem = f"not a Responses object but {type(body).__name__}: {preview(body)}"
-    elif "error" in body and body.get("error") is not None and "output" not in body:
-        problem = f"an error object instead of a response: {error_text(body)}"
-    elif not isinstance(body.get("output"), list):
-        problem = f"'output' that is not a list of items: {preview(body)}"
-    else:
-        errors = response_shape_errors(body)
-        if not errors:
-            return body
-        problem = "; ".join(errors[:3])
+        return f"not a Responses object but {type(body).__name__}: {preview(body)}"
+    if "error" in body and body.get("error") is not None and "output" not in body:
+        return f"an error object instead of a response: {error_text(body)}"
+    if not isinstance(body.get("output"), list):
+        return f"'output' that is not a list of items: {preview(body)}"
+    errors = response_shape_errors(body)
+    return "; ".join(errors[:3]) if errors else None
+
+
+def chat_completion_problem(body: Any) -> str | None:
+    """What makes ``body`` not a Chat Completions object (an object with a ``choices`` list of
+    objects whose ``message``, when present, is an object), or None when it is one."""
+    if not isinstance(body, dict):
+        return f"not a chat completion but {type(body).__name__}: {preview(body)}"
+    if "error" in body and body.get("error") is not None and "choices" not in body:
+        return f"an error object instead of a chat completion: {error_text(body)}"
+    choices = body.get("choices")
+    if not isinstance(choices, list):
+        return f"'choices' that is not a list: {preview(body)}"
+    for index, choice in enumerate(choices):
+        if not isinstance(choice, dict):
+            return f"choices.{index} that is not an object: {preview(choice)}"
+        message = choice.get("message")
+        if message is not None and not isinstance(message, dict):
+            return f"choices.{index}.message that is not an object: {preview(message)}"
+    return None
+
+
+def check_responses_object(body: Any, server: str, path: str) -> dict[str, Any]:
+    """``body`` if it is a Responses API object (see :func:`responses_object_problem`); else
+    :class:`HopFault` ``bad_upstream_body`` naming what is wrong."""
+    problem = responses_object_problem(body)
+    if problem is None:
+        return cast(dict[str, Any], body)
     raise HopFault("bad_upstream_body", server, path, f"HTTP 200 with {problem}")

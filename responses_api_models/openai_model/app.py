@@ -19,7 +19,7 @@ from pydantic import Field
 
 from nemo_gym.base_responses_api_model import BaseResponsesAPIModelConfig, SimpleResponsesAPIModel
 from nemo_gym.conversion import TOKEN_ID_FIELDS
-from nemo_gym.hop_faults import status_failure_class
+from nemo_gym.hop_faults import chat_completion_problem, responses_object_problem, status_failure_class
 from nemo_gym.server import HTTPError
 from nemo_gym.upstream import (
     UpstreamError,
@@ -102,7 +102,15 @@ class OpenAIModel(SimpleResponsesAPIModel):
             raise HTTPError(
                 504 if exc.kind == "timeout" else 502, f"OpenAI endpoint {url}: {exc}", failure_class=exc.kind
             ) from exc
-        return self._result(answer, url)
+        value = self._result(answer, url)
+        # A 200 that is not the object asked for ({}, {"error": ...}, "output" a string) is the
+        # upstream's fault: a classified 502, never handed on as a model's answer.
+        problem = (chat_completion_problem if path == "/chat/completions" else responses_object_problem)(value)
+        if problem is not None:
+            raise HTTPError(
+                502, f"OpenAI endpoint {url} answered HTTP 200 with {problem}", failure_class="bad_upstream_body"
+            )
+        return value
 
     def _result(self, answer: UpstreamResponse, url: str) -> dict[str, Any]:
         if not answer.ok:

@@ -32,6 +32,7 @@ from nemo_gym.chat_backend import (
     ChatBridge,
     is_context_length_error,
 )
+from nemo_gym.hop_faults import chat_completion_problem, status_failure_class
 from nemo_gym.server import HTTPError, ServerRef
 from nemo_gym.upstream import (
     UpstreamError,
@@ -174,7 +175,7 @@ class VLLMModel(SimpleResponsesAPIModel):
             if is_context_length_error(answer.status, message):
                 return self.bridge.context_exceeded_response(body, message)
             raise backend_http_error(answer, base, message)
-        completion = parse_json(answer, base)
+        completion = parse_completion(answer, base)
         if self.config.return_token_id_information:
             await self.fill_missing_token_ids(completion, chat_request, base)
         return self.bridge.response(completion, body)
@@ -187,7 +188,7 @@ class VLLMModel(SimpleResponsesAPIModel):
         answer, base = await self.post_backend("/chat/completions", request)
         if not answer.ok:
             raise backend_http_error(answer, base, error_message(answer), keep_status=True)
-        return parse_json(answer, base)
+        return parse_completion(answer, base)
 
     # ---- backend -------------------------------------------------------------------------
     async def replica_urls(self) -> list[str]:
@@ -221,10 +222,14 @@ class VLLMModel(SimpleResponsesAPIModel):
                 return await self.http.request("POST", base + path, body, connect_retries=retries), base
             except UpstreamError as exc:
                 if exc.kind == "timeout":
-                    raise HTTPError(504, f"backend {base} did not answer {path} in time: {exc}") from exc
+                    raise HTTPError(
+                        504, f"backend {base} did not answer {path} in time: {exc}", failure_class="timeout"
+                    ) from exc
                 logger.warning("backend replica %s unreachable, trying the next one: %s", base, exc)
                 last_error = exc
-        raise HTTPError(502, f"no backend replica reachable for {path}: {last_error}")
+        raise HTTPError(
+            502, f"no backend replica reachable for {path}: {last_error}", failure_class="unreachable"
+        )
 
     async def fill_missing_token_ids(
         self, completion: dict[str, Any], chat_request: dict[str, Any], base: str
@@ -270,11 +275,27 @@ def parse_json(answer: UpstreamResponse, base: str) -> dict[str, Any]:
         value = answer.json()
     except ValueError as exc:
         raise HTTPError(
-            502, f"backend {base} answered with a body that is not JSON: {answer.text()[:200]}"
+            502,
+            f"backend {base} answered with a body that is not JSON: {answer.text()[:200]}",
+            failure_class="bad_upstream_body",
         ) from exc
     if not isinstance(value, dict):
-        raise HTTPError(502, f"backend {base} answered with JSON that is not an object")
+        raise HTTPError(
+            502, f"backend {base} answered with JSON that is not an object", failure_class="bad_upstream_body"
+        )
     return value
+
+
+def parse_completion(answer: UpstreamResponse, base: str) -> dict[str, Any]:
+    """The chat completion of a backend's 2xx answer; ``{}``, ``{"error": ...}`` or ``choices``
+    of the wrong shape are a 502 ``bad_upstream_body`` (the backend's fault, never a model answer)."""
+    completion = parse_json(answer, base)
+    problem = chat_completion_problem(completion)
+    if problem is not None:
+        raise HTTPError(
+            502, f"backend {base} answered HTTP {answer.status} with {problem}", failure_class="bad_upstream_body"
+        )
+    return completion
 
 
 def backend_http_error(
@@ -282,7 +303,9 @@ def backend_http_error(
 ) -> HTTPError:
     """An ``HTTPError`` for a backend's error answer: 4xx kept (the request was bad), 5xx → 502."""
     status = answer.status if keep_status or 400 <= answer.status < 500 else 502
-    return HTTPError(status, f"backend {base} answered HTTP {answer.status}: {message}")
+    failure_class = status_failure_class(answer.status)
+    extra = {"failure_class": failure_class} if failure_class is not None else {}
+    return HTTPError(status, f"backend {base} answered HTTP {answer.status}: {message}", **extra)
 
 
 if __name__ == "__main__":
