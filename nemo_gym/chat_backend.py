@@ -93,7 +93,9 @@ class ChatBridge:
             response = chat_completion_to_response(completion, request_params=params, think_tags=True)
         except (ValueError, KeyError, TypeError) as exc:
             raise HTTPError(
-                502, f"the backend's chat completion cannot be converted: {exc}", failure_class="bad_upstream_body"
+                502,
+                f"the backend's chat completion cannot be converted: {exc}",
+                failure_class="bad_upstream_body",
             ) from exc
         output = response["output"]
         if not self.return_token_id_information:

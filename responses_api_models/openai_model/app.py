@@ -105,10 +105,14 @@ class OpenAIModel(SimpleResponsesAPIModel):
         value = self._result(answer, url)
         # A 200 that is not the object asked for ({}, {"error": ...}, "output" a string) is the
         # upstream's fault: a classified 502, never handed on as a model's answer.
-        problem = (chat_completion_problem if path == "/chat/completions" else responses_object_problem)(value)
+        problem = (chat_completion_problem if path == "/chat/completions" else responses_object_problem)(
+            value
+        )
         if problem is not None:
             raise HTTPError(
-                502, f"OpenAI endpoint {url} answered HTTP 200 with {problem}", failure_class="bad_upstream_body"
+                502,
+                f"OpenAI endpoint {url} answered HTTP 200 with {problem}",
+                failure_class="bad_upstream_body",
             )
         return value
 

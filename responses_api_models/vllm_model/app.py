@@ -293,7 +293,9 @@ def parse_completion(answer: UpstreamResponse, base: str) -> dict[str, Any]:
     problem = chat_completion_problem(completion)
     if problem is not None:
         raise HTTPError(
-            502, f"backend {base} answered HTTP {answer.status} with {problem}", failure_class="bad_upstream_body"
+            502,
+            f"backend {base} answered HTTP {answer.status} with {problem}",
+            failure_class="bad_upstream_body",
         )
     return completion
 
