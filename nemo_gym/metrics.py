@@ -259,7 +259,7 @@ def _majority_scores(scored: Sequence[tuple[float, Hashable | None]]) -> list[fl
     return out
 
 
-def _percent_mean(values: list[float]) -> float:
+def _percent_mean(values: Sequence[float]) -> float:
     """Mean of ``values`` as a percentage."""
     return 100.0 * math.fsum(values) / len(values)
 
@@ -322,6 +322,18 @@ def _score_metrics(
             if with_majority:
                 majority_by_k[k].append(majority[k - 1])
 
+    return score_metrics(score, k_values, pass_by_k, avg_by_k, majority_by_k, list(run_sums.values()))
+
+
+def score_metrics(
+    score: str,
+    k_values: Sequence[int],
+    pass_by_k: Mapping[int, Sequence[float]],
+    avg_by_k: Mapping[int, Sequence[float]],
+    majority_by_k: Mapping[int, Sequence[float]] | None,
+    run_values: Sequence[Sequence[float]],
+) -> dict[str, float]:
+    """One score's pass@k, pass@1[avg-of-k], majority@k (when given) and the standard error across runs."""
     metrics: dict[str, float] = {}
     for k in k_values:
         if pass_by_k[k]:
@@ -329,12 +341,12 @@ def _score_metrics(
     for k in k_values:
         if avg_by_k[k]:
             metrics[f"pass@1[avg-of-{k}]/{score}"] = _percent_mean(avg_by_k[k])
-    if with_majority:
+    if majority_by_k is not None:
         for k in k_values:
             if majority_by_k[k]:
                 metrics[f"majority@{k}/{score}"] = _percent_mean(majority_by_k[k])
-    if len(run_sums) >= 2:
-        run_means = [_percent_mean(values) for values in run_sums.values()]
+    if len(run_values) >= 2:
+        run_means = [_percent_mean(values) for values in run_values]
         grand_mean = math.fsum(run_means) / len(run_means)
         metrics[f"std_err_across_runs/{score}"] = _std(run_means, grand_mean) / math.sqrt(len(run_means))
     return metrics

@@ -26,9 +26,9 @@ from nemo_gym.metrics import (
     _check_ks,
     _hashable,
     _majority_scores,
-    _std,
     extract_numeric_fields,
     pass_at_k,
+    score_metrics,
     select_key_metrics,
 )
 
@@ -260,22 +260,9 @@ class MetricsAccumulator:
                     majority_by_k[k].append(majority[k - 1])
         if not run_values:
             return {}
-        metrics: dict[str, float] = {}
-        for k in k_values:
-            if pass_by_k[k]:
-                metrics[f"pass@{k}/{score}"] = _percent_mean(pass_by_k[k])
-        for k in k_values:
-            if avg_by_k[k]:
-                metrics[f"pass@1[avg-of-{k}]/{score}"] = _percent_mean(avg_by_k[k])
-        if with_majority:
-            for k in k_values:
-                if majority_by_k[k]:
-                    metrics[f"majority@{k}/{score}"] = _percent_mean(majority_by_k[k])
-        if len(run_values) >= 2:
-            run_means = [_percent_mean(values) for values in run_values]
-            grand_mean = math.fsum(run_means) / len(run_means)
-            metrics[f"std_err_across_runs/{score}"] = _std(run_means, grand_mean) / math.sqrt(len(run_means))
-        return metrics
+        return score_metrics(
+            score, k_values, pass_by_k, avg_by_k, majority_by_k if with_majority else None, run_values
+        )
 
     def _task_sizes(self, column: array[float]) -> Iterator[int]:
         """Per task, how many of its rows carry ``column`` (tasks with none skipped)."""
@@ -324,10 +311,6 @@ class MetricsAccumulator:
             "key_metrics": key_metrics,
             "group_level_metrics": list(self.group_level_metrics()),
         }
-
-
-def _percent_mean(values: Sequence[float]) -> float:
-    return 100.0 * math.fsum(values) / len(values)
 
 
 def write_metrics_answer(

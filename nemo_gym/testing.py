@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -271,6 +272,37 @@ def collect_with_stack(
         else []
     )
     return summary, rows
+
+
+def distinct_example_rows(environment_dir: str | Path, count: int) -> list[dict[str, Any]]:
+    """``count`` copies of an environment's first example row, each with its own last user message."""
+    raw = (project_root() / environment_dir / "data" / "example.jsonl").read_bytes().splitlines()[0]
+    rows = []
+    for i in range(count):
+        row = orjson.loads(raw)
+        row["responses_create_params"]["input"][-1]["content"] = f"What is the weather in city number {i}?"
+        rows.append(row)
+    return rows
+
+
+def write_jsonl(path: Path, rows: Sequence[Any]) -> Path:
+    """Write ``rows`` as JSONL; returns ``path``."""
+    path.write_bytes(b"".join(orjson.dumps(r, option=orjson.OPT_APPEND_NEWLINE) for r in rows))
+    return path
+
+
+def collector_argv(head_port: int, agent: str, source: Path, out: Path, *options: str) -> list[str]:
+    """The command line of ``ng_collect_rollouts`` (as a module of this Python) against a running stack."""
+    return [
+        sys.executable,
+        "-m",
+        "nemo_gym.rollout_collection",
+        f"++head_server.port={head_port}",
+        f"+agent_name={agent}",
+        f"+input_jsonl_fpath={source}",
+        f"+output_jsonl_fpath={out}",
+        *options,
+    ]
 
 
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:

@@ -38,28 +38,17 @@ AGENT = "example_single_tool_call_simple_agent"
 REPEATS = 4
 
 
-def write_rows(path: Path, count: int) -> None:
-    template = json.loads((ROOT / ENV / "data" / "example.jsonl").read_text().splitlines()[0])
-    with path.open("wb") as sink:
-        for i in range(count):
-            row = json.loads(json.dumps(template))
-            row["responses_create_params"]["input"][-1]["content"] = (
-                f"What is the weather in city number {i}?"
-            )
-            sink.write(orjson.dumps(row) + b"\n")
-
-
 def scenario(rows: int, parallel: int, fd_limit: int | None, kill_at: float) -> dict[str, Any]:
     """One run in this process (its fd limit applies to the whole stack it starts)."""
     from nemo_gym.collection_io import CollectionPaths
-    from nemo_gym.testing import running_stack
+    from nemo_gym.testing import collector_argv, distinct_example_rows, running_stack, write_jsonl
 
     if fd_limit is not None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (fd_limit, fd_limit))
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     work = Path(tempfile.mkdtemp(prefix="ng_bench_fault_"))
     source = work / "in.jsonl"
-    write_rows(source, rows)
+    write_jsonl(source, distinct_example_rows(ENV, rows))
     out = work / "x.jsonl"
     total = rows * REPEATS
     report: dict[str, Any] = {
@@ -68,18 +57,15 @@ def scenario(rows: int, parallel: int, fd_limit: int | None, kill_at: float) -> 
         "parallel": parallel,
     }
     with running_stack(CONFIGS) as stack:
-        argv = [
-            sys.executable,
-            "-m",
-            "nemo_gym.rollout_collection",
-            f"++head_server.port={stack.head_server_config['port']}",
-            f"+agent_name={AGENT}",
-            f"+input_jsonl_fpath={source}",
-            f"+output_jsonl_fpath={out}",
+        argv = collector_argv(
+            stack.head_server_config["port"],
+            AGENT,
+            source,
+            out,
             f"+num_repeats={REPEATS}",
             f"+num_samples_in_parallel={parallel}",
             "+progress_interval_s=600",
-        ]
+        )
         started = time.monotonic()
         first = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         killed_after = None

@@ -31,7 +31,14 @@ from nemo_gym.launcher import free_port
 from nemo_gym.rollout_collection import RolloutCollectionHelper
 from nemo_gym.server import ENV_SERVER_CONFIG, HTTPError
 from nemo_gym.server_client import ServerClient
-from nemo_gym.testing import SyncClient, running_server, running_stack
+from nemo_gym.testing import (
+    SyncClient,
+    collector_argv,
+    distinct_example_rows,
+    running_server,
+    running_stack,
+    write_jsonl,
+)
 
 ROOT = project_root()
 ENV = "resources_servers/example_single_tool_call"
@@ -40,22 +47,6 @@ CONFIGS = [
     "responses_api_models/scripted_model/configs/scripted_model.yaml",
 ]
 AGENT = "example_single_tool_call_simple_agent"
-
-
-def weather_rows(count: int) -> list[dict[str, Any]]:
-    """Distinct rows in the shape of the environment's example rows."""
-    template = json.loads((ROOT / ENV / "data" / "example.jsonl").read_text().splitlines()[0])
-    rows = []
-    for i in range(count):
-        row = json.loads(json.dumps(template))
-        row["responses_create_params"]["input"][-1]["content"] = f"What is the weather in city number {i}?"
-        rows.append(row)
-    return rows
-
-
-def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> Path:
-    path.write_bytes(b"".join(orjson.dumps(r, option=orjson.OPT_APPEND_NEWLINE) for r in rows))
-    return path
 
 
 def result_keys(path: Path) -> list[tuple[int, int]]:
@@ -72,22 +63,13 @@ def result_keys(path: Path) -> list[tuple[int, int]]:
 def test_kill_9_at_random_moments_then_resume_loses_and_duplicates_nothing(tmp_path: Path):
     # Enough rows that no cycle can finish inside the kill window (0.12 s after its first write).
     rows = 400
-    source = write_jsonl(tmp_path / "in.jsonl", weather_rows(rows))
+    source = write_jsonl(tmp_path / "in.jsonl", distinct_example_rows(ENV, rows))
     out = tmp_path / "out" / "x.jsonl"
     expected = sorted((t, r) for t in range(rows) for r in range(3))
     rng = random.Random(1234)
     with running_stack(CONFIGS) as stack:
-        argv = [
-            sys.executable,
-            "-m",
-            "nemo_gym.rollout_collection",
-            f"++head_server.port={stack.head_server_config['port']}",
-            f"+agent_name={AGENT}",
-            f"+input_jsonl_fpath={source}",
-            f"+output_jsonl_fpath={out}",
-            "+num_repeats=3",
-            "+num_samples_in_parallel=4",
-        ]
+        port = stack.head_server_config["port"]
+        argv = collector_argv(port, AGENT, source, out, "+num_repeats=3", "+num_samples_in_parallel=4")
         kills = 0
         for cycle in range(4):
             resume = ["+resume_from_cache=true"] if cycle else []
@@ -164,7 +146,7 @@ def test_a_resources_server_killed_mid_run_gives_classified_failures_and_the_run
                             {
                                 "agent_name": AGENT,
                                 "input_jsonl_fpath": str(
-                                    write_jsonl(tmp_path / "in.jsonl", weather_rows(60))
+                                    write_jsonl(tmp_path / "in.jsonl", distinct_example_rows(ENV, 60))
                                 ),
                                 "output_jsonl_fpath": str(out),
                                 "num_samples_in_parallel": 2,

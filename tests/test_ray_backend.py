@@ -7,10 +7,8 @@ mid-run costs no rollout after a resume, and stopping the stack leaves no proces
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +20,7 @@ import pytest
 
 from nemo_gym.config import ConfigError, load_config, project_root
 from nemo_gym.launcher import StackHandle
+from nemo_gym.testing import collector_argv, distinct_example_rows, write_jsonl
 
 ray = pytest.importorskip("ray", reason="the Ray backend needs the [ray] extra (pip install -e '.[ray]')")
 
@@ -81,31 +80,14 @@ def cpu_available_settles(total: float, timeout_s: float = 20.0) -> bool:
     return False
 
 
-def weather_rows(path: Path, count: int) -> Path:
-    template = json.loads((ROOT / ENV / "data" / "example.jsonl").read_text().splitlines()[0])
-    lines = []
-    for i in range(count):
-        row = json.loads(json.dumps(template))
-        row["responses_create_params"]["input"][-1]["content"] = f"What is the weather in city number {i}?"
-        lines.append(orjson.dumps(row))
-    path.write_bytes(b"\n".join(lines) + b"\n")
-    return path
+def collector(handle: StackHandle, source: Path, out: Path, *extra: str) -> list[str]:
+    port = handle.head_server_config["port"]
+    options = ("+num_samples_in_parallel=32", "++max_failure_ratio=1.0", *extra)
+    return collector_argv(port, AGENT, source, out, *options)
 
 
 def collect(handle: StackHandle, source: Path, out: Path, *extra: str) -> subprocess.CompletedProcess[bytes]:
-    argv = [
-        sys.executable,
-        "-m",
-        "nemo_gym.rollout_collection",
-        f"++head_server.port={handle.head_server_config['port']}",
-        f"+agent_name={AGENT}",
-        f"+input_jsonl_fpath={source}",
-        f"+output_jsonl_fpath={out}",
-        "+num_samples_in_parallel=32",
-        "++max_failure_ratio=1.0",
-        *extra,
-    ]
-    return subprocess.run(argv, cwd=ROOT, capture_output=True, timeout=240)
+    return subprocess.run(collector(handle, source, out, *extra), cwd=ROOT, capture_output=True, timeout=240)
 
 
 def test_backend_choice_and_placement_errors() -> None:
@@ -159,7 +141,7 @@ def test_replicas_land_where_placed_and_a_collection_uses_both_workers(
         before = {node: p.cpu_times().user + p.cpu_times().system for node, p in agents.items()}
 
         out = tmp_path / "out.jsonl"
-        done = collect(handle, weather_rows(tmp_path / "in.jsonl", 500), out)
+        done = collect(handle, write_jsonl(tmp_path / "in.jsonl", distinct_example_rows(ENV, 500)), out)
         assert done.returncode == 0, done.stdout.decode()[-2000:]
         rows = [orjson.loads(line) for line in out.read_bytes().splitlines()]
         assert len(rows) == 500 and all(r["reward"] == 1.0 for r in rows)
@@ -184,23 +166,10 @@ def test_a_worker_lost_mid_run_costs_no_rollout_after_resume(cluster: dict[str, 
         on_b = [r for r in instances(handle) if r["node_id"] == cluster["b"]]
         assert [r["name"] for r in on_b] == ["example_single_tool_call"]
         rows = 1500
-        source = weather_rows(tmp_path / "in.jsonl", rows)
+        source = write_jsonl(tmp_path / "in.jsonl", distinct_example_rows(ENV, rows))
         out = tmp_path / "out.jsonl"
         argv_proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "nemo_gym.rollout_collection",
-                f"++head_server.port={handle.head_server_config['port']}",
-                f"+agent_name={AGENT}",
-                f"+input_jsonl_fpath={source}",
-                f"+output_jsonl_fpath={out}",
-                "+num_samples_in_parallel=32",
-                "++max_failure_ratio=1.0",
-            ],
-            cwd=ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
+            collector(handle, source, out), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
         )
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not (out.exists() and len(out.read_bytes().splitlines()) > 50):
