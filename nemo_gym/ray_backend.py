@@ -17,8 +17,8 @@ group holding all replicas of the server, packed). The actor starts the server w
 launch payload on stdin, sets the node's address as the server's host when the config gives
 none, and the server registers its node (``node_id``, ``node_ip``) with the head server.
 
-A replica whose process or node is lost leaves the registry within a second or two (the
-backend probes it every ``PROBE_INTERVAL_S``); rollouts in flight on it fail ``unreachable``
+A replica whose process or node is lost leaves the registry within about 3 s (the backend
+probes it every ``PROBE_INTERVAL_S``); rollouts in flight on it fail ``unreachable``
 and a resume retries them; the backend starts it again wherever Ray can place it, up to
 ``max_restarts`` times, before the stack reports it dead. Stopping the stack stops every actor
 and process it started, on every node; actors are owned by the launching process, so Ray
@@ -50,7 +50,8 @@ from nemo_gym.protocol import ENV_NODE_ID, ENV_NODE_IP
 BACKEND_KEY = "server_backend"
 PLACEMENT_KEY = "ray_placement"
 PROBE_INTERVAL_S = 0.5
-# Consecutive failed probes (connection refused, or the actor gone) that make a replica lost.
+PROBE_TIMEOUT_S = 1.0
+# Consecutive unanswered probes that make a replica lost (a certain sign counts as both).
 LOST_AFTER_PROBES = 2
 PLACE_TIMEOUT_S = 120.0
 RESTART_TIMEOUT_S = 20.0
@@ -291,8 +292,8 @@ class RayBackend:
         async with aiohttp.ClientSession() as http:
             while not replica.stopping:
                 await asyncio.sleep(PROBE_INTERVAL_S)
-                lost = await self._probe(replica, proc, log, http)
-                failures = failures + 1 if lost else 0
+                weight = await self._probe(replica, proc, log, http)
+                failures = failures + weight if weight else 0
                 if failures < LOST_AFTER_PROBES or replica.stopping:
                     continue
                 failures = 0
@@ -347,25 +348,42 @@ class RayBackend:
 
     async def _probe(
         self, replica: RayReplica, proc: ServerProcess, log: Callable[[str, str], None], http: Any
-    ) -> bool:
-        """Whether the replica looks lost right now."""
+    ) -> int:
+        """How lost the replica looks: 0 fine, 1 suspect (no answer in time), 2 certain.
+
+        Certain: its process exited, Ray reports the actor dead, or its port refuses connections.
+        The actor and the server's port are asked at the same time.
+        """
+        actor_says, port_says = await asyncio.gather(
+            self._ask_actor(replica, proc, log), self._knock(replica, http)
+        )
+        return max(actor_says, port_says)
+
+    async def _ask_actor(
+        self, replica: RayReplica, proc: ServerProcess, log: Callable[[str, str], None]
+    ) -> int:
         try:
-            code, lines = await asyncio.wait_for(replica.actor.poll.remote(), 2.0)
-        except Exception:  # noqa: BLE001 - actor dead, node gone, or no answer in time
-            return True
+            code, lines = await asyncio.wait_for(replica.actor.poll.remote(), PROBE_TIMEOUT_S)
+        except TimeoutError:
+            return 1  # a node that went away often answers nothing until Ray notices
+        except Exception:  # noqa: BLE001 - the actor is dead (with its node, or on its own)
+            return LOST_AFTER_PROBES
         for line in lines:
             proc.log_tail.append(line)
             log(proc.name, line)
-        if code is not None:
-            return True
+        return 0 if code is None else LOST_AFTER_PROBES
+
+    async def _knock(self, replica: RayReplica, http: Any) -> int:
         url = self._url(replica)
         if url is None:
-            return False  # not registered yet
+            return 0  # not registered yet
         try:
-            async with http.get(url + "/", timeout=aiohttp.ClientTimeout(total=2.0)):
-                return False
+            async with http.get(url + "/", timeout=aiohttp.ClientTimeout(total=PROBE_TIMEOUT_S)):
+                return 0
+        except aiohttp.ClientConnectorError:
+            return LOST_AFTER_PROBES  # nothing listens there any more
         except (aiohttp.ClientError, TimeoutError):
-            return True
+            return 1
 
     def _url(self, replica: RayReplica) -> str | None:
         if self._registry is None:

@@ -179,6 +179,7 @@ def test_a_worker_lost_mid_run_costs_no_rollout_after_resume(cluster: dict[str, 
         while any(r["node_id"] == cluster["b"] for r in instances(handle)):
             assert time.monotonic() - lost_at < 5.0, "replicas of the lost node are still registered"
             time.sleep(0.05)
+        print(f"replicas of the lost node left the registry after {time.monotonic() - lost_at:.2f} s")
         argv_proc.communicate(timeout=240)
         first = len(out.read_bytes().splitlines())
         # The lost replica is started again where Ray can place it (node a).
