@@ -37,6 +37,7 @@ from nemo_gym.base_resources_server import (
     BaseVerifyResponse,
     SimpleResourcesServer,
 )
+from nemo_gym.request_guard import json_nesting_depth
 from nemo_gym.response_items import all_output_text, function_calls
 from nemo_gym.server import SESSION_COOKIE, json_response
 
@@ -355,6 +356,7 @@ class StructuredOutputsServer(SimpleResourcesServer):
         if isinstance(arguments, str):
             if len(arguments) > self.config.max_output_chars:
                 raise AnswerError("too_large", f"the arguments have {len(arguments)} characters")
+            self.check_depth(arguments)
             try:
                 arguments = json.loads(arguments)
             except (json.JSONDecodeError, RecursionError) as exc:
@@ -374,11 +376,22 @@ class StructuredOutputsServer(SimpleResourcesServer):
             arguments = arguments[body.tool_payload_key]
         return _Parsed(arguments)
 
+    def check_depth(self, text: str) -> None:
+        """Refuse JSON text nested past ``max_depth`` before parsing it: a parser recursing to
+        the interpreter's limit leaves no stack for anything else running then (finalizers)."""
+        depth = json_nesting_depth(text.encode())
+        if depth > self.config.max_depth:
+            raise AnswerError(
+                "too_deep", f"the answer nests {depth} levels deep, over {self.config.max_depth}"
+            )
+
     def check_document(self, body: StructuredOutputsVerifyRequest, document: str | _Parsed) -> None:
         """Parse (text answers), coerce (XML, CSV), bound, and validate; raises :class:`AnswerError`."""
         if isinstance(document, _Parsed):
             value = document.value
         else:
+            if body.schema_type == "json":
+                self.check_depth(document)
             try:
                 value = parse_document(document, body.schema_type)
             except RecursionError as exc:
