@@ -134,30 +134,36 @@ def hostile_upstream() -> Iterator[HostileUpstream]:
 @pytest.fixture(scope="module")
 def stack():
     with hostile_upstream() as upstream:
-        model = OpenAIModel(
+        settings = {"openai_api_key": "sk-hostile-SECRET-123", "max_retries": 2, "request_timeout_s": 2.0}
+        with agent_before(upstream, settings, hop_timeout_s=5) as agent_url:
+            yield upstream, agent_url
+
+
+@contextlib.contextmanager
+def agent_before(upstream: Any, model_settings: dict[str, Any], hop_timeout_s: float) -> Iterator[str]:
+    """simple_agent + the weather environment + openai_model in front of ``upstream``; the agent's URL."""
+    model = OpenAIModel(
+        {
+            "name": "model",
+            "openai_base_url": upstream.url,
+            "openai_model": "m",
+            "max_retry_delay_s": 0.05,
+            **model_settings,
+        }
+    )
+    env = ExampleSingleToolCallServer({"name": "env"})
+    with running_server(model) as model_url, running_server(env) as env_url:
+        agent = SimpleAgent(
             {
-                "name": "model",
-                "openai_base_url": upstream.url,
-                "openai_api_key": "sk-hostile-SECRET-123",
-                "openai_model": "m",
-                "max_retries": 2,
-                "max_retry_delay_s": 0.05,
-                "request_timeout_s": 2.0,
-            }
+                "name": "agent",
+                "resources_server": {"type": "resources_servers", "name": "env"},
+                "model_server": {"type": "responses_api_models", "name": "model"},
+                "hop_timeout_s": hop_timeout_s,
+            },
+            server_client=ServerClient(static_urls={"env": env_url, "model": model_url}),
         )
-        env = ExampleSingleToolCallServer({"name": "env"})
-        with running_server(model) as model_url, running_server(env) as env_url:
-            agent = SimpleAgent(
-                {
-                    "name": "agent",
-                    "resources_server": {"type": "resources_servers", "name": "env"},
-                    "model_server": {"type": "responses_api_models", "name": "model"},
-                    "hop_timeout_s": 5,
-                },
-                server_client=ServerClient(static_urls={"env": env_url, "model": model_url}),
-            )
-            with running_server(agent) as agent_url:
-                yield upstream, agent_url
+        with running_server(agent) as agent_url:
+            yield agent_url
 
 
 ROW = {"responses_create_params": {"input": [{"role": "user", "content": "Weather in Oslo?"}]}}
@@ -212,33 +218,13 @@ def test_an_abandoned_rollout_stops_the_model_servers_retries():
     the model server's handler is cancelled instead of retrying for its whole 600 s deadline."""
     with hostile_upstream() as upstream:
         upstream.mode = "429"
-        model = OpenAIModel(
-            {
-                "name": "model",
-                "openai_base_url": upstream.url,
-                "openai_model": "m",
-                "max_retries": 10_000,
-                "max_retry_delay_s": 0.05,
-                "request_timeout_s": 600.0,
-            }
-        )
-        env = ExampleSingleToolCallServer({"name": "env"})
-        with running_server(model) as model_url, running_server(env) as env_url:
-            agent = SimpleAgent(
-                {
-                    "name": "agent",
-                    "resources_server": {"type": "resources_servers", "name": "env"},
-                    "model_server": {"type": "responses_api_models", "name": "model"},
-                    "hop_timeout_s": 0.5,
-                },
-                server_client=ServerClient(static_urls={"env": env_url, "model": model_url}),
-            )
-            with running_server(agent) as agent_url:
-                status, body, elapsed = run(agent_url)
-                assert status == 502 and body["failure_class"] == "timeout", body
-                assert elapsed < 5
-                time.sleep(0.3)
-                after_hangup = upstream.requests
-                time.sleep(1.0)
-                assert after_hangup > 1  # it was retrying
-                assert upstream.requests == after_hangup, "the model server kept retrying for nobody"
+        settings = {"max_retries": 10_000, "request_timeout_s": 600.0}
+        with agent_before(upstream, settings, hop_timeout_s=0.5) as agent_url:
+            status, body, elapsed = run(agent_url)
+            assert status == 502 and body["failure_class"] == "timeout", body
+            assert elapsed < 5
+            time.sleep(0.3)
+            after_hangup = upstream.requests
+            time.sleep(1.0)
+            assert after_hangup > 1  # it was retrying
+            assert upstream.requests == after_hangup, "the model server kept retrying for nobody"
