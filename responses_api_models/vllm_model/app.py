@@ -12,6 +12,10 @@ this server; the cost is that changing the replica list re-maps running rollouts
 that cannot be reached after the connection retries is skipped for that call (the next one in
 the list is tried), because a finished rollout on another replica beats a failed one.
 
+A backend answer 429 or 5xx is retried on the same replica up to ``max_retries`` times, after
+a wait that doubles from 0.1 s with jitter (x0.5-1.5), or the ``Retry-After`` the backend asked
+for, each wait capped at ``max_retry_delay_s``, all within ``request_timeout_s``.
+
 Token IDs for RL (``return_token_id_information: true``): the backend is asked for logprobs and
 token IDs, and the last output item of every response carries ``prompt_token_ids``,
 ``generation_token_ids`` and ``generation_log_probs``. Token-ID fields on input items (from
@@ -25,7 +29,7 @@ import logging
 import zlib
 from typing import Any
 
-from pydantic import field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from nemo_gym.base_responses_api_model import BaseResponsesAPIModelConfig, SimpleResponsesAPIModel
 from nemo_gym.chat_backend import (
@@ -44,6 +48,9 @@ from nemo_gym.upstream import (
 logger = logging.getLogger(__name__)
 
 _TOKEN_ID_PREFIX = "token_id:"
+# A backend that is overloaded (429) or failing (5xx) may answer the same request later; any
+# other 4xx (a prompt too long, a bad parameter) would be refused again, so it is not retried.
+RETRY_STATUSES = frozenset({429, *range(500, 600)})
 
 
 def generation_ids_from_logprobs(completion: dict[str, Any]) -> list[int] | None:
@@ -77,6 +84,8 @@ class VLLMModelConfig(BaseResponsesAPIModelConfig):
     request_timeout_s: float = 1800.0
     connect_timeout_s: float = 10.0
     connect_retries: int = 3
+    max_retries: int = Field(default=3, ge=0)
+    max_retry_delay_s: float = Field(default=30.0, gt=0)
     max_connections: int | None = None
 
     @field_validator("base_url")
@@ -158,6 +167,9 @@ class VLLMModel(SimpleResponsesAPIModel):
             request_timeout_s=config.request_timeout_s,
             connect_timeout_s=config.connect_timeout_s,
             connect_retries=config.connect_retries,
+            retry_statuses=RETRY_STATUSES,
+            max_status_retries=config.max_retries,
+            max_retry_delay_s=config.max_retry_delay_s,
             max_connections=config.max_connections,
         )
 
@@ -307,7 +319,8 @@ def backend_http_error(
     status = answer.status if keep_status or 400 <= answer.status < 500 else 502
     failure_class = status_failure_class(answer.status)
     extra = {"failure_class": failure_class} if failure_class is not None else {}
-    return HTTPError(status, f"backend {base} answered HTTP {answer.status}: {message}", **extra)
+    retried = f" after {answer.attempts} attempts" if answer.attempts > 1 else ""
+    return HTTPError(status, f"backend {base} answered HTTP {answer.status}{retried}: {message}", **extra)
 
 
 if __name__ == "__main__":
