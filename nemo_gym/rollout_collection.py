@@ -13,6 +13,7 @@ rollout becomes a classified record in the failures file, never a result and nev
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import os
 import re
@@ -366,15 +367,19 @@ class RolloutCollectionHelper:
         head = config.get("head_server") if isinstance(config, Mapping) else None
         client = self.setup_server_client({"head_server": head} if head else None)
         run = _CollectionRun(self, settings, client, verbose)
-        failures = run.paths.failures
-        failures_existed = failures.exists()
+        failures, materialized = run.paths.failures, run.paths.materialized_inputs
+        failures_existed, materialized_existed = failures.exists(), materialized.exists()
         try:
             with output_lock(run.paths.output):
                 return await run.run()
         except BaseException:
-            # A rejected input file (or agent) leaves no empty failures file behind.
-            if not failures_existed and failures.exists() and failures.stat().st_size == 0:
-                failures.unlink()
+            # A rejected input file (or agent) leaves no empty failures file behind, and a run that
+            # stopped before sending anything leaves no materialized inputs it created.
+            with contextlib.suppress(OSError):  # the output path itself may be what is wrong
+                if not failures_existed and failures.exists() and failures.stat().st_size == 0:
+                    failures.unlink()
+                if not materialized_existed and run.summary.dispatched == 0:
+                    materialized.unlink(missing_ok=True)
             raise
         finally:
             if client is not self.server_client:

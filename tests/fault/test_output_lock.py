@@ -166,3 +166,81 @@ def test_the_failure_ratio_is_configurable(tmp_path: Path):
     summary.failed = 2
     assert failure_exit_code(summary, 0.1) == EXIT_TOO_MANY_FAILURES
     assert failure_exit_code(CollectionSummary(paths), 0.0) == 0  # nothing ran
+
+
+def _under_a_file(tmp: Path, *parts: str) -> Path:
+    (tmp / "plain").write_text("x")
+    return tmp.joinpath("plain", *parts)
+
+
+def _a_directory(tmp: Path) -> Path:
+    (tmp / "adir").mkdir()
+    return tmp / "adir"
+
+
+@pytest.mark.parametrize(
+    "make_output, named",
+    [
+        (lambda tmp: _under_a_file(tmp, "x.jsonl"), "is a file, not a directory"),
+        (lambda tmp: _under_a_file(tmp, "sub", "x.jsonl"), "is a file, not a directory"),
+        (_a_directory, "is a directory"),
+    ],
+)
+def test_an_output_path_mistake_is_one_line_naming_the_path(tmp_path: Path, make_output, named: str):
+    source = tmp_path / "in.jsonl"
+    source.write_bytes(orjson.dumps(GOOD) + b"\n")
+    out = make_output(tmp_path)
+    done = collector(f"+input_jsonl_fpath={source}", f"+output_jsonl_fpath={out}")
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr and named in done.stderr and str(out) in done.stderr
+    assert (
+        done.stderr.startswith("config error: ") and len(done.stderr.strip().splitlines()) == 2
+    )  # + the --help hint
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into any directory")
+def test_an_unwritable_output_directory_is_one_line(tmp_path: Path):
+    source = tmp_path / "in.jsonl"
+    source.write_bytes(orjson.dumps(GOOD) + b"\n")
+    locked = tmp_path / "ro"
+    locked.mkdir()
+    locked.chmod(0o500)
+    try:
+        done = collector(f"+input_jsonl_fpath={source}", f"+output_jsonl_fpath={locked / 'x.jsonl'}")
+    finally:
+        locked.chmod(0o700)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert f"{locked} is not writable" in done.stderr
+
+
+def test_a_run_leaves_no_lock_and_a_failed_first_check_leaves_no_materialized_inputs(tmp_path: Path):
+    source = tmp_path / "in.jsonl"
+    source.write_bytes(orjson.dumps(GOOD) + b"\n")
+    out = tmp_path / "x.jsonl"
+    # No head server at the collector's head URL: the run stops at its first check (the agent).
+    done = collector(f"+input_jsonl_fpath={source}", f"+output_jsonl_fpath={out}")
+    assert done.returncode == 2 and "cannot reach the head server" in done.stderr, done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl"]
+    # A run that finishes (every line malformed, nothing to send) leaves no lock either.
+    source.write_bytes(b"{not json\n")
+    done = collector(
+        f"+input_jsonl_fpath={source}",
+        f"+output_jsonl_fpath={out}",
+        "+strict=false",
+        "+max_failure_ratio=1.0",
+        "+disable_aggregation=true",
+    )
+    assert done.returncode == 0, done.stderr
+    assert not lock_path(out).exists() and not list(tmp_path.glob("*.lock"))
+
+
+def test_a_collector_that_opened_a_removed_lock_file_opens_the_path_again(tmp_path: Path):
+    out = tmp_path / "x.jsonl"
+    with output_lock(out) as path:
+        stale = os.open(path, os.O_RDWR)  # a second process opened the file, then waited
+    assert not path.exists()
+    try:
+        with output_lock(out) as again:  # a fresh file: the lock is on what the path names
+            assert again.exists() and os.fstat(stale).st_ino != again.stat().st_ino
+    finally:
+        os.close(stale)
