@@ -36,10 +36,15 @@ from typing import Any, ClassVar, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from starlette.routing import Route
 
+from nemo_gym.protocol import MCP_METADATA_KEY, MCP_SESSION_TOKEN_HEADER, RESERVED_MCP_TOOL_NAMES  # noqa: F401
 from nemo_gym.response_items import create_params_shape_errors, response_shape_errors
 from nemo_gym.server import BaseServer, BaseServerConfig, body_model
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+# NeMo Gym's names: the /seed_session answer's MCP key and the session-token header it carries.
+NEMO_GYM_MCP_METADATA_KEY = MCP_METADATA_KEY
+NEMO_GYM_MCP_SESSION_TOKEN_HEADER = MCP_SESSION_TOKEN_HEADER
 
 
 class BaseResourcesServerConfig(BaseServerConfig):
@@ -48,9 +53,13 @@ class BaseResourcesServerConfig(BaseServerConfig):
     ``max_aggregate_metrics_body_bytes`` bounds an ``/aggregate_metrics`` body sent one verify
     response per line (it goes to a temporary file, not to memory); a body in another layout
     is parsed whole and bounded by ``max_body_bytes``.
+
+    ``expose_tools_over_mcp`` also serves the tools over MCP at ``/mcp``, per rollout session
+    (see :mod:`nemo_gym.mcp_auto_exposure`).
     """
 
     max_aggregate_metrics_body_bytes: int = 64 * 1024**3
+    expose_tools_over_mcp: bool = False
 
 
 class BaseRunRequest(BaseModel):
@@ -171,8 +180,15 @@ class SimpleResourcesServer(BaseServer):
 
     def routes(self) -> list[Route]:
         """Liveness, ``/seed_session``, ``/verify``, ``/aggregate_metrics`` and one route per tool."""
+        seed: Callable[[Any], Any] = self.seed_session
+        mcp = None
+        if self.config.expose_tools_over_mcp:
+            from nemo_gym.mcp_auto_exposure import McpExposure
+
+            mcp = self._mcp_exposure = McpExposure(self)
+            seed = self._seed_session_with_mcp
         routes = super().routes() + [
-            self.route("/seed_session", self.seed_session),
+            self.route("/seed_session", seed, body_model_of=self.seed_session),
             self.route("/verify", self._verify_and_free),
             Route("/aggregate_metrics", self._aggregate_metrics_endpoint(), methods=["POST"]),
         ]
@@ -183,7 +199,18 @@ class SimpleResourcesServer(BaseServer):
                     f"{type(self).__name__}: tool name {tool_name!r} clashes with a built-in route"
                 )
             routes.append(self.route(f"/{tool_name}", handler))
-        return routes
+        return routes + (mcp.routes() if mcp is not None else [])  # type: ignore[operator]
+
+    def mcp_tools(self, harvested: list[Any], catchall: Any) -> list[Any] | None:
+        """The tools served over MCP (default: every tool). Override to leave some out."""
+        return harvested
+
+    def mcp_allowed_tools_for_session(self, seed_body: dict[str, Any]) -> list[str] | None:
+        """Tool names one rollout's MCP token may list and call (default ``None``: all)."""
+        return None
+
+    async def _seed_session_with_mcp(self, body: Any) -> Any:
+        return self._mcp_exposure.seed_answer(await self.seed_session(body), body)
 
     async def _verify_and_free(self, body: dict[str, Any]) -> Any:
         request_model, produced = self._verify_models()

@@ -25,6 +25,12 @@ REGISTRATION_SECRET_HEADER = "X-NeMo-Gym-Registration-Secret"
 AUTH_HEADER = "authorization"
 SESSION_COOKIE = "session_id"
 ROLLOUT_PREFIX = "/ng-rollout/"
+# A resources server's tools over MCP (NeMo Gym's names): /seed_session answers
+# {"mcp": {"url_path": "/mcp", "headers": {MCP_SESSION_TOKEN_HEADER: token}, ...}}.
+MCP_METADATA_KEY = "mcp"
+MCP_SESSION_TOKEN_HEADER = "X-NeMo-Gym-Session-Token"
+MCP_URL_PATH = "/mcp"
+RESERVED_MCP_TOOL_NAMES = frozenset({"verify", "seed_session", "close_session", "aggregate_metrics", "mcp"})
 
 
 # Secrets this process was handed at start-up (see ENV_LAUNCH_PAYLOAD); kept out of os.environ

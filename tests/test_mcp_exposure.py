@@ -1,0 +1,239 @@
+"""A resources server's tools over MCP: per-session state, bad input as MCP errors, guard and auth.
+
+Real servers on loopback, driven by the ``mcp`` package's own streamable HTTP client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+from mcp import ClientSession
+from mcp.client.streamable_http import create_mcp_http_client, streamable_http_client
+from mcp.types import CallToolResult
+from pydantic import BaseModel
+
+from nemo_gym.base_resources_server import (
+    BaseResourcesServerConfig,
+    BaseVerifyRequest,
+    BaseVerifyResponse,
+    SimpleResourcesServer,
+    tool,
+)
+from nemo_gym.mcp_auto_exposure import (
+    NEMO_GYM_MCP_SESSION_TOKEN_HEADER,
+    maybe_auto_expose,
+    normalize_tool_name,
+)
+from nemo_gym.testing import running_server
+
+
+class AddRequest(BaseModel):
+    """Arguments of `add`."""
+
+    amount: int
+
+
+class CounterServer(SimpleResourcesServer):
+    """A per-session counter; `slow` waits until released, `boom` fails."""
+
+    config: BaseResourcesServerConfig
+    release: asyncio.Event | None = None
+
+    @tool
+    async def add(self, body: AddRequest) -> dict[str, int]:
+        """Add to this session's counter."""
+        self.session["total"] = self.session.get("total", 0) + body.amount
+        return {"total": self.session["total"]}
+
+    @tool
+    async def slow(self, body: dict[str, Any]) -> dict[str, str]:
+        """Wait a while."""
+        await asyncio.sleep(float(body.get("seconds", 5)))
+        return {"done": "yes"}
+
+    @tool
+    async def boom(self, body: dict[str, Any]) -> dict[str, str]:
+        """Always fails."""
+        raise RuntimeError("the tool broke")
+
+    def mcp_allowed_tools_for_session(self, seed_body: dict[str, Any]) -> list[str] | None:
+        return seed_body.get("allowed_tools")
+
+    async def verify(self, body: BaseVerifyRequest) -> BaseVerifyResponse:
+        return BaseVerifyResponse(**body.model_dump(), reward=float(self.session.get("total", 0)))
+
+
+ROW: dict[str, Any] = {"responses_create_params": {"input": "count"}}
+
+
+@pytest.fixture(scope="module")
+def url():
+    with running_server(CounterServer({"name": "counter", "expose_tools_over_mcp": True})) as base:
+        yield base
+
+
+@contextlib.asynccontextmanager
+async def mcp_session(url: str, headers: dict[str, str]) -> AsyncIterator[ClientSession]:
+    async with create_mcp_http_client(headers=headers, timeout=httpx.Timeout(10)) as client:
+        async with streamable_http_client(url, http_client=client) as (read, write, *_):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                yield session
+
+
+async def seed(http: httpx.AsyncClient, url: str, row: dict[str, Any] = ROW) -> dict[str, str]:
+    resp = await http.post(url + "/seed_session", json=row)
+    assert resp.status_code == 200, resp.text
+    meta = resp.json()["mcp"]
+    assert meta["url_path"] == "/mcp"
+    return meta["headers"]
+
+
+def text(result: CallToolResult) -> str:
+    return " ".join(getattr(part, "text", "") for part in result.content)
+
+
+def test_mcp_calls_share_the_session_with_http_routes_and_verify(url: str):
+    async def go() -> None:
+        async with httpx.AsyncClient() as one, httpx.AsyncClient() as two:
+            headers_one, headers_two = await seed(one, url), await seed(two, url)
+            async with mcp_session(url + "/mcp", headers_one) as session:
+                tools = {t.name: t for t in (await session.list_tools()).tools}
+                assert set(tools) == {"add", "slow", "boom"}
+                assert tools["add"].inputSchema["required"] == ["amount"]
+                assert tools["add"].description == "Add to this session's counter."
+                assert (await session.call_tool("add", {"amount": 2})).structuredContent == {"total": 2}
+            # The same session over plain HTTP (cookie), then over MCP again.
+            assert (await one.post(url + "/add", json={"amount": 3})).json() == {"total": 5}
+            async with mcp_session(url + "/mcp", headers_one) as session:
+                assert (await session.call_tool("add", {"amount": 1})).structuredContent == {"total": 6}
+            async with mcp_session(url + "/mcp", headers_two) as session:
+                assert (await session.call_tool("add", {"amount": 10})).structuredContent == {"total": 10}
+            verified = (await one.post(url + "/verify", json={**ROW, "response": {"output": []}})).json()
+            assert verified["reward"] == 6.0
+            assert (await two.post(url + "/verify", json={**ROW, "response": {"output": []}})).json()[
+                "reward"
+            ] == 10
+
+    asyncio.run(go())
+
+
+def test_bad_input_is_a_clear_mcp_error_and_nothing_is_lost(url: str):
+    async def go() -> None:
+        async with httpx.AsyncClient() as http:
+            headers = await seed(http, url)
+            async with mcp_session(url + "/mcp", headers) as session:
+                await session.call_tool("add", {"amount": 4})
+                unknown = await session.call_tool("multiply", {"by": 2})
+                assert (
+                    unknown.isError
+                    and "unknown tool 'multiply'" in text(unknown)
+                    and "'add'" in text(unknown)
+                )
+                bad = await session.call_tool("add", {"amount": "four"})
+                assert bad.isError and "invalid arguments for 'add'" in text(bad) and "amount" in text(bad)
+                missing = await session.call_tool("add", {})
+                assert missing.isError and "amount" in text(missing)
+                broke = await session.call_tool("boom", {})
+                assert broke.isError and "HTTP 500" in text(broke) and "the tool broke" in text(broke)
+                # After all of that, the session's state is what the good call left.
+                assert (await session.call_tool("add", {"amount": 1})).structuredContent == {"total": 5}
+            async with mcp_session(url + "/mcp", {}) as session:
+                assert {t.name for t in (await session.list_tools()).tools} == {"add", "slow", "boom"}
+                no_token = await session.call_tool("add", {"amount": 1})
+                assert no_token.isError and NEMO_GYM_MCP_SESSION_TOKEN_HEADER in text(no_token)
+            forged = dict(headers)
+            claims, _, _ = forged[NEMO_GYM_MCP_SESSION_TOKEN_HEADER].partition(".")
+            forged[NEMO_GYM_MCP_SESSION_TOKEN_HEADER] = claims + ".AAAA"
+            async with mcp_session(url + "/mcp", forged) as session:
+                result = await session.call_tool("add", {"amount": 1})
+                assert result.isError and "invalid X-NeMo-Gym-Session-Token" in text(result)
+            assert (await http.post(url + "/add", json={"amount": 0})).json() == {"total": 5}
+            await http.post(url + "/verify", json={**ROW, "response": {"output": []}})
+            # Verified: the session is closed; a late MCP call says so instead of starting afresh.
+            async with mcp_session(url + "/mcp", headers) as session:
+                late = await session.call_tool("add", {"amount": 1})
+                assert late.isError and "session is closed" in text(late) and "/seed_session" in text(late)
+
+    asyncio.run(go())
+
+
+def test_a_dropped_mcp_connection_loses_nothing(url: str):
+    async def go() -> None:
+        async with httpx.AsyncClient() as http:
+            headers = await seed(http, url)
+            # The client gives up on a slow call and drops its connection mid-call.
+            with pytest.raises(BaseException):  # noqa: B017,PT011 - the SDK wraps the timeout in a group
+                async with create_mcp_http_client(headers=headers, timeout=httpx.Timeout(0.5)) as client:
+                    async with streamable_http_client(url + "/mcp", http_client=client) as (read, write, *_):
+                        async with ClientSession(read, write) as session:
+                            await session.initialize()
+                            await session.call_tool("slow", {"seconds": 3})
+            # The server still serves this session, over MCP and HTTP, with its state intact.
+            async with mcp_session(url + "/mcp", headers) as session:
+                assert (await session.call_tool("add", {"amount": 7})).structuredContent == {"total": 7}
+            assert (await http.post(url + "/add", json={"amount": 1})).json() == {"total": 8}
+
+    asyncio.run(go())
+
+
+def test_per_session_tool_allow_list_and_rollout_prefix(url: str):
+    async def go() -> None:
+        async with httpx.AsyncClient() as http:
+            headers = await seed(http, url, {**ROW, "allowed_tools": ["add"]})
+            async with mcp_session(url + "/ng-rollout/r-1/mcp", headers) as session:
+                assert [t.name for t in (await session.list_tools()).tools] == ["add"]
+                refused = await session.call_tool("boom", {})
+                assert refused.isError and "not allowed in this session" in text(refused)
+                assert (await session.call_tool("add", {"amount": 1})).structuredContent == {"total": 1}
+
+    asyncio.run(go())
+
+
+def test_request_guard_limits_the_mcp_route():
+    server = CounterServer({"name": "small", "expose_tools_over_mcp": True, "max_body_bytes": 2000})
+    with running_server(server) as base:
+        big = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {"name": "add", "arguments": {"x": "y" * 5000}},
+        }
+        resp = httpx.post(base + "/mcp", json=big, headers={"Accept": "application/json, text/event-stream"})
+        assert resp.status_code == 413 and resp.json()["server"] == "small"
+
+
+def test_auth_token_guards_the_mcp_route(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("NEMO_GYM_AUTH_TOKEN", "s3cret-token")
+    with running_server(CounterServer({"name": "authed", "expose_tools_over_mcp": True})) as base:
+        bearer = {"Authorization": "Bearer s3cret-token"}
+
+        async def go() -> None:
+            async with httpx.AsyncClient(headers=bearer) as http:
+                headers = await seed(http, base)
+            probe = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+            accept = {"Accept": "application/json, text/event-stream"}
+            async with httpx.AsyncClient() as anon:
+                refused = await anon.post(base + "/mcp", json=probe, headers={**accept, **headers})
+                assert refused.status_code == 401
+            async with mcp_session(base + "/mcp", {**headers, **bearer}) as session:
+                assert (await session.call_tool("add", {"amount": 2})).structuredContent == {"total": 2}
+
+        asyncio.run(go())
+
+
+def test_exposure_is_off_by_default_and_names_match_nemo_gym():
+    plain = CounterServer({"name": "plain"})
+    assert maybe_auto_expose(plain) is None
+    assert not any(getattr(r, "path", "") == "/mcp" for r in plain.routes())
+    exposed = CounterServer({"name": "on", "expose_tools_over_mcp": True})
+    assert set(maybe_auto_expose(exposed) or {}) == {"add", "slow", "boom"}
+    assert NEMO_GYM_MCP_SESSION_TOKEN_HEADER == "X-NeMo-Gym-Session-Token"
+    assert normalize_tool_name("mcp__on__add", "on") == "add"
+    assert normalize_tool_name("mcp__other__add", "on") == "mcp__other__add"
+    assert normalize_tool_name("mcp__x__add") == "add" and normalize_tool_name("add") == "add"
