@@ -203,7 +203,9 @@ def test_a_fork_bomb_is_contained(url: str):
     assert (body["reward"], body["result"]) == (0.0, [-3])
     assert len(psutil.pids()) < before + 100  # other work on the machine may start a few
     assert not [
-        p for p in psutil.process_iter(["cmdline"]) if "sandbox_child.py" in " ".join(p.info["cmdline"] or [])
+        p
+        for p in psutil.process_iter(["cmdline"])
+        if "sandbox/isolation/child.py" in " ".join(p.info["cmdline"] or [])
     ]
     assert verify_text(url, SUMS, fenced(SUMS_CODE))["reward"] == 1.0
 

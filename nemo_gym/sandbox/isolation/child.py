@@ -1,51 +1,56 @@
-"""The child side of the code sandbox: confine this process, then run untrusted code in it.
+"""The child side of a confined run: confine this process, then run what the job says in it.
 
-Started by :mod:`resources_servers.code_gen.sandbox` as ``python -I -B sandbox_child.py JOB``
-with an empty environment, a fresh session (its own process group), its working directory
-set to a fresh temporary folder, and stdin/stdout/stderr wired by the parent. It uses the
-standard library only, so it never imports anything from the project.
+Started by :mod:`nemo_gym.sandbox.isolation.runner` as ``python -I -B child.py`` with the job
+(JSON) on stdin, in a fresh session (its own process group), as the user the runner chose. It
+uses the standard library only and never imports the project: it must work under ``-I`` and
+after Landlock has closed the repository.
 
-Before the untrusted code runs, this process applies, in order (each layer when the OS
-allows it; :func:`apply_sandbox` reports which ones took effect):
+Before anything untrusted runs, this process applies, in order (each layer when the OS allows it;
+:func:`apply_sandbox` reports which took effect):
 
 1. resource limits: CPU seconds, address space, file size, open files, processes, no core dumps;
-2. an empty network namespace (``unshare(CLONE_NEWNET)``; unprivileged users need a user
-   namespace as well);
-3. ``no_new_privs``, then Landlock: writes only beneath the working directory (and to
-   ``/dev/null``), reads only beneath the listed read roots, no TCP bind/connect, and signals
-   and abstract unix sockets scoped to this process;
-4. a seccomp filter: no sockets, no new processes (threads are allowed), no signals to other
-   processes, no ptrace, mount, namespace, ownership/mode changes or limit raising.
+2. unless the job allows the network, an empty network namespace (``unshare(CLONE_NEWNET)``;
+   unprivileged users need a user namespace as well);
+3. ``no_new_privs``, then Landlock: writes only beneath the working tree (and ``/dev/null``), reads
+   only beneath the listed read roots, no TCP bind/connect without network, and signals and
+   abstract unix sockets scoped to this sandbox;
+4. a seccomp filter: no sockets without network; no new processes unless the job allows them
+   (threads always); no signals outside this process unless processes are allowed (then
+   Landlock's signal scoping and the unprivileged user keep them in); no ptrace, mount,
+   namespace, ownership or limit changes, io_uring, bpf, modules or clocks; no mode changes
+   unless the job allows them (only when the code runs as an unprivileged user).
 
-Where neither the network namespace nor seccomp is available, Python's socket constructors
-are replaced by functions that raise (a weaker, in-process block).
+Where neither the network namespace nor seccomp is available, Python's socket constructors are
+replaced by functions that raise (a weaker, in-process block).
 
-Exit status: 0 the code ran to the end; 10 it does not compile; 11 it raised; 12 the function
-to call is missing; 13 its return value is not JSON; 20 the sandbox could not be set up.
-A line starting with ``__NG_SANDBOX__`` on stderr says why.
+Run kinds (``job["run"]["kind"]``):
+
+- ``exec``: run ``argv`` with ``env`` in ``cwd``. This process stays as a small supervisor that
+  waits for the command and, when the runner dies (even by SIGKILL), kills the whole group;
+  the exit status is the command's (128 + N when signal N killed it).
+- ``python``: run the ``main(job)`` function of the harness file ``harness`` in this process
+  (its source is read before the layers close the file system); the exit status is what it
+  returns. Code that may not start processes runs this way.
+- ``probe``: print which layers took effect, as JSON.
+
+Exit status 20 with a line starting ``__NG_SANDBOX__`` on stderr: the sandbox could not be set up.
 """
 
 from __future__ import annotations
 
-import builtins
 import ctypes
 import json
 import os
 import platform
 import resource
+import signal
 import struct
 import sys
-import traceback
-import types
 from typing import Any
 
-EXIT_OK = 0
-EXIT_COMPILE_ERROR = 10
-EXIT_RUNTIME_ERROR = 11
-EXIT_MISSING_FUNCTION = 12
-EXIT_BAD_RETURN = 13
 EXIT_SANDBOX_FAILURE = 20
 MARKER = "__NG_SANDBOX__"
+PR_SET_PDEATHSIG = 1
 
 # --- Linux constants -------------------------------------------------------------------------
 CLONE_NEWUSER = 0x10000000
@@ -178,6 +183,10 @@ _AARCH64_RULES: dict[int, tuple[str, int]] = {
     427: (DENY, EPERM),  # io_uring_register
 }
 _RULES = {"x86_64": _X86_64_RULES, "aarch64": _AARCH64_RULES}
+# Rules dropped when the job allows processes (fork, exec, signals inside the sandbox) or mode
+# changes; the syscall numbers per architecture.
+_PROCESS_RULES = {"x86_64": {56, 57, 58, 62, 234, 129, 297}, "aarch64": {220, 129, 131}}
+_CHMOD_RULES = {"x86_64": {90, 91, 268, 452}, "aarch64": set()}
 
 
 class SandboxSetupError(RuntimeError):
@@ -230,8 +239,9 @@ def landlock_abi(libc: ctypes.CDLL) -> int:
     return int(version) if version > 0 else 0
 
 
-def apply_landlock(libc: ctypes.CDLL, workdir: str, read_roots: list[str]) -> int:
-    """Writes beneath ``workdir`` only, reads beneath ``read_roots`` only; returns the ABI used."""
+def apply_landlock(libc: ctypes.CDLL, workdir: str, read_roots: list[str], network: bool = False) -> int:
+    """Writes beneath ``workdir`` only, reads beneath ``read_roots`` only (no TCP unless
+    ``network``); returns the ABI used."""
     abi = landlock_abi(libc)
     if abi < 1:
         return 0
@@ -254,7 +264,7 @@ def apply_landlock(libc: ctypes.CDLL, workdir: str, read_roots: list[str]) -> in
     if abi >= 5:
         write_access |= FS_IOCTL_DEV
     handled_fs = write_access | FS_READ_ACCESS
-    handled_net = NET_BIND_TCP | NET_CONNECT_TCP if abi >= 4 else 0
+    handled_net = NET_BIND_TCP | NET_CONNECT_TCP if abi >= 4 and not network else 0
     scoped = SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL if abi >= 6 else 0
     # A larger struct with zeroed unknown fields is accepted by older kernels.
     attr = struct.pack("QQQ", handled_fs, handled_net, scoped)
@@ -295,8 +305,11 @@ def _insn(code: int, jt: int, jf: int, k: int) -> bytes:
     return struct.pack("HBBI", code, jt, jf, k & 0xFFFFFFFF)
 
 
-def build_seccomp_filter(machine: str, pid: int) -> bytes:
+def build_seccomp_filter(
+    machine: str, pid: int, *, network: bool = False, processes: bool = False, chmod: bool = False
+) -> bytes:
     """A classic-BPF seccomp program for ``machine`` (see the module docstring for the policy)."""
+    dropped = (_PROCESS_RULES[machine] if processes else set()) | (_CHMOD_RULES[machine] if chmod else set())
     allow = SECCOMP_RET_ALLOW
     program = [
         _insn(BPF_LD_W_ABS, 0, 0, 4),
@@ -307,6 +320,8 @@ def build_seccomp_filter(machine: str, pid: int) -> bytes:
     if machine == "x86_64":  # the x32 ABI would bypass every rule below
         program += [_insn(BPF_JGE_K, 0, 1, 0x40000000), _insn(BPF_RET_K, 0, 0, SECCOMP_RET_ERRNO | ENOSYS)]
     for number, (kind, errno) in _RULES[machine].items():
+        if number in dropped or (kind == SOCKET and network):
+            continue
         deny = SECCOMP_RET_ERRNO | errno
         if kind in (DENY, SOCKET):
             # No socket at all: socketpair stays allowed (asyncio needs it, it reaches nothing).
@@ -345,12 +360,14 @@ def build_seccomp_filter(machine: str, pid: int) -> bytes:
     return b"".join(program)
 
 
-def apply_seccomp(libc: ctypes.CDLL) -> bool:
+def apply_seccomp(
+    libc: ctypes.CDLL, *, network: bool = False, processes: bool = False, chmod: bool = False
+) -> bool:
     """Install the seccomp filter (needs ``no_new_privs`` set first). False if unsupported here."""
     machine = platform.machine()
     if machine not in _RULES:
         return False
-    code = build_seccomp_filter(machine, os.getpid())
+    code = build_seccomp_filter(machine, os.getpid(), network=network, processes=processes, chmod=chmod)
     count = len(code) // 8
     buffer = ctypes.create_string_buffer(code, len(code))
 
@@ -381,23 +398,30 @@ def block_python_sockets() -> None:
 def apply_sandbox(job: dict[str, Any]) -> dict[str, Any]:
     """Apply every layer the OS allows; returns which took effect (raises if a required one fails)."""
     layers: dict[str, Any] = {"rlimits": False, "netns": False, "landlock_abi": 0, "seccomp": False}
+    network = bool(job.get("network", False))
     set_limits(job["limits"])
     layers["rlimits"] = True
     if not sys.platform.startswith("linux"):
-        block_python_sockets()
-        layers["python_socket_block"] = True
+        if not network:
+            block_python_sockets()
+            layers["python_socket_block"] = True
         _check_required(job, layers)
         return layers
     libc = _libc()
-    if job.get("use_netns", True):
+    if job.get("use_netns", True) and not network:
         layers["netns"] = enter_empty_network_namespace(libc)
     libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
     no_new_privs = libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0
     if no_new_privs and job.get("use_landlock", True):
-        layers["landlock_abi"] = apply_landlock(libc, job["workdir"], job.get("read_roots") or ["/"])
+        layers["landlock_abi"] = apply_landlock(libc, job["workdir"], job.get("read_roots") or ["/"], network)
     if no_new_privs and job.get("use_seccomp", True):
-        layers["seccomp"] = apply_seccomp(libc)
-    if not layers["seccomp"] and not layers["netns"]:
+        layers["seccomp"] = apply_seccomp(
+            libc,
+            network=network,
+            processes=bool(job.get("allow_processes", False)),
+            chmod=bool(job.get("allow_chmod", False)),
+        )
+    if not network and not layers["seccomp"] and not layers["netns"]:
         block_python_sockets()
         layers["python_socket_block"] = True
     _check_required(job, layers)
@@ -410,7 +434,6 @@ def _check_required(job: dict[str, Any], layers: dict[str, Any]) -> None:
             raise SandboxSetupError(f"required sandbox layer {required!r} is not available here")
 
 
-# --- running the code ------------------------------------------------------------------------
 def _report(message: str) -> None:
     try:
         os.write(2, f"\n{MARKER} {message}\n".encode(errors="replace"))
@@ -418,92 +441,85 @@ def _report(message: str) -> None:
         pass
 
 
-def _exception_line(exc: BaseException) -> str:
-    lines = traceback.format_exception_only(type(exc), exc)
-    return (lines[-1] if lines else type(exc).__name__).strip()
+def _read_job() -> dict[str, Any]:
+    chunks = []
+    while chunk := os.read(0, 1 << 20):
+        chunks.append(chunk)
+    job: dict[str, Any] = json.loads(b"".join(chunks))
+    # The job came on stdin; what the code reads there is the job's stdin file (or nothing).
+    fd = os.open(job.get("stdin_path") or os.devnull, os.O_RDONLY)
+    os.dup2(fd, 0)
+    os.close(fd)
+    return job
 
 
-def run_code(job: dict[str, Any], source: str) -> int:
-    """Compile and run ``source`` as the job's mode says; returns the exit status."""
-    try:
-        code = compile(source, "solution.py", "exec")
-    except (SyntaxError, ValueError, OverflowError, MemoryError, RecursionError) as exc:
-        _report(f"compile error: {_exception_line(exc)}")
-        return EXIT_COMPILE_ERROR
-    call_mode = job["mode"] == "call"
-    if call_mode:
-        result_fd = os.dup(1)  # the result goes here; the code's own prints go nowhere
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, 1)
-        os.close(devnull)
-    # Function-call tasks import the code as a module, so ``if __name__ == "__main__":`` does not run.
-    module = types.ModuleType("solution" if call_mode else "__main__")
-    module.__file__ = os.path.join(job["workdir"], "solution.py")
-    module.__dict__["__builtins__"] = builtins
-    sys.modules[module.__name__] = module
-    sys.argv = ["solution.py"]
-    # As if the code were run as a script: its folder first (-I left the child's folder out).
-    sys.path.insert(0, job["workdir"])
-    try:
-        exec(code, module.__dict__)
-        if not call_mode:
-            return EXIT_OK
-        fn_name = job["fn_name"]
-        solution_class = module.__dict__.get("Solution")
-        if isinstance(solution_class, type) and hasattr(solution_class, fn_name):
-            function = getattr(solution_class(), fn_name)
-        elif callable(module.__dict__.get(fn_name)):
-            function = module.__dict__[fn_name]
-        else:
-            _report(f"function {fn_name!r} not found (neither Solution.{fn_name} nor a top-level function)")
-            return EXIT_MISSING_FUNCTION
-        value = function(*job["args"])
-    except SystemExit as exc:
-        if not call_mode and exc.code in (None, 0):
-            return EXIT_OK
-        _report(f"runtime error: SystemExit({exc.code!r})")
-        return EXIT_RUNTIME_ERROR
-    except BaseException as exc:  # noqa: BLE001 - everything the code raises is its own failure
-        _report(f"runtime error: {_exception_line(exc)}")
-        return EXIT_RUNTIME_ERROR
-    if isinstance(value, tuple):
-        value = list(value)
-    try:
-        encoded = json.dumps(value)
-    except (TypeError, ValueError) as exc:
-        _report(f"return value is not JSON-serializable: {exc}")
-        return EXIT_BAD_RETURN
-    data = (encoded + "\n").encode()
-    while data:
-        written = os.write(result_fd, data)
-        data = data[written:]
-    return EXIT_OK
+def _die_with_parent(parent_pid: int, how: int) -> None:
+    """Deliver ``how`` to this process when the runner dies; if it already has, exit now."""
+    if sys.platform.startswith("linux"):
+        libc = _libc()
+        libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+        libc.prctl(PR_SET_PDEATHSIG, how, 0, 0, 0)
+    if parent_pid and os.getppid() != parent_pid:
+        os._exit(EXIT_SANDBOX_FAILURE)
 
 
-def main(argv: list[str]) -> int:
-    """Read the job file, confine this process, run the code; returns the exit status."""
-    job_path = argv[1]
-    with open(job_path, encoding="utf-8") as f:
-        job = json.load(f)
-    os.unlink(job_path)
-    with open(os.path.join(job["workdir"], "solution.py"), encoding="utf-8") as f:
-        source = f.read()
+def _supervise(run: dict[str, Any]) -> int:
+    """Start the command as a child in this group; wait for it; kill the group if the runner dies."""
+
+    def kill_group(signum: int, frame: Any) -> None:
+        os.killpg(0, signal.SIGKILL)  # ends the command, what it started, and this supervisor
+
+    signal.signal(signal.SIGTERM, kill_group)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.chdir(run["cwd"])
+            os.execve(run["argv"][0], run["argv"], run["env"])
+        except BaseException as exc:  # noqa: BLE001 - report any failure to start, then exit
+            _report(f"could not start {run['argv'][0]!r}: {exc}")
+        os._exit(127)
+    while True:
+        try:
+            _, status = os.waitpid(pid, 0)
+            break
+        except InterruptedError:
+            continue
+    if os.WIFSIGNALED(status):
+        return 128 + os.WTERMSIG(status)
+    return os.WEXITSTATUS(status)
+
+
+def main() -> int:
+    """Read the job, confine this process, run it; returns the exit status."""
+    job = _read_job()
+    run = job["run"]
+    harness = None
+    if run["kind"] == "python":
+        with open(run["harness"], encoding="utf-8") as f:
+            harness = compile(f.read(), run["harness"], "exec")
+    # The supervisor is told by SIGTERM (it then kills the group); code running in this very
+    # process is simply killed.
+    _die_with_parent(
+        int(job.get("parent_pid") or 0), signal.SIGTERM if run["kind"] == "exec" else signal.SIGKILL
+    )
     try:
         layers = apply_sandbox(job)
     except (SandboxSetupError, OSError, ValueError) as exc:
         _report(f"sandbox setup failed: {exc}")
         return EXIT_SANDBOX_FAILURE
-    if job["mode"] == "probe":
+    if run["kind"] == "probe":
         print(json.dumps(layers), flush=True)
-        return EXIT_OK
-    status = run_code(job, source)
-    try:
-        sys.stdout.flush()
-    except (OSError, ValueError):
-        pass
+        return 0
+    if run["kind"] == "exec":
+        return _supervise(run)
+    assert harness is not None
+    namespace: dict[str, Any] = {"__name__": "__ng_harness__"}
+    exec(harness, namespace)
+    status: int = namespace["main"](job)
     return status
 
 
 if __name__ == "__main__":
     # os._exit: skip interpreter teardown, which the code may have left in any state.
-    os._exit(main(sys.argv))
+    os._exit(main())

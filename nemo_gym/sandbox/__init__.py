@@ -1,0 +1,1 @@
+"""NeMo Gym's sandbox API (``AsyncSandbox``, ``SandboxSpec``, providers)."""

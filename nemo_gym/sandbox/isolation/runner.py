@@ -1,0 +1,420 @@
+"""The parent side of a confined run: start ``child.py``, feed it the job, watch it, end it.
+
+:func:`run_confined` starts one child (``python -I -B child.py``) in a new session, as the chosen
+user, with the job on its stdin; reads at most ``max_output_bytes`` of its stdout (and stderr);
+sums the files of its working tree every 20 ms against the disk quota; and kills its whole
+process group at the wall-clock deadline and after every run, whatever happened. The child
+confines itself before anything untrusted runs (see ``child.py``). Nothing here blocks the
+event loop.
+
+Used by the ``local`` sandbox provider (shell commands, processes allowed) and by code_gen
+(Python code that may not start processes): one implementation of the confinement.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import pwd
+import shutil
+import signal
+import stat
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger("nemo_gym.sandbox")
+
+CHILD_SCRIPT = Path(__file__).with_name("child.py")
+MARKER = "__NG_SANDBOX__"
+EXIT_SANDBOX_FAILURE = 20
+DISK_POLL_S = 0.02
+_READ_CHUNK = 65536
+
+# Paths confined code may read (besides its working tree and the interpreter's own prefixes):
+# enough for the standard library, compiled extensions, the dynamic loader and the usual
+# command-line tools, and nothing that holds the server's data, other processes' details, or
+# secrets such as /etc/shadow.
+DEFAULT_READ_ROOTS = (
+    "/usr",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/bin",
+    "/sbin",
+    "/etc/ld.so.cache",
+    "/etc/ld.so.conf",
+    "/etc/ld.so.conf.d",
+    "/etc/localtime",
+    "/etc/timezone",
+    "/etc/passwd",
+    "/etc/group",
+    "/etc/nsswitch.conf",
+    "/dev/null",
+    "/dev/zero",
+    "/dev/full",
+    "/dev/random",
+    "/dev/urandom",
+    "/proc/cpuinfo",
+    "/proc/meminfo",
+    "/proc/stat",
+    "/sys/devices/system/cpu",
+)
+# What shell commands need on top: tool alternatives (awk, editor), locale data, and, for a
+# sandbox with network, name resolution and CA certificates.
+SHELL_READ_ROOTS = (
+    "/etc/alternatives",
+    "/etc/bash.bashrc",
+    "/etc/profile",
+    "/etc/inputrc",
+    "/etc/mime.types",
+    "/etc/protocols",
+    "/etc/services",
+)
+NETWORK_READ_ROOTS = ("/etc/hosts", "/etc/resolv.conf", "/etc/host.conf", "/etc/gai.conf", "/etc/ssl")
+
+
+@dataclass(frozen=True)
+class Confinement:
+    """What a confined process may do beyond computing in its working tree.
+
+    ``network``: keep the host's network (no namespace, sockets allowed). ``allow_processes``:
+    fork/exec and signals inside the sandbox (shell commands); without it only threads.
+    ``allow_chmod``: mode changes (granted only to an unprivileged user, whose ownership already
+    limits them to its own files). ``use_*`` switch a layer off for machines where it misbehaves;
+    ``require`` names layers whose absence must fail the run (``netns``, ``landlock_abi``,
+    ``seccomp``).
+    """
+
+    network: bool = False
+    allow_processes: bool = False
+    allow_chmod: bool = False
+    use_netns: bool = True
+    use_landlock: bool = True
+    use_seccomp: bool = True
+    require: tuple[str, ...] = ()
+    read_roots: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ProcessLimits:
+    """Limits of one confined run. CPU seconds, address space, file size, open files and
+    processes are rlimits (per process); ``disk_bytes`` counts every file of the working tree
+    together; ``wall_time_s`` is the deadline of the whole group."""
+
+    cpu_time_s: float = 6.0
+    wall_time_s: float = 20.0
+    memory_bytes: int = 1024 * 1024 * 1024
+    file_size_bytes: int = 16 * 1024 * 1024
+    open_files: int = 256
+    processes: int = 64
+    max_output_bytes: int = 16 * 1024 * 1024
+    disk_bytes: int = 64 * 1024 * 1024
+    stderr_tail_bytes: int | None = None
+
+    def as_child_limits(self) -> dict[str, Any]:
+        """The rlimits in the form the child applies them."""
+        return {
+            "cpu_time_s": self.cpu_time_s,
+            "memory_bytes": self.memory_bytes,
+            "file_size_bytes": self.file_size_bytes,
+            "open_files": self.open_files,
+            "processes": self.processes,
+        }
+
+
+@dataclass
+class ConfinedOutcome:
+    """How a confined run ended: exit status (negative: killed by that signal), output, flags."""
+
+    returncode: int
+    stdout: bytes = b""
+    stderr: bytes = field(default=b"", repr=False)
+    timed_out: bool = False
+    output_overflow: bool = False
+    disk_full: bool = False
+    wall_s: float = 0.0
+
+    @property
+    def setup_failure(self) -> str | None:
+        """The child's reason when the sandbox itself could not be set up, else None."""
+        if self.returncode != EXIT_SANDBOX_FAILURE:
+            return None
+        return marker_message(self.stderr.decode("utf-8", errors="replace")) or None
+
+
+def read_roots(
+    python: str, extra: Sequence[str] = (), *, shell: bool = False, network: bool = False
+) -> list[str]:
+    """The read roots of a confined run: system paths, the interpreter's prefixes, ``extra``."""
+    prefixes = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
+    prefixes.add(str(Path(os.path.realpath(python)).parent.parent))
+    roots = [
+        *DEFAULT_READ_ROOTS,
+        *(SHELL_READ_ROOTS if shell else ()),
+        *(NETWORK_READ_ROOTS if network else ()),
+    ]
+    return list(dict.fromkeys([*roots, *sorted(prefixes), *extra]))
+
+
+async def run_confined(
+    run: dict[str, Any],
+    *,
+    workdir: str,
+    confinement: Confinement,
+    limits: ProcessLimits,
+    python: str | None = None,
+    run_as: tuple[int, int] | None = None,
+    stdin_path: str | None = None,
+    on_spawn: Callable[[int], None] | None = None,
+    on_exit: Callable[[int], None] | None = None,
+) -> ConfinedOutcome:
+    """Run ``run`` (see ``child.py`` for the kinds) confined to ``workdir``; never raises for
+    anything the confined code does. ``on_spawn``/``on_exit`` get the process group id (to
+    record it where a crashed owner's groups can be found and killed)."""
+    job = {
+        "workdir": workdir,
+        "read_roots": [*confinement.read_roots, workdir],
+        "limits": limits.as_child_limits(),
+        "network": confinement.network,
+        "allow_processes": confinement.allow_processes,
+        "allow_chmod": confinement.allow_chmod,
+        "use_netns": confinement.use_netns,
+        "use_landlock": confinement.use_landlock,
+        "use_seccomp": confinement.use_seccomp,
+        "require": list(confinement.require),
+        "stdin_path": stdin_path,
+        "parent_pid": os.getpid(),
+        "run": run,
+    }
+    started = time.monotonic()
+    user: dict[str, Any] = {}
+    if run_as is not None:
+        user = {"user": run_as[0], "group": run_as[1], "extra_groups": []}
+    proc = await asyncio.create_subprocess_exec(
+        python or sys.executable,
+        "-I",
+        "-B",
+        str(CHILD_SCRIPT),
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        cwd=workdir,
+        env={},
+        start_new_session=True,
+        limit=_READ_CHUNK,
+        **user,
+    )
+    if on_spawn is not None:
+        on_spawn(proc.pid)
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    overflow = asyncio.Event()
+    out_task = asyncio.create_task(_read_capped(proc.stdout, limits.max_output_bytes, overflow))
+    if limits.stderr_tail_bytes is not None:
+        err_task = asyncio.create_task(_read_tail(proc.stderr, limits.stderr_tail_bytes))
+    else:
+        err_task = asyncio.create_task(_read_capped(proc.stderr, limits.max_output_bytes, asyncio.Event()))
+    feed_task = asyncio.create_task(_feed(proc.stdin, json.dumps(job).encode()))
+    overflow_task = asyncio.create_task(overflow.wait())
+    disk_full = asyncio.Event()
+    disk_task = asyncio.create_task(_watch_disk(workdir, limits.disk_bytes, disk_full))
+    wait_task = asyncio.create_task(proc.wait())
+    timed_out = False
+    try:
+        done, _ = await asyncio.wait(
+            {wait_task, overflow_task, disk_task},
+            timeout=limits.wall_time_s,
+            return_when=asyncio.FIRST_COMPLETED,
+        )
+        timed_out = not done
+    finally:
+        # Kill the whole group: the child and anything it managed to start. On cancellation too.
+        kill_group(proc.pid)
+        for task in (overflow_task, disk_task, feed_task):
+            task.cancel()
+        # Some event loops finish wait() only once the pipes close; an escaped holder must not
+        # keep us waiting (the status is known from the exit itself).
+        with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+            await asyncio.wait_for(asyncio.shield(wait_task), 5.0)
+        if not wait_task.done():
+            wait_task.cancel()
+        if on_exit is not None:
+            on_exit(proc.pid)
+    returncode = proc.returncode if proc.returncode is not None else -signal.SIGKILL
+    stdout, stderr = await _finish_readers(out_task, err_task)
+    return ConfinedOutcome(
+        returncode,
+        stdout,
+        stderr,
+        timed_out,
+        overflow.is_set(),
+        disk_full.is_set(),
+        time.monotonic() - started,
+    )
+
+
+def resolve_run_as(uid: int | str, paths: Sequence[str], work_root: str) -> tuple[int, int] | None:
+    """The (uid, gid) confined code runs as, or None for this process's own.
+
+    ``"auto"``: when this process is root, the ``nobody`` user if it can reach every path in
+    ``paths`` (the interpreter, the scripts it runs) and ``work_root`` (every directory on the
+    way traversable by others), else this process's user (with a warning); ``"keep"``: always
+    this process's user; an int: that id (its primary group from the password database, else
+    the same number).
+    """
+    if uid == "keep":
+        return None
+    if isinstance(uid, int) and not isinstance(uid, bool):
+        try:
+            return uid, pwd.getpwuid(uid).pw_gid
+        except KeyError:
+            return uid, uid
+    if uid != "auto":
+        raise ValueError(f"sandbox uid must be 'auto', 'keep' or an integer, got {uid!r}")
+    if os.geteuid() != 0:
+        return None  # already unprivileged
+    try:
+        nobody = pwd.getpwnam("nobody")
+    except KeyError:
+        logger.warning("sandbox: running confined code as root: there is no 'nobody' user")
+        return None
+    blocked = [
+        p for p in (*(os.path.realpath(p) for p in paths), str(CHILD_SCRIPT)) if not _reachable_by_others(p)
+    ]
+    if not _reachable_by_others(os.path.join(os.path.realpath(work_root), ".")):
+        blocked.append(work_root)
+    if blocked:
+        logger.warning(
+            "sandbox: running confined code as root: user 'nobody' cannot reach %s "
+            "(make the path traversable by others, or set the sandbox uid)",
+            blocked[0],
+        )
+        return None
+    return nobody.pw_uid, nobody.pw_gid
+
+
+def _reachable_by_others(path: str) -> bool:
+    """Whether a user with no relation to the owner can read (and traverse to) ``path``."""
+    target = Path(path)
+    try:
+        if not target.stat().st_mode & stat.S_IROTH:
+            return False
+        return all(parent.stat().st_mode & stat.S_IXOTH for parent in target.parents)
+    except OSError:
+        return False
+
+
+async def _feed(stream: asyncio.StreamWriter, data: bytes) -> None:
+    with contextlib.suppress(ConnectionError, BrokenPipeError):
+        stream.write(data)
+        await stream.drain()
+        stream.close()
+
+
+async def _watch_disk(workdir: str, limit_bytes: int, full: asyncio.Event) -> None:
+    """Return (setting ``full``) once the files under ``workdir`` use more than ``limit_bytes``."""
+    while True:
+        await asyncio.sleep(DISK_POLL_S)
+        if disk_usage(workdir) > limit_bytes:
+            full.set()
+            return
+
+
+def disk_usage(root: str) -> int:
+    """Bytes used by the files under ``root`` (sizes or allocated blocks, whichever is larger)."""
+    total = 0
+    stack = [root]
+    while stack:
+        try:
+            entries = os.scandir(stack.pop())
+        except OSError:
+            continue
+        with entries:
+            for entry in entries:
+                try:
+                    info = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                total += max(info.st_size, info.st_blocks * 512)
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(entry.path)
+    return total
+
+
+async def _read_capped(stream: asyncio.StreamReader, cap: int, overflow: asyncio.Event) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        chunk = await stream.read(_READ_CHUNK)
+        if not chunk:
+            return b"".join(chunks)
+        size += len(chunk)
+        if size > cap:
+            overflow.set()
+            keep = cap - (size - len(chunk))
+            chunks.append(chunk[: max(keep, 0)])
+            return b"".join(chunks)
+        chunks.append(chunk)
+
+
+async def _read_tail(stream: asyncio.StreamReader, keep: int) -> bytes:
+    tail = b""
+    while True:
+        chunk = await stream.read(_READ_CHUNK)
+        if not chunk:
+            return tail
+        tail = (tail + chunk)[-keep:]
+
+
+async def _finish_readers(
+    out_task: asyncio.Task[bytes], err_task: asyncio.Task[bytes]
+) -> tuple[bytes, bytes]:
+    # The pipes close when every holder is dead; a holder that escaped the group must not hang us.
+    done, pending = await asyncio.wait({out_task, err_task}, timeout=2.0)
+    for task in pending:
+        task.cancel()
+    stdout = out_task.result() if out_task in done else b""
+    stderr = err_task.result() if err_task in done else b""
+    return stdout, stderr
+
+
+def kill_group(pgid: int) -> None:
+    """SIGKILL a process group; gone or not ours is fine."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+def marker_message(stderr: str) -> str:
+    """The child's last ``__NG_SANDBOX__`` line (why the run or the setup failed), or ``""``."""
+    for line in reversed(stderr.splitlines()):
+        if line.startswith(MARKER):
+            return line[len(MARKER) :].strip()
+    return ""
+
+
+def signal_name(number: int) -> str:
+    """``SIGKILL`` for 9; ``signal 99`` for a number with no name."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def remove_tree(path: str) -> None:
+    """Delete a working tree, including read-only directories the code left behind."""
+
+    def make_writable_and_retry(func: Any, target: str, _exc: Any) -> None:
+        with contextlib.suppress(OSError):
+            os.chmod(os.path.dirname(target), stat.S_IRWXU)
+            os.chmod(target, stat.S_IRWXU)
+            func(target)
+
+    shutil.rmtree(path, onerror=make_writable_and_retry)
+    if os.path.exists(path):
+        logger.warning("could not fully remove sandbox directory %s", path)
