@@ -271,7 +271,7 @@ def materialize_input(
     materializer: RowMaterializer,
     *,
     limit: int | None = None,
-    strict: bool = True,
+    strict: bool = False,
     on_bad_line: Callable[[BadLine], None] | None = None,
     on_row: Callable[[dict[str, Any]], None] | None = None,
 ) -> MaterializeReport:
@@ -279,10 +279,11 @@ def materialize_input(
 
     Rows are read one at a time and never kept. Identical lines (bytes, surrounding whitespace
     ignored) share a task index: a repeated line continues the rollout numbering of the first.
-    ``limit`` counts valid input rows. With ``strict`` a malformed line makes this raise
-    :class:`CollectionInputError` listing the first bad lines (and ``output_path`` is not
-    written); otherwise each bad line goes to ``on_bad_line`` and is skipped. ``on_row`` sees
-    each materialized row (for counting).
+    ``limit`` counts valid input rows. A malformed line goes to ``on_bad_line`` and is skipped,
+    keeping the task index it would have had, so once fixed it gets that index and a resume
+    collects it without renumbering the rows after it. With ``strict`` a malformed line makes
+    this raise :class:`CollectionInputError` listing the first bad lines (and ``output_path``
+    is not written). ``on_row`` sees each materialized row (for counting).
     """
     if not input_path.is_file():
         raise ConfigError(f"+input_jsonl_fpath must name an existing JSONL file, got {str(input_path)!r}")
@@ -317,6 +318,7 @@ def materialize_input(
                         report.bad_lines.append(bad)
                     if not strict and on_bad_line is not None:
                         on_bad_line(bad)
+                    report.tasks += 1  # reserved for the line once it is fixed
                     continue
                 report.input_rows += 1
                 if report.bad_line_count and strict:
@@ -345,7 +347,8 @@ def materialize_input(
             raise CollectionInputError(
                 f"{report.bad_line_count} malformed input line(s); nothing was run:\n  {shown}"
                 + (f"\n  ... and {more} more" if more > 0 else "")
-                + "\nFix them, or pass +strict=false to skip bad lines (they are recorded in the failures file)."
+                + "\nFix them, or leave out +strict=true to collect the other lines (bad ones are recorded in the "
+                "failures file)."
             )
         os.replace(tmp, output_path)
     finally:

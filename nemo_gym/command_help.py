@@ -95,7 +95,11 @@ _COLLECT_OPTIONS = (
     Option("+prompt_config=PATH", "system/user templates that build each row's input"),
     Option("+resume_from_cache=BOOL", "finish an interrupted run with the same arguments", "false"),
     Option("+disable_aggregation=BOOL", "skip /aggregate_metrics (for shards)", "false"),
-    Option("+strict=BOOL", "stop on a malformed input line (false: skip it)", "true"),
+    Option(
+        "+strict=BOOL",
+        "refuse the whole input on a malformed line (false: record it, collect the rest)",
+        "false",
+    ),
     Option("+rollout_timeout_s=S", "deadline of one rollout ($NEMO_GYM_ROLLOUT_TIMEOUT_S)", "1200"),
     Option(
         "+max_failure_ratio=R",

@@ -347,7 +347,7 @@ def test_a_rejected_input_file_leaves_no_failures_file(stack: Any, tmp_path: Pat
     bad.write_text(EXAMPLES.read_text() + "{not json\n")
     output = tmp_path / "out.jsonl"
     with pytest.raises(ConfigError, match=r"in.jsonl:6"):
-        collect(stack, output, input_jsonl_fpath=str(bad))
+        collect(stack, output, input_jsonl_fpath=str(bad), strict=True)
     assert not CollectionPaths.for_output(output).failures.exists()
 
 
@@ -356,12 +356,12 @@ def test_summary_and_metrics_speak_plainly(
 ) -> None:
     bad = tmp_path / "in.jsonl"
     bad.write_text(EXAMPLES.read_text() + "{not json\n")
-    summary = collect(stack, tmp_path / "out.jsonl", input_jsonl_fpath=str(bad), strict=False, num_repeats=2)
+    summary = collect(stack, tmp_path / "out.jsonl", input_jsonl_fpath=str(bad), num_repeats=2)
     assert summary.succeeded == 10 and summary.malformed_lines == 1
     out = capsys.readouterr().out
-    # A line that cannot parse is not offered a resume: it needs fixing.
-    assert "+resume_from_cache=true" not in out
-    assert f"Malformed input lines: 1, recorded in {summary.paths.failures}; fix them in {bad}" in out
+    # One instruction: fix the line, then resume (it keeps its task index, so the resume collects it).
+    assert out.count("Next:") == 1 and out.count("+resume_from_cache=true") == 1
+    assert f"Next: fix input line 6 of {bad} (what is wrong with each is in {summary.paths.failures})" in out
     # One scale on the metrics line: fractions (the file keeps NeMo Gym's percentages).
     line = next(
         line for line in out.splitlines() if "example_single_tool_call_simple_agent: mean/reward" in line

@@ -237,6 +237,7 @@ def test_prompt_config_builds_input_and_rejects_a_row_with_input(agent, tmp_path
             input_jsonl_fpath=str(bad),
             output_jsonl_fpath=str(tmp_path / "bad_out.jsonl"),
             prompt_config=str(prompt),
+            strict=True,
         )
     message = str(info.value)
     assert f"{bad}:2: row already has responses_create_params.input" in message
@@ -248,7 +249,7 @@ def test_prompt_config_builds_input_and_rejects_a_row_with_input(agent, tmp_path
 MALFORMED = [row("ok1"), '{"responses_create_params": ', row("ok2"), "[1, 2]", '{"x": 1}']
 
 
-def test_malformed_input_stops_the_run_before_anything_is_sent(agent, tmp_path: Path):
+def test_malformed_input_with_strict_stops_the_run_before_anything_is_sent(agent, tmp_path: Path):
     source = write_jsonl(tmp_path / "in.jsonl", MALFORMED)
     out = tmp_path / "x.jsonl"
     with pytest.raises(CollectionInputError) as info:
@@ -257,18 +258,19 @@ def test_malformed_input_stops_the_run_before_anything_is_sent(agent, tmp_path: 
             agent_name="probe",
             input_jsonl_fpath=str(source),
             output_jsonl_fpath=str(out),
+            strict=True,
         )
     message = str(info.value)
     assert "3 malformed input line(s); nothing was run" in message
     assert f"{source}:2: not valid JSON" in message
     assert f"{source}:4: a row must be a JSON object, got list" in message
     assert f"{source}:5: row has no responses_create_params" in message
-    assert "+strict=false" in message
+    assert "leave out +strict=true" in message
     assert agent.calls == [] and not out.exists()
     assert not CollectionPaths.for_output(out).materialized_inputs.exists()
 
 
-def test_malformed_input_with_strict_false_is_skipped_and_recorded(agent, tmp_path: Path):
+def test_malformed_input_is_skipped_and_recorded_by_default(agent, tmp_path: Path):
     source = write_jsonl(tmp_path / "in.jsonl", MALFORMED)
     out = tmp_path / "x.jsonl"
     summary = collect(
@@ -276,10 +278,10 @@ def test_malformed_input_with_strict_false_is_skipped_and_recorded(agent, tmp_pa
         agent_name="probe",
         input_jsonl_fpath=str(source),
         output_jsonl_fpath=str(out),
-        strict=False,
     )
     assert summary.succeeded == 2 and summary.malformed_lines == 3
-    assert keys(read_jsonl(out)) and sorted(keys(read_jsonl(out))) == [(0, 0), (1, 0)]
+    # Each bad line keeps the task index it would have had (line 2 → task 1).
+    assert sorted(keys(read_jsonl(out))) == [(0, 0), (2, 0)]
     failures = read_jsonl(CollectionPaths.for_output(out).failures)
     assert [(f["_ng_failure_class"], f["_ng_input_line"]) for f in failures] == [
         ("malformed_input", 2),
@@ -287,6 +289,44 @@ def test_malformed_input_with_strict_false_is_skipped_and_recorded(agent, tmp_pa
         ("malformed_input", 5),
     ]
     assert all(f["_ng_input_fpath"] == str(source) and f["_ng_error"] for f in failures)
+    assert summary.next_step() == (
+        f"fix input lines 2, 4, 5 of {source} (what is wrong with each is in {summary.paths.failures}), "
+        "then run the same command with +resume_from_cache=true (it collects only what is missing)"
+    )
+
+
+def test_fixing_a_malformed_line_and_resuming_collects_just_that_line(agent, tmp_path: Path):
+    lines = [row("ok1"), '{"responses_create_params": ', row("ok2"), row("ok3")]
+    source = write_jsonl(tmp_path / "in.jsonl", lines)
+    out = tmp_path / "x.jsonl"
+    first = collect(
+        {"probe": agent.url},
+        agent_name="probe",
+        input_jsonl_fpath=str(source),
+        output_jsonl_fpath=str(out),
+        disable_aggregation=True,
+    )
+    assert (first.succeeded, first.malformed_lines) == (3, 1) and "fix input line 2 of" in (
+        first.next_step() or ""
+    )
+    write_jsonl(source, [lines[0], row("fixed"), lines[2], lines[3]])
+    calls = len(agent.calls)
+    again = collect(
+        {"probe": agent.url},
+        agent_name="probe",
+        input_jsonl_fpath=str(source),
+        output_jsonl_fpath=str(out),
+        disable_aggregation=True,
+        resume_from_cache=True,
+    )
+    assert (again.succeeded, again.already_done, again.malformed_lines) == (1, 3, 0)
+    assert len(agent.calls) == calls + 1 and again.next_step() is None
+    by_key = {
+        (r["_ng_task_index"], r["_ng_rollout_index"]): r["responses_create_params"]["input"][0]["content"]
+        for r in read_jsonl(out)
+    }
+    assert by_key == {(0, 0): "ok1", (1, 0): "fixed", (2, 0): "ok2", (3, 0): "ok3"}
+    assert read_jsonl(again.paths.failures) == []
 
 
 def test_failures_are_classified_recorded_and_never_scored(agent, tmp_path: Path):

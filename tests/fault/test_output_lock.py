@@ -126,7 +126,7 @@ def test_a_resume_that_finds_duplicates_keeps_one_of_each(tmp_path: Path):
     assert summary.results_in_file == 3 and summary.already_done == 3 and summary.dispatched == 0
 
 
-def test_a_line_300_levels_deep_is_a_failure_row_even_without_strict(tmp_path: Path):
+def test_a_line_300_levels_deep_is_a_failure_row_and_refused_with_strict(tmp_path: Path):
     source = tmp_path / "in.jsonl"
     source.write_bytes(nested_line(299) + b"\n" + b"{not json\n")  # 300 levels with the outer object
     out = tmp_path / "x.jsonl"
@@ -142,9 +142,15 @@ def test_a_line_300_levels_deep_is_a_failure_row_even_without_strict(tmp_path: P
     assert "nested 300 levels deep" in orjson.dumps(failures[0]).decode()
     # Every line failed: above the default ratio, so a non-zero exit with the summary.
     assert done.returncode == EXIT_TOO_MANY_FAILURES, done.stderr
-    assert "100.0% of the rollouts failed" in done.stderr and "max_failure_ratio=0.1" in done.stderr
+    assert "100.0% of what this run tried failed (malformed input lines: 2)" in done.stderr
+    assert "max_failure_ratio=0.1" in done.stderr
+    # One instruction, which names the lines to fix.
+    assert done.stderr.count("Next:") == 1 and f"fix input lines 1, 2 of {source}" in done.stderr
+    assert "+resume_from_cache=true" in done.stderr and "collect again" not in done.stdout + done.stderr
 
-    strict = collector(f"+input_jsonl_fpath={source}", f"+output_jsonl_fpath={tmp_path / 'y.jsonl'}")
+    strict = collector(
+        f"+input_jsonl_fpath={source}", f"+output_jsonl_fpath={tmp_path / 'y.jsonl'}", "+strict=true"
+    )
     assert strict.returncode == 2 and "Traceback" not in strict.stderr
     assert "nested 300 levels deep" in strict.stderr
 
