@@ -29,6 +29,8 @@ from nemo_gym.cli import console_command
 from nemo_gym.config import ConfigError, load_config
 
 NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]*$")
+# Longer names would push generated lines past the project's line length (110).
+MAX_NAME_CHARS = 40
 KIND_FOLDER = "resources_servers"
 
 APP_TEMPLATE = '''\
@@ -93,7 +95,10 @@ class ${class_prefix}Server(SimpleResourcesServer):
         """Add two integers (served at ``POST /add_numbers``)."""
         return AddNumbersResponse(sum=body.a + body.b)
 
-    async def verify(self, body: ${class_prefix}VerifyRequest) -> ${class_prefix}VerifyResponse:
+    async def verify(
+        self,
+        body: ${class_prefix}VerifyRequest,
+    ) -> ${class_prefix}VerifyResponse:
         """1.0 when the last integer of the final answer is ``expected_answer``, else 0.0."""
         numbers = re.findall(r"-?\\d+", output_text(body.response))
         extracted = numbers[-1] if numbers else None
@@ -161,15 +166,16 @@ import pytest
 
 from nemo_gym.response_items import function_call_item, message_item
 from nemo_gym.testing import SyncClient, running_server
-from resources_servers.$name.app import ${class_prefix}Server
+from resources_servers.$name import app
 
 HERE = Path(__file__).resolve().parent.parent
-ROWS = [json.loads(line) for line in (HERE / "data" / "example.jsonl").read_text().splitlines() if line.strip()]
+EXAMPLES = HERE / "data" / "example.jsonl"
+ROWS = [json.loads(line) for line in EXAMPLES.read_text().splitlines() if line.strip()]
 
 
 @pytest.fixture(scope="module")
 def url():
-    with running_server(${class_prefix}Server({"name": "$name"})) as base:
+    with running_server(app.${class_prefix}Server({"name": HERE.name})) as base:
         yield base
 
 
@@ -281,6 +287,10 @@ def validate_name(name: str) -> None:
         raise ConfigError(
             f"environment name {name!r} must be a lowercase Python identifier "
             "(letters, digits and underscores, starting with a letter), e.g. my_env"
+        )
+    if len(name) > MAX_NAME_CHARS:
+        raise ConfigError(
+            f"environment name {name!r} has {len(name)} characters; use at most {MAX_NAME_CHARS}"
         )
 
 

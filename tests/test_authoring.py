@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from nemo_gym.authoring import check_server, format_table
-from nemo_gym.config import ConfigError
+from nemo_gym.config import ConfigError, project_root
 from nemo_gym.scaffold import init_resources_server, ng_init_resources_server, scaffold_files
 
 
@@ -332,3 +332,25 @@ def test_scaffold_takes_a_description(tmp_path: Path, monkeypatch, capsys):
     with pytest.raises(SystemExit) as exit_info:
         ng_init_resources_server(["+entrypoint=resources_servers/other_env", "+description="])
     assert exit_info.value.code == 2 and "+description must be a non-empty text" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["weather_env", "a_forty_character_environment_name_abcde"])
+def test_scaffolded_files_pass_the_projects_lint_and_format_as_generated(tmp_path: Path, name: str):
+    """A new environment must not stop scripts/test.sh at its ruff steps (the longest name allowed too)."""
+    pytest.importorskip("ruff")
+    init_resources_server(f"resources_servers/{name}", cwd=tmp_path)
+    config = str(project_root() / "pyproject.toml")
+    for check in (["check"], ["format", "--check", "--diff"]):
+        done = subprocess.run(
+            [sys.executable, "-m", "ruff", *check, "--config", config, "--no-cache", str(tmp_path)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_name_too_long_for_the_generated_code_is_refused(tmp_path: Path):
+    with pytest.raises(ConfigError, match="at most 40"):
+        init_resources_server("resources_servers/" + "x" * 41, cwd=tmp_path)
+    assert not (tmp_path / "resources_servers").exists()
