@@ -43,7 +43,9 @@ from pydantic import BaseModel
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import Receive, Scope, Send
 
+from nemo_gym.hop_faults import status_failure_class
 from nemo_gym.protocol import (
+    MCP_FAILURE_CLASS_META,
     MCP_METADATA_KEY,
     MCP_SESSION_TOKEN_HEADER,
     MCP_URL_PATH,
@@ -282,7 +284,13 @@ class McpExposure:
                 return _error(f"invalid arguments for {name!r}: {payload.get('error', payload)}", payload)
             if not 200 <= status < 300:
                 detail = payload.get("error", payload) if isinstance(payload, dict) else payload
-                return _error(f"tool {name!r} failed (HTTP {status}): {detail}", payload)
+                failed = _error(f"tool {name!r} failed (HTTP {status}): {detail}", payload)
+                failure_class = status_failure_class(status, payload)
+                if failure_class is not None:
+                    # An infrastructure fault behind the tool, not the model's doing: named so an
+                    # agent fails the rollout with this class, as for the same call over HTTP.
+                    failed.meta = {MCP_FAILURE_CLASS_META: failure_class, "http_status": status}
+                return failed
             text = payload if isinstance(payload, str) else json.dumps(payload)
             content = [types.TextContent(type="text", text=text)]
             return (content, payload) if isinstance(payload, dict) else content

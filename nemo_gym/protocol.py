@@ -30,6 +30,8 @@ ROLLOUT_PREFIX = "/ng-rollout/"
 MCP_METADATA_KEY = "mcp"
 MCP_SESSION_TOKEN_HEADER = "X-NeMo-Gym-Session-Token"
 MCP_URL_PATH = "/mcp"
+# In an MCP tool error's _meta: the failure class of an infrastructure fault behind the tool.
+MCP_FAILURE_CLASS_META = "nemo_gym/failure_class"
 RESERVED_MCP_TOOL_NAMES = frozenset({"verify", "seed_session", "close_session", "aggregate_metrics", "mcp"})
 
 

@@ -6,17 +6,26 @@ outputs back → until a model call makes no tool call (or ``max_steps`` calls) 
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
 from typing import Any
 
 from pydantic import Field
 
-from nemo_gym.agent_hops import call_json, call_model, execute_tool_calls, rollout_deadline
+from nemo_gym.agent_hops import call_json, call_model, execute_tool_call, execute_tool_calls, rollout_deadline
 from nemo_gym.base_responses_api_agent import (
     BaseResponsesAPIAgentConfig,
     SimpleResponsesAPIAgent,
     row_create_params,
 )
-from nemo_gym.response_items import add_usage, create_params_shape_errors, function_calls, input_items
+from nemo_gym.mcp_tools import MCPServerConfig, MCPToolbox, close_stdio
+from nemo_gym.response_items import (
+    add_usage,
+    create_params_shape_errors,
+    function_call_output_item,
+    function_calls,
+    input_items,
+)
 from nemo_gym.server import HTTPError, ServerRef
 from nemo_gym.server_client import Rollout
 
@@ -31,6 +40,10 @@ class SimpleAgentConfig(BaseResponsesAPIAgentConfig):
     300 s), ``rollout_timeout_s`` of a whole rollout (default ``NEMO_GYM_ROLLOUT_TIMEOUT_S``, 1,200 s).
     An infrastructure fault in any call fails the rollout with a failure class (see
     :mod:`nemo_gym.agent_hops`); it is never shown to the model or verified.
+
+    ``mcp_servers`` (by name) adds the tools of MCP servers to every model call: streamable
+    HTTP (``url``), stdio (``command``) or the resources server's own (``from_seed_session``);
+    see :mod:`nemo_gym.mcp_tools`.
     """
 
     resources_server: ServerRef
@@ -39,6 +52,7 @@ class SimpleAgentConfig(BaseResponsesAPIAgentConfig):
     execute_tool_calls: bool = True
     hop_timeout_s: float | None = Field(default=None, gt=0)
     rollout_timeout_s: float | None = Field(default=None, gt=0)
+    mcp_servers: dict[str, MCPServerConfig] = Field(default_factory=dict)
 
 
 class SimpleAgent(SimpleResponsesAPIAgent):
@@ -53,8 +67,9 @@ class SimpleAgent(SimpleResponsesAPIAgent):
         resources = self.config.resources_server.name
         hop = self.config.hop_timeout_s
         async with rollout_deadline(self.config.rollout_timeout_s, self.name):
-            await call_json(rollout, resources, "/seed_session", body, timeout_s=hop)
-            response = await self.loop(rollout, params)
+            seeded = await call_json(rollout, resources, "/seed_session", body, timeout_s=hop)
+            async with self.mcp_toolbox(rollout, params, seeded) as toolbox:
+                response = await self.loop(rollout, params, toolbox)
             return await call_json(
                 rollout, resources, "/verify", {**body, "response": response}, timeout_s=hop
             )
@@ -65,9 +80,50 @@ class SimpleAgent(SimpleResponsesAPIAgent):
         if errors:
             raise HTTPError(422, "invalid body: " + "; ".join(errors[:5]))
         async with rollout_deadline(self.config.rollout_timeout_s, self.name):
-            return await self.loop(self.server_client.rollout(self.rollout_id), body)
+            rollout = self.server_client.rollout(self.rollout_id)
+            async with self.mcp_toolbox(rollout, body, None) as toolbox:
+                return await self.loop(rollout, body, toolbox)
 
-    async def loop(self, rollout: Rollout, params: dict[str, Any]) -> dict[str, Any]:
+    @contextlib.asynccontextmanager
+    async def mcp_toolbox(
+        self, rollout: Rollout, params: dict[str, Any], seeded: Any
+    ) -> AsyncIterator[MCPToolbox | None]:
+        """The rollout's MCP tools (None when no ``mcp_servers`` are configured)."""
+        if not self.config.mcp_servers:
+            yield None
+            return
+        resources = self.config.resources_server.name
+        url = rollout.replicas.get(resources)
+        if url is None and seeded is not None:
+            url = await self.server_client.base_url(resources, affinity=rollout.rollout_id)
+        taken = {t.get("name") for t in params.get("tools") or [] if isinstance(t, dict)}
+        async with MCPToolbox.open(
+            self.config.mcp_servers,
+            stdio=self._stdio_processes,
+            seed_answer=seeded,
+            resources_url=url,
+            timeout_s=self.config.hop_timeout_s,
+            taken=frozenset(n for n in taken if isinstance(n, str)),
+        ) as toolbox:
+            yield toolbox
+
+    @property
+    def _stdio_processes(self) -> dict[str, Any]:
+        # One process per stdio server for this agent process, started by its first rollout.
+        found = getattr(self, "_ng_stdio_mcp", None)
+        if found is None:
+            found = {}
+            object.__setattr__(self, "_ng_stdio_mcp", found)
+        return found
+
+    async def on_shutdown(self) -> None:
+        """Stop the stdio MCP server processes this agent started."""
+        await close_stdio(self._stdio_processes)
+        await super().on_shutdown()
+
+    async def loop(
+        self, rollout: Rollout, params: dict[str, Any], toolbox: MCPToolbox | None = None
+    ) -> dict[str, Any]:
         """Call the model and tools until the model answers without a tool call.
 
         The returned response carries every item produced in the rollout (model outputs and
@@ -78,6 +134,8 @@ class SimpleAgent(SimpleResponsesAPIAgent):
         usage: dict[str, Any] | None = None
         last: dict[str, Any] = {}
         steps = 0
+        if toolbox is not None:
+            params = {**params, "tools": list(params.get("tools") or []) + toolbox.function_tools()}
         while self.config.max_steps is None or steps < self.config.max_steps:
             steps += 1
             last = await call_model(
@@ -92,12 +150,25 @@ class SimpleAgent(SimpleResponsesAPIAgent):
             calls = function_calls(output)
             if not calls or last.get("status") == "incomplete" or not self.config.execute_tool_calls:
                 break
-            produced.extend(
-                await execute_tool_calls(
-                    rollout, self.config.resources_server.name, calls, timeout_s=self.config.hop_timeout_s
-                )
-            )
+            produced.extend(await self.run_tool_calls(rollout, calls, toolbox))
         return {**last, "output": produced, "usage": usage}
+
+    async def run_tool_calls(
+        self, rollout: Rollout, calls: list[dict[str, Any]], toolbox: MCPToolbox | None
+    ) -> list[dict[str, Any]]:
+        """Run calls in order, each on the resources server or on the MCP server offering it."""
+        resources, hop = self.config.resources_server.name, self.config.hop_timeout_s
+        if toolbox is None:
+            return await execute_tool_calls(rollout, resources, calls, timeout_s=hop)
+        items = []
+        for call in calls:
+            name = call.get("name") or ""
+            if toolbox.owns(name):
+                output = await toolbox.call(name, call.get("arguments"))
+            else:
+                output = await execute_tool_call(rollout, resources, call, timeout_s=hop)
+            items.append(function_call_output_item(call.get("call_id") or "", output))
+        return items
 
 
 if __name__ == "__main__":

@@ -113,3 +113,22 @@ def test_rows_and_config():
     assert cities == ["Paris", "Tokyo", "Seattle", "Nairobi", "Toronto"]
     for row, city in zip(ROWS, cities, strict=True):
         assert city in json.dumps(row["responses_create_params"]["input"])
+
+
+def test_example_rows_end_to_end_through_mcp(tmp_path: Path):
+    """ng_run's stack: simple_agent takes the tool from the environment's /mcp; every row scores 1.0."""
+    from nemo_gym.testing import collect_examples
+
+    summary, rows = collect_examples(HERE, tmp_path / "out.jsonl")
+    assert len(rows) == 5 and all(row["reward"] == 1.0 for row in rows), rows
+    for row in rows:
+        call, output, message = row["response"]["output"]
+        city = row["verifier_metadata"]["expected_city"]
+        assert (call["type"], call["name"], json.loads(call["arguments"])) == (
+            "function_call",
+            "get_weather",
+            {"city": city},
+        )
+        assert output["type"] == "function_call_output" and output["call_id"] == call["call_id"]
+        assert json.loads(output["output"]) == {"weather": f"The weather in {city} is sunny and 72 F."}
+        assert row["tool_call_seen"] and row["final_response_mentions_weather"]
