@@ -1,10 +1,13 @@
 """math_with_judge: math answers checked symbolically with math-verify, with an optional LLM judge.
 
 The answer (the last ``\\boxed{}`` of the response's text, or the whole text when it has no box;
-the text is every assistant text part joined, as NeMo Gym reads it) is compared with ``expected_answer`` by math-verify in a pool of killable worker
-processes with a hard per-check deadline (see :mod:`symbolic_pool`). When the symbolic check does
-not say "equivalent" and a judge model is configured, the judge is asked in both orders; a judge
-that fails makes ``/verify`` answer 502 (``failure_class: judge_failed``), never reward 0.
+the text is every assistant text part joined, as NeMo Gym reads it) is compared with
+``expected_answer`` by math-verify in a pool of killable worker processes, each check with a CPU
+budget (see :mod:`symbolic_pool`). A check that runs out of it makes ``/verify`` answer 504
+(``failure_class: verifier_timeout``), never reward 0, so the reward does not depend on how busy
+the machine is. When the symbolic check does not say "equivalent" and a judge model is
+configured, the judge is asked in both orders; a judge that fails makes ``/verify`` answer 502
+(``failure_class: judge_failed``), never reward 0.
 """
 
 from __future__ import annotations
@@ -28,9 +31,10 @@ from nemo_gym.llm_judge import (
     judge_messages,
 )
 from nemo_gym.response_items import all_output_text, content_text, input_items
-from nemo_gym.server import ServerRef
+from nemo_gym.server import HTTPError, ServerRef
 from resources_servers.math_with_judge.symbolic_pool import SymbolicCheckPool, SymbolicResult
 
+VERIFIER_TIMEOUT = "verifier_timeout"
 DEFAULT_JUDGE_SYSTEM_MESSAGE = (
     "You check whether two answers to a math problem are mathematically the same. Ignore how they "
     "are written (LaTeX or plain text, fractions or decimals that are exactly equal, factored or "
@@ -51,7 +55,11 @@ class MathWithJudgeConfig(BaseResourcesServerConfig, JudgeSettings):
     ``{first_answer}`` and ``{second_answer}``.
     """
 
-    library_verifier_timeout_seconds: float = Field(default=10.0, gt=0)
+    # CPU seconds one symbolic check may use (NeMo Gym's name; there a wall-clock limit of 10 s,
+    # which a loaded machine can hit on a row that needs 3-4 s of SymPy).
+    library_verifier_timeout_seconds: float = Field(default=60.0, gt=0)
+    # Wall-clock backstop of one check (default: ten times the CPU budget).
+    library_verifier_wall_timeout_seconds: float | None = Field(default=None, gt=0)
     library_verifier_max_concurrency: int = Field(
         default_factory=lambda: max(1, min(4, os.cpu_count() or 1)), ge=1
     )
@@ -107,7 +115,8 @@ class MathWithJudgeServer(SimpleResourcesServer):
         super().__init__(*args, **kwargs)
         self.pool = SymbolicCheckPool(
             size=self.config.library_verifier_max_concurrency,
-            timeout_s=self.config.library_verifier_timeout_seconds,
+            cpu_s=self.config.library_verifier_timeout_seconds,
+            wall_s=self.config.library_verifier_wall_timeout_seconds,
             memory_limit_mb=self.config.library_verifier_memory_limit_mb,
         )
         self.judge_semaphore = self.config.judge_semaphore()
@@ -124,7 +133,7 @@ class MathWithJudgeServer(SimpleResourcesServer):
     async def verify(self, body: MathVerifyRequest) -> MathVerifyResponse:  # type: ignore[override]
         """``reward``: 1.0 if math-verify finds the answer equivalent to ``expected_answer``;
         otherwise (judge configured, an answer present) 1.0 only if the judge says equivalent in
-        both orders; else 0.0."""
+        both orders; else 0.0. A symbolic check out of time is a 504 ``verifier_timeout``."""
         text = all_output_text(body.response)
         boxed = last_boxed(text)
         if not text.strip() or (boxed is not None and not boxed.strip()):
@@ -132,6 +141,14 @@ class MathWithJudgeServer(SimpleResourcesServer):
         else:
             candidate = "\\boxed{" + boxed + "}" if boxed is not None else text
             result = await self.pool.check(body.expected_answer, candidate)
+        if result.reason == "timeout":
+            # Not a verdict: the answer may well be right. The collector files a failure row.
+            raise HTTPError(
+                504,
+                f"the symbolic check did not finish: {result.detail} (failure_class: {VERIFIER_TIMEOUT}); "
+                "raise library_verifier_timeout_seconds if such answers are expected",
+                failure_class=VERIFIER_TIMEOUT,
+            )
         reward = result.reward
         evaluations = None
         has_answer = boxed is not None or result.extracted_answer is not None

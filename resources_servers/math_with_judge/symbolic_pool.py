@@ -1,11 +1,14 @@
-"""Symbolic answer checks with math-verify in killable worker processes, each with a hard deadline.
+"""Symbolic answer checks with math-verify in killable worker processes, each with a CPU budget.
 
 math-verify's own timeouts use ``SIGALRM``, which only works in a main thread and cannot stop
 SymPy stuck in C code, so the server never runs it in-process. A :class:`SymbolicCheckPool` keeps
-a few spawned worker processes; each check goes to an idle worker, and a worker that misses the
-deadline is killed (SIGKILL) and replaced in the background while the check scores 0 with
-reason ``timeout``. The event loop only waits on the workers' pipes, so the server keeps
-answering while workers grind.
+a few spawned worker processes; each check goes to an idle worker. A check may use ``cpu_s``
+seconds of the worker's CPU time (``RLIMIT_CPU``: the kernel stops the worker when it is spent),
+so whether a check finishes does not depend on how busy the machine is; a wall-clock deadline
+(``wall_s``, far longer) is only a backstop for a worker that stops making progress. A worker
+that runs out of either is killed and replaced in the background, and the check's reason is
+``timeout``: the caller reports it as a failure, never as a score. The event loop only waits on
+the workers' pipes, so the server keeps answering while workers grind.
 """
 
 from __future__ import annotations
@@ -13,8 +16,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import multiprocessing
 import resource
+import signal
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
@@ -30,8 +35,9 @@ class SymbolicResult:
     """The outcome of one check.
 
     ``reason``: ``equivalent``, ``not_equivalent``, ``no_answer`` (nothing extractable in the
-    answer), ``bad_expected_answer`` (the expected answer does not parse), ``timeout`` (worker
-    killed at the deadline) or ``error`` (the check raised or the worker died).
+    answer), ``bad_expected_answer`` (the expected answer does not parse), ``timeout`` (the
+    check used up its CPU budget or the wall-clock backstop; not a verdict) or ``error`` (the
+    check raised or the worker died).
     """
 
     reward: float
@@ -54,9 +60,9 @@ def build_checker() -> Any:
     """The check: gold read as LaTeX, prediction as a plain expression or LaTeX.
 
     Same extraction and comparison as math-verify's ``math_metric`` (max over golds and
-    predictions), but with math-verify's own SIGALRM timeouts off: the pool's hard per-check
-    deadline governs, so a slow but finishing comparison on a loaded machine is not silently
-    scored 0 after math-verify's fixed 5 s.
+    predictions), but with math-verify's own SIGALRM timeouts off: the pool's per-check CPU
+    budget governs, so a slow but finishing comparison on a loaded machine is not silently
+    scored 0 after math-verify's fixed 5 s of wall time.
     """
     from math_verify.grader import verify
     from math_verify.parser import ExprExtractionConfig, LatexExtractionConfig, parse
@@ -119,12 +125,31 @@ def check_equivalence(
     return reward, answer, ("not_equivalent" if answer is not None else "no_answer"), None
 
 
-def worker_main(conn: Connection, memory_limit_mb: int | None) -> None:
+def cpu_seconds_used() -> float:
+    """This process's CPU time so far (user + system)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def limit_cpu_from_now(cpu_s: float) -> None:
+    """Let this process use ``cpu_s`` more CPU seconds; past that the kernel's SIGXCPU ends it.
+
+    Only the soft limit moves (the hard one stays unlimited, so it can be moved again for the
+    next check); SIGXCPU's default action ends the process even inside SymPy's C code.
+    """
+    soft = math.ceil(cpu_seconds_used() + cpu_s)
+    resource.setrlimit(resource.RLIMIT_CPU, (soft, resource.RLIM_INFINITY))
+
+
+def worker_main(conn: Connection, memory_limit_mb: int | None, cpu_s: float | None = None) -> None:
     """A worker process: build the checker, say ready, then answer checks until the pipe closes."""
     if memory_limit_mb:
         limit = memory_limit_mb * 1024 * 1024
         with contextlib.suppress(ValueError, OSError):
             resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    with contextlib.suppress(ValueError, OSError):
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # SIGXCPU would otherwise dump core
+    signal.signal(signal.SIGXCPU, signal.SIG_DFL)
     logging.getLogger("math_verify").setLevel(logging.CRITICAL)
     checker = build_checker()
     # One throwaway check before saying ready: math-verify and SymPy import (and, on a fresh
@@ -137,6 +162,8 @@ def worker_main(conn: Connection, memory_limit_mb: int | None) -> None:
             expected_answer, generated = conn.recv()
         except (EOFError, OSError):
             return  # the server closed the pipe or died
+        if cpu_s is not None:
+            limit_cpu_from_now(cpu_s)
         try:
             result = check_equivalence(checker, expected_answer, generated)
         except MemoryError:
@@ -164,7 +191,8 @@ class _Worker:
 
 
 class SymbolicCheckPool:
-    """``size`` worker processes running math-verify; each :meth:`check` has a ``timeout_s`` deadline.
+    """``size`` worker processes running math-verify; each :meth:`check` may use ``cpu_s`` CPU
+    seconds of its worker and ``wall_s`` seconds of wall time (default: ten times ``cpu_s``).
 
     Workers start on the first check (spawned, not forked: the server process has threads and
     an event loop a fork would copy). Use from one event loop; call :meth:`close` at shutdown.
@@ -173,16 +201,18 @@ class SymbolicCheckPool:
     def __init__(
         self,
         size: int,
-        timeout_s: float,
+        cpu_s: float,
         memory_limit_mb: int | None = None,
         startup_timeout_s: float = 120.0,
+        wall_s: float | None = None,
     ) -> None:
         if size < 1:
             raise ValueError(f"the symbolic check pool needs at least 1 worker, got {size}")
-        if timeout_s <= 0:
-            raise ValueError(f"the symbolic check timeout must be > 0 seconds, got {timeout_s}")
+        if cpu_s <= 0 or (wall_s is not None and wall_s <= 0):
+            raise ValueError(f"the symbolic check limits must be > 0 seconds, got {cpu_s} and {wall_s}")
         self.size = size
-        self.timeout_s = timeout_s
+        self.cpu_s = cpu_s
+        self.wall_s = wall_s if wall_s is not None else 10 * cpu_s
         self.memory_limit_mb = memory_limit_mb
         self.startup_timeout_s = startup_timeout_s
         self.replaced = 0
@@ -196,8 +226,9 @@ class SymbolicCheckPool:
     async def check(self, expected_answer: str, generated: str) -> SymbolicResult:
         """Whether ``generated`` is equivalent to ``expected_answer``.
 
-        Takes at most ``timeout_s`` once a worker has the task. A worker found dead before it
-        got the task (killed from outside while idle) is replaced and the task goes to another.
+        Takes at most ``cpu_s`` of the worker's CPU time and ``wall_s`` once a worker has the
+        task; running out of either is reason ``timeout``. A worker found dead before it got the
+        task (killed from outside while idle) is replaced and the task goes to another.
         """
         idle = await self._started()
         while True:
@@ -211,13 +242,18 @@ class SymbolicCheckPool:
         keep = False
         try:
             try:
-                payload = await self._receive(worker, self.timeout_s)
+                payload = await self._receive(worker, self.wall_s)
             except TimeoutError:
                 return SymbolicResult(
-                    0.0, None, "timeout", f"no result within {self.timeout_s:g}s; worker killed"
+                    0.0, None, "timeout", f"no result within {self.wall_s:g}s of wall time; worker killed"
                 )
             except (EOFError, OSError) as exc:
+                await asyncio.to_thread(worker.process.join, 2.0)  # its exit code says why
                 code = worker.process.exitcode
+                if code == -signal.SIGXCPU:
+                    return SymbolicResult(
+                        0.0, None, "timeout", f"the check used up its {self.cpu_s:g} CPU seconds"
+                    )
                 return SymbolicResult(0.0, None, "error", f"worker died (exit code {code}): {exc!r}")
             keep = True
             return SymbolicResult(*payload)
@@ -266,7 +302,10 @@ class SymbolicCheckPool:
     async def _spawn(self) -> _Worker:
         parent, child = self._context.Pipe(duplex=True)
         process = self._context.Process(
-            target=worker_main, args=(child, self.memory_limit_mb), daemon=True, name="math-verify-worker"
+            target=worker_main,
+            args=(child, self.memory_limit_mb, self.cpu_s),
+            daemon=True,
+            name="math-verify-worker",
         )
         await asyncio.to_thread(process.start)
         child.close()  # the worker holds its end; ours must close so the worker's death reads as EOF

@@ -1,11 +1,13 @@
-"""math_with_judge: symbolic checks, the hard per-check deadline, the judge fallback (a real
-scripted judge server), NeMo Gym replay against ``library_reward``, and one collection end to end."""
+"""math_with_judge: symbolic checks, the per-check CPU budget (a timeout is a failure, not a 0),
+the judge fallback (a real scripted judge server), NeMo Gym replay against ``library_reward``
+with the default limits, and one collection end to end."""
 
 import asyncio
 import os
 import signal
 import socket
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -49,8 +51,8 @@ def make_server(**config: Any) -> MathWithJudgeServer:
 
 @pytest.fixture(scope="module")
 def symbolic():
-    # A generous deadline: one NeMo Gym row takes seconds of SymPy on a busy machine.
-    server = make_server(library_verifier_timeout_seconds=120)
+    # The default limits: one NeMo Gym row takes 3-4 CPU seconds of SymPy, inside the budget.
+    server = make_server()
     with running_server(server) as base:
         yield server, base
 
@@ -129,8 +131,8 @@ def test_a_row_without_expected_answer_gets_422(url: str):
     assert body["detail"][0]["field"] == "expected_answer"
 
 
-def test_a_pathological_expression_times_out_while_the_server_keeps_answering():
-    server = make_server(library_verifier_timeout_seconds=1.5)
+def test_a_pathological_expression_is_a_verifier_timeout_while_the_server_keeps_answering():
+    server = make_server(library_verifier_timeout_seconds=1)
     with running_server(server) as base:
         assert verify(base, PRODUCT, "\\boxed{391}")["reward"] == 1.0  # workers are up
         pids_before = set(server.pool.worker_pids)
@@ -138,14 +140,14 @@ def test_a_pathological_expression_times_out_while_the_server_keeps_answering():
         async def scenario() -> tuple[dict, float, float, dict, float]:
             async with aiohttp.ClientSession() as http:
 
-                async def post(text: str) -> dict:
+                async def post(text: str, status: int = 200) -> dict:
                     payload = {**PRODUCT, "response": {"output": [message_item(text)]}}
                     async with http.post(base + "/verify", json=payload) as resp:
-                        assert resp.status == 200
+                        assert resp.status == status
                         return await resp.json()
 
                 started = time.monotonic()
-                slow = asyncio.create_task(post(PATHOLOGICAL))
+                slow = asyncio.create_task(post(PATHOLOGICAL, 504))
                 await asyncio.sleep(0.3)
                 probe = time.monotonic()
                 async with http.get(base + "/") as resp:
@@ -157,12 +159,10 @@ def test_a_pathological_expression_times_out_while_the_server_keeps_answering():
                 return result, time.monotonic() - started, liveness_s, quick, quick_done
 
         result, elapsed, liveness_s, quick, quick_done = asyncio.run(scenario())
-        assert (result["reward"], result["library_reason"], result["extracted_answer"]) == (
-            0.0,
-            "timeout",
-            None,
-        )
-        assert 1.4 <= elapsed < 10
+        # Out of CPU time: a classified failure for the collector, never a reward of 0.
+        assert "reward" not in result and result["failure_class"] == "verifier_timeout"
+        assert "used up its 1 CPU seconds" in result["error"]
+        assert 0.9 <= elapsed < 10
         assert liveness_s < 1.0 and quick["reward"] == 1.0 and quick_done < elapsed
         # The overrunning worker was killed and replaced; checks keep working afterwards.
         assert server.pool.replaced == 1
@@ -176,6 +176,42 @@ def test_a_pathological_expression_times_out_while_the_server_keeps_answering():
                 os.kill(pid, 0)
         assert verify(base, FRACTION, "\\boxed{5/6}")["reward"] == 1.0
     assert server.pool.worker_pids == []  # stopping the server killed the workers
+
+
+def test_a_check_that_gets_no_cpu_for_a_while_still_finishes_with_its_verdict():
+    """The budget is CPU time: a check starved of CPU (here: its worker stopped for 2.5 s, as on
+    a machine loaded far past its cores) takes longer but keeps its verdict; under the old
+    wall-clock limit of 1 s it would have been cut off and scored 0."""
+    server = make_server(library_verifier_timeout_seconds=1, library_verifier_max_concurrency=1)
+    with running_server(server) as base:
+        assert verify(base, PRODUCT, "\\boxed{391}")["reward"] == 1.0  # the worker is up
+        (worker,) = server.pool.worker_pids
+        os.kill(worker, signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            with ThreadPoolExecutor(1) as pool:
+                pending = pool.submit(verify, base, FRACTION, "\\boxed{\\dfrac{10}{12}}")
+                time.sleep(2.5)
+                os.kill(worker, signal.SIGCONT)
+                body = pending.result(timeout=60)
+        finally:
+            os.kill(worker, signal.SIGCONT)
+        assert time.monotonic() - started >= 2.5
+        assert (body["reward"], body["library_reason"]) == (1.0, "equivalent")
+
+
+def test_the_wall_clock_backstop_is_a_verifier_timeout_too():
+    server = make_server(
+        library_verifier_timeout_seconds=60,
+        library_verifier_wall_timeout_seconds=1,
+        library_verifier_max_concurrency=1,
+    )
+    with running_server(server) as base:
+        assert verify(base, PRODUCT, "\\boxed{391}")["reward"] == 1.0
+        os.kill(server.pool.worker_pids[0], signal.SIGSTOP)  # a worker that makes no progress
+        body = verify(base, PRODUCT, "\\boxed{391}", status=504)
+        assert body["failure_class"] == "verifier_timeout" and "1s of wall time" in body["error"]
+        assert verify(base, PRODUCT, "\\boxed{391}")["reward"] == 1.0  # replaced
 
 
 def test_a_worker_killed_while_idle_is_replaced_without_failing_a_check(
