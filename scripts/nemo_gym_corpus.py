@@ -1,0 +1,559 @@
+"""Run NeMo Gym's own environment folders, unchanged, against this package.
+
+The ``nemo-gym`` wheel on the package index ships NeMo Gym's resources servers, agents and model
+adapters. This script fetches that wheel with ``pip download`` (never installs it: its
+``nemo_gym`` package would shadow ours), unpacks it into a cache outside the repository, copies
+each folder into a scratch tree where ``resources_servers.<name>.app`` imports with *our*
+``nemo_gym``, installs what the folder's ``requirements.txt`` asks for that the current
+environment lacks (into a scratch virtual environment layered on the current one), imports the
+folder's ``app.py`` and runs the folder's own tests with pytest.
+
+It prints one row per folder (imports, tests passed/failed, first failure) and, last,
+``corpus: N/M folders pass their own tests``.
+
+Each folder is also classified, by a static rule over its files, as needing a GPU, external
+network or private data (see ``classify_folder``); ``--runnable`` keeps only the folders that
+need none of them.
+
+Examples::
+
+    python scripts/nemo_gym_corpus.py --kind resources_servers --jobs 2
+    python scripts/nemo_gym_corpus.py --folders example_single_tool_call,mcqa --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import dataclasses
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+import zipfile
+from importlib import metadata
+from pathlib import Path
+
+KINDS = ("resources_servers", "responses_api_agents", "responses_api_models")
+DEFAULT_VERSION = "0.7.0"
+# The wheel declares Requires-Python >=3.13.14; it is pure Python, so pip is told which
+# interpreter to pretend to be rather than refusing to download it for this one.
+WHEEL_PYTHON_VERSION = "3.13.14"
+DEFAULT_CACHE = Path(os.environ.get("NEMO_GYM_CORPUS_CACHE", Path.home() / ".cache" / "nemo_gym_corpus"))
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+# Requirements never installed by the corpus run: GPU stacks (CUDA wheels of several GB) and
+# anything that only makes sense on an accelerator. A folder asking for one is reported, not
+# installed for.
+HEAVY_REQUIREMENTS = {
+    "torch",
+    "torchvision",
+    "torchaudio",
+    "vllm",
+    "flashinfer-python",
+    "flash-attn",
+    "deepspeed",
+    "tensorrt",
+    "xformers",
+    "triton",
+    "unbabel-comet",
+}
+
+# The classification rule. A folder "needs" something when any file in it (code, config,
+# requirements) matches one of these patterns; the matching pattern is reported as the reason.
+NEEDS_RULES: dict[str, list[tuple[str, str]]] = {
+    "gpu": [
+        (r"^\s*(import|from)\s+vllm\b", "imports vllm"),
+        (r"torch\.cuda|\.cuda\(\)|device\s*=\s*[\"']cuda", "uses CUDA"),
+        (r"^\s*(vllm|flashinfer-python|flash-attn|torch)\b", "requires a GPU stack"),
+        (r"num_gpus|CUDA_VISIBLE_DEVICES", "asks for GPUs"),
+    ],
+    "network": [
+        (
+            r"[A-Z_]*(API_KEY|_TOKEN|SECRET)[A-Z_]*[\"']?\s*\]|getenv\([\"'][A-Z_]*(API_KEY|TOKEN)",
+            "reads an API key",
+        ),
+        (r"(load_dataset|hf_hub_download|snapshot_download)\(", "downloads a dataset or model"),
+        (
+            r"https?://(?!(127\.0\.0\.1|localhost|0\.0\.0\.0|example\.com))[a-z0-9.-]+\.[a-z]{2,}/[^\s\"']*(api|v1|search)",
+            "calls a remote API",
+        ),
+        (r"^\s*(import|from)\s+(docker|e2b|daytona|opensandbox|modal)\b", "needs a container service"),
+        (r"git\+https://|git clone", "clones a repository"),
+    ],
+    "private_data": [
+        (
+            r"gitlab_identifier|/lustre/|/mnt/|nvidia\.com/[^\s\"']*(dataset|data)",
+            "reads an internal dataset",
+        ),
+        (r"\.(parquet|sqlite|db)[\"']", "reads a data file not shipped in the wheel"),
+    ],
+}
+# Only what runs when the server starts or its tests run is scanned: its Python modules, tests
+# and requirements. Data-preparation scripts, configs (dataset lists for training) and data
+# files are not: a folder whose training data lives elsewhere can still pass its own tests.
+SCANNED_SUFFIXES = {".py", ".txt"}
+UNSCANNED_DIRS = {"data", "configs", "scripts", ".venv", "__pycache__"}
+UNSCANNED_FILES = re.compile(
+    r"^(prepare|create|generate|download|build|convert|make)[a-z0-9_]*\.py$|_prep[a-z_]*\.py$"
+)
+
+
+@dataclasses.dataclass
+class FolderResult:
+    """The outcome of one folder: whether it imports and how its own tests went."""
+
+    kind: str
+    name: str
+    needs: dict[str, str] = dataclasses.field(default_factory=dict)
+    requirements_missing: list[str] = dataclasses.field(default_factory=list)
+    install: str = "none needed"
+    imports: bool = False
+    import_error: str = ""
+    tests_passed: int = 0
+    tests_failed: int = 0
+    tests_skipped: int = 0
+    pytest_exit: int | None = None
+    first_failure: str = ""
+    seconds: float = 0.0
+
+    @property
+    def folder(self) -> str:
+        """``kind/name``."""
+        return f"{self.kind}/{self.name}"
+
+    @property
+    def passes(self) -> bool:
+        """Its ``app.py`` imports and its own tests ran with none failing (pytest exited 0)."""
+        return self.imports and self.pytest_exit == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# The wheel
+
+
+def fetch_wheel(version: str, cache_dir: Path) -> Path:
+    """Return the unpacked wheel for ``version``, downloading it with pip into ``cache_dir``.
+
+    The wheel is only unpacked, never installed. Raises ``RuntimeError`` naming pip's own
+    error when the index cannot be reached.
+    """
+    unpacked = cache_dir / f"nemo_gym-{version}"
+    if (unpacked / "resources_servers").is_dir():
+        return unpacked
+    wheels = cache_dir / "wheels"
+    wheels.mkdir(parents=True, exist_ok=True)
+    found = sorted(wheels.glob(f"nemo_gym-{version}-*.whl"))
+    if not found:
+        cmd = [
+            sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+            "--python-version", WHEEL_PYTHON_VERSION, f"nemo-gym=={version}", "-d", str(wheels),
+        ]  # fmt: skip
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        found = sorted(wheels.glob(f"nemo_gym-{version}-*.whl"))
+        if proc.returncode != 0 or not found:
+            tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+            raise RuntimeError(f"pip download nemo-gym=={version} failed: {' | '.join(tail)}")
+    staging = Path(tempfile.mkdtemp(prefix=f"nemo_gym-{version}.", dir=cache_dir))
+    with zipfile.ZipFile(found[-1]) as zf:
+        zf.extractall(staging)
+    try:
+        staging.rename(unpacked)
+    except OSError:  # another run unpacked it first
+        shutil.rmtree(staging, ignore_errors=True)
+    return unpacked
+
+
+def list_folders(wheel_root: Path, kinds: list[str]) -> list[tuple[str, str]]:
+    """Every server folder (one with an ``app.py``) of the given kinds, sorted."""
+    out = []
+    for kind in kinds:
+        base = wheel_root / kind
+        if base.is_dir():
+            out += [(kind, p.name) for p in sorted(base.iterdir()) if (p / "app.py").is_file()]
+    return out
+
+
+def read_requirements(path: Path) -> list[str]:
+    """The third-party requirements of a folder's ``requirements.txt``.
+
+    NeMo Gym's own self-reference (``-e nemo-gym[dev] @ ../../``) is dropped: this package stands
+    in for it. Some files lack a final newline between entries (``tiktoken-e nemo-gym...``);
+    those are split apart.
+    """
+    if not path.is_file():
+        return []
+    out = []
+    for raw in path.read_text(errors="replace").splitlines():
+        for part in re.split(r"(?=-e\s)", raw):
+            line = part.split("#", 1)[0].strip()
+            if not line or line.startswith("-") or re.match(r"nemo[-_]gym\b", line, re.I):
+                continue
+            out.append(line)
+    return out
+
+
+def requirement_name(req: str) -> str:
+    """The normalised distribution name of a requirement line."""
+    m = re.match(r"[A-Za-z0-9][A-Za-z0-9._-]*", req)
+    return re.sub(r"[-_.]+", "-", m.group(0)).lower() if m else req
+
+
+def unmet_requirements(reqs: list[str]) -> list[str]:
+    """The requirements the current environment does not satisfy."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    out = []
+    for req in reqs:
+        try:
+            parsed = Requirement(req)
+        except InvalidRequirement:
+            out.append(req)
+            continue
+        try:
+            have = metadata.version(parsed.name)
+        except metadata.PackageNotFoundError:
+            out.append(req)
+            continue
+        if parsed.url is None and parsed.specifier and not parsed.specifier.contains(have, prereleases=True):
+            out.append(req)
+    return out
+
+
+def classify_folder(folder: Path) -> dict[str, str]:
+    """What a folder needs beyond this machine: ``{"gpu"|"network"|"private_data": reason}``.
+
+    The rule: scan the folder's code, configs and requirements (its tests included) for the
+    patterns in ``NEEDS_RULES``; the first match per category is the reason given.
+    """
+    needs: dict[str, str] = {}
+    for path in sorted(folder.rglob("*")):
+        rel = path.relative_to(folder)
+        if path.suffix not in SCANNED_SUFFIXES or not path.is_file() or UNSCANNED_DIRS & set(rel.parts[:-1]):
+            continue
+        if UNSCANNED_FILES.search(path.name) or (path.suffix == ".txt" and path.name != "requirements.txt"):
+            continue
+        if path.stat().st_size > 2_000_000:
+            continue
+        text = path.read_text(errors="replace")
+        for category, rules in NEEDS_RULES.items():
+            if category in needs:
+                continue
+            for pattern, reason in rules:
+                if re.search(pattern, text, re.M):
+                    needs[category] = f"{reason} ({rel})"
+                    break
+    return needs
+
+
+# ---------------------------------------------------------------------------------------------
+# Scratch tree and environments
+
+PYTEST_INI = """[pytest]
+# What NeMo Gym's own repository configures for its folders' tests.
+asyncio_mode = auto
+asyncio_default_fixture_loop_scope = function
+filterwarnings = ignore::DeprecationWarning
+markers =
+    unit: NeMo Gym marker
+    integration: NeMo Gym marker
+    system: NeMo Gym marker
+    acceptance: NeMo Gym marker
+    docs: NeMo Gym marker
+    sandbox: NeMo Gym marker
+    skipduringci: NeMo Gym marker
+    pleasefixme: NeMo Gym marker
+"""
+
+
+def prepare_scratch(wheel_root: Path, scratch: Path, folders: list[tuple[str, str]]) -> None:
+    """Copy the folders into ``scratch/<kind>/<name>``, importable as ``<kind>.<name>``.
+
+    Each kind directory gets an ``__init__.py`` so that it wins over a same-named package of
+    this repository further down ``sys.path``.
+    """
+    scratch.mkdir(parents=True, exist_ok=True)
+    (scratch / "pytest.ini").write_text(PYTEST_INI)
+    for kind, name in folders:
+        (scratch / kind).mkdir(exist_ok=True)
+        (scratch / kind / "__init__.py").touch()
+        dest = scratch / kind / name
+        if dest.exists():
+            shutil.rmtree(dest)
+        shutil.copytree(wheel_root / kind / name, dest, ignore=shutil.ignore_patterns(".venv", "__pycache__"))
+
+
+def layered_venv(cache_dir: Path, reqs: list[str], timeout: float) -> tuple[Path | None, str]:
+    """A virtual environment holding ``reqs`` on top of the current one (cached by content).
+
+    The current environment's site-packages are appended through a ``.pth`` file, so pip
+    installs only what is missing and nothing in the current environment changes.
+    Returns ``(python, "")`` or ``(None, reason)``.
+    """
+    key = hashlib.sha256("\n".join(sorted(reqs)).encode()).hexdigest()[:16]
+    venv = cache_dir / "venvs" / key
+    python = venv / "bin" / "python"
+    if (venv / ".complete").is_file():
+        return python, ""
+    shutil.rmtree(venv, ignore_errors=True)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    site = next((venv / "lib").glob("python*/site-packages"))
+    ours = [p for p in sys.path if p.endswith("site-packages") and Path(p).is_dir()]
+    (site / "_nemo_gym_corpus_base.pth").write_text("\n".join(ours) + "\n")
+    proc = subprocess.run(
+        [str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q", *reqs],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    if proc.returncode != 0:
+        tail = [ln for ln in (proc.stderr or proc.stdout).splitlines() if ln.strip()][-1:]
+        return None, f"pip install failed: {tail[0][:200] if tail else proc.returncode}"
+    (venv / ".complete").touch()
+    return python, ""
+
+
+def child_env(scratch: Path, allow_network: bool) -> dict[str, str]:
+    """The environment of a folder's subprocesses: scratch tree first, then our ``nemo_gym``."""
+    import nemo_gym
+
+    ours = str(Path(nemo_gym.__file__).resolve().parent.parent)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(scratch), ours])
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    if not allow_network:
+        # Fail fast instead of hanging on a remote host; loopback stays reachable.
+        env.update(
+            HF_HUB_OFFLINE="1",
+            HF_DATASETS_OFFLINE="1",
+            http_proxy="http://127.0.0.1:9",
+            https_proxy="http://127.0.0.1:9",
+            HTTP_PROXY="http://127.0.0.1:9",
+            HTTPS_PROXY="http://127.0.0.1:9",
+            no_proxy="127.0.0.1,localhost,::1",
+            NO_PROXY="127.0.0.1,localhost,::1",
+        )
+    return env
+
+
+def run_bounded(cmd: list[str], cwd: Path, env: dict[str, str], timeout: float) -> tuple[int | None, str]:
+    """Run ``cmd`` in its own process group; kill the whole group at ``timeout``."""
+    proc = subprocess.Popen(
+        cmd,
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+        return proc.returncode, out
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        return None, out + f"\n[timed out after {timeout:.0f} s]"
+
+
+def last_error_line(output: str) -> str:
+    """The line that names the error in a traceback (or the last non-empty line)."""
+    lines = [ln.strip() for ln in output.splitlines() if ln.strip()]
+    for ln in reversed(lines):
+        if re.match(r"^[A-Za-z_.]*(Error|Exception|Exit)\b", ln) or "[timed out" in ln:
+            return ln[:240]
+    return lines[-1][:240] if lines else ""
+
+
+def read_junit(path: Path) -> tuple[int, int, int, str]:
+    """``(passed, failed, skipped, first_failure)`` from a pytest JUnit XML report."""
+    if not path.is_file():
+        return 0, 0, 0, ""
+    root = ET.parse(path).getroot()
+    passed = failed = skipped = 0
+    first = ""
+    for case in root.iter("testcase"):
+        bad = case.find("failure")
+        if bad is None:
+            bad = case.find("error")
+        if bad is not None:
+            failed += 1
+            if not first:
+                msg = (bad.get("message") or "").strip().splitlines()
+                text = msg[0] if msg else ""
+                if not text or text == "collection failure":
+                    # A collection error's message says only that; the traceback names the cause.
+                    text = last_error_line(bad.text or "") or text or bad.tag
+                first = f"{case.get('name') or case.get('classname')}: {text}"[:240]
+        elif case.find("skipped") is not None:
+            skipped += 1
+        else:
+            passed += 1
+    return passed, failed, skipped, first
+
+
+def run_folder(
+    kind: str, name: str, scratch: Path, cache_dir: Path, opts: argparse.Namespace, env: dict[str, str]
+) -> FolderResult:
+    """Install, import and test one folder of the scratch tree."""
+    started = time.monotonic()
+    folder = scratch / kind / name
+    result = FolderResult(kind=kind, name=name, needs=classify_folder(folder))
+    python = Path(sys.executable)
+    missing = unmet_requirements(read_requirements(folder / "requirements.txt"))
+    result.requirements_missing = missing
+    if missing:
+        heavy = [r for r in missing if requirement_name(r) in HEAVY_REQUIREMENTS]
+        if opts.install == "none":
+            result.install = "skipped (--install none)"
+        elif heavy:
+            result.install = f"skipped: GPU-sized requirement {', '.join(heavy)}"
+        else:
+            venv_python, reason = layered_venv(cache_dir, missing, opts.install_timeout)
+            result.install = reason or "installed"
+            if venv_python is not None:
+                python = venv_python
+
+    code, out = run_bounded(
+        [str(python), "-c", f"import importlib; importlib.import_module('{kind}.{name}.app')"],
+        folder,
+        env,
+        min(opts.timeout, 120),
+    )
+    result.imports = code == 0
+    if not result.imports:
+        result.import_error = last_error_line(out)
+
+    junit = folder / ".corpus_junit.xml"
+    code, out = run_bounded(
+        [str(python), "-m", "pytest", "-c", str(scratch / "pytest.ini"), "--rootdir", str(scratch),
+         "-q", "-p", "no:cacheprovider", f"--junitxml={junit}", "."],
+        folder, env, opts.timeout,
+    )  # fmt: skip
+    result.pytest_exit = code
+    result.tests_passed, result.tests_failed, result.tests_skipped, result.first_failure = read_junit(junit)
+    if code is None:
+        result.first_failure = f"timed out after {opts.timeout:.0f} s"
+    elif code == 5:
+        result.first_failure = "no tests collected"
+    elif code != 0 and not result.first_failure:
+        result.first_failure = last_error_line(out)
+    result.seconds = time.monotonic() - started
+    return result
+
+
+# ---------------------------------------------------------------------------------------------
+# Report
+
+
+def format_table(results: list[FolderResult]) -> str:
+    """One line per folder: folder, imports, passed/failed, needs, first failure."""
+    rows = [("folder", "imports", "passed", "failed", "needs", "first failure")]
+    for r in results:
+        why = r.import_error if not r.imports else r.first_failure
+        rows.append(
+            (r.folder, "yes" if r.imports else "no", str(r.tests_passed), str(r.tests_failed),
+             ",".join(sorted(r.needs)) or "-", why[:100])
+        )  # fmt: skip
+    widths = [max(len(row[i]) for row in rows) for i in range(5)]
+    lines = [
+        "  ".join(cell.ljust(widths[i]) if i < 5 else cell for i, cell in enumerate(row)) for row in rows
+    ]
+    return "\n".join(lines)
+
+
+def summary_line(results: list[FolderResult]) -> str:
+    """``corpus: N/M folders pass their own tests``."""
+    return f"corpus: {sum(r.passes for r in results)}/{len(results)} folders pass their own tests"
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line."""
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--version", default=DEFAULT_VERSION, help="nemo-gym wheel version (default %(default)s)")
+    p.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE, help="where the wheel and venvs are kept")
+    p.add_argument("--wheel-dir", type=Path, help="an already unpacked wheel to use instead of downloading")
+    p.add_argument("--scratch", type=Path, help="scratch tree (default: a fresh temporary directory)")
+    p.add_argument("--kind", action="append", choices=KINDS, help="folder kinds to run (default: all three)")
+    p.add_argument("--folders", help="comma-separated folder names (or kind/name) to run")
+    p.add_argument(
+        "--runnable", action="store_true", help="only folders needing no GPU, network or private data"
+    )
+    p.add_argument("--jobs", type=int, default=2, help="folders run in parallel (default %(default)s)")
+    p.add_argument(
+        "--timeout", type=float, default=300, help="seconds per folder's tests (default %(default)s)"
+    )
+    p.add_argument("--install", choices=("missing", "none"), default="missing",
+                   help="install a folder's unmet requirements into a layered venv, or not")  # fmt: skip
+    p.add_argument("--install-timeout", type=float, default=600, help="seconds per pip install")
+    p.add_argument("--allow-network", action="store_true", help="let tests reach hosts other than loopback")
+    p.add_argument("--json", type=Path, help="write the results as JSON here")
+    p.add_argument("--list", action="store_true", help="list folders and their classification; run nothing")
+    return p.parse_args(argv)
+
+
+def select_folders(wheel_root: Path, opts: argparse.Namespace) -> list[tuple[str, str]]:
+    """The folders chosen by ``--kind``, ``--folders`` and ``--runnable``."""
+    folders = list_folders(wheel_root, opts.kind or list(KINDS))
+    if opts.folders:
+        wanted = {w.strip() for w in opts.folders.split(",") if w.strip()}
+        folders = [(k, n) for k, n in folders if n in wanted or f"{k}/{n}" in wanted]
+        known = {n for _, n in folders} | {f"{k}/{n}" for k, n in folders}
+        unknown = sorted(wanted - known)
+        if unknown:
+            raise SystemExit(f"unknown folder(s) in --folders: {', '.join(unknown)}")
+    if opts.runnable:
+        folders = [(k, n) for k, n in folders if not classify_folder(wheel_root / k / n)]
+    return folders
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the corpus; exit 0 (the table is the result, not the exit code)."""
+    opts = parse_args(argv)
+    opts.cache_dir.mkdir(parents=True, exist_ok=True)
+    wheel_root = opts.wheel_dir or fetch_wheel(opts.version, opts.cache_dir)
+    folders = select_folders(wheel_root, opts)
+    if opts.list:
+        for k, n in folders:
+            needs = classify_folder(wheel_root / k / n)
+            print(f"{k}/{n}\t{'; '.join(f'{c}: {r}' for c, r in sorted(needs.items())) or '-'}")
+        return 0
+    scratch = opts.scratch or Path(tempfile.mkdtemp(prefix="nemo_gym_corpus."))
+    prepare_scratch(wheel_root, scratch, folders)
+    env = child_env(scratch, opts.allow_network)
+    results: list[FolderResult] = []
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, opts.jobs)) as pool:
+        futures = [pool.submit(run_folder, k, n, scratch, opts.cache_dir, opts, env) for k, n in folders]
+        for fut in concurrent.futures.as_completed(futures):
+            r = fut.result()
+            results.append(r)
+            state = "pass" if r.passes else "FAIL"
+            print(
+                f"[{len(results)}/{len(folders)}] {state} {r.folder} ({r.seconds:.1f} s)",
+                file=sys.stderr,
+                flush=True,
+            )
+    results.sort(key=lambda r: (KINDS.index(r.kind), r.name))
+    if opts.json:
+        payload = {
+            "version": opts.version,
+            "summary": summary_line(results),
+            "folders": [dict(dataclasses.asdict(r), folder=r.folder, passes=r.passes) for r in results],
+        }
+        opts.json.write_text(json.dumps(payload, indent=1))
+    print(format_table(results))
+    print(summary_line(results))
+    if not opts.scratch:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,108 @@
+"""scripts/nemo_gym_corpus.py on a small wheel tree built here: the script's own behaviour.
+
+The real corpus (NeMo Gym's wheel from the package index) is tests/test_nemo_gym_corpus_sample.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import nemo_gym
+
+REPO = Path(__file__).resolve().parent.parent
+SCRIPT = REPO / "scripts" / "nemo_gym_corpus.py"
+
+
+def write_folder(root: Path, kind: str, name: str, app: str, test: str, requirements: str = "") -> None:
+    folder = root / kind / name
+    (folder / "tests").mkdir(parents=True)
+    (folder / "app.py").write_text(app)
+    (folder / "tests" / "test_app.py").write_text(test)
+    (folder / "requirements.txt").write_text("-e nemo-gym[dev] @ ../../\n" + requirements)
+
+
+def build_wheel_tree(root: Path) -> None:
+    # A folder whose test checks it got *our* nemo_gym, not one from the wheel tree.
+    write_folder(
+        root,
+        "resources_servers",
+        "good_env",
+        "import nemo_gym\nORIGIN = nemo_gym.__file__\n",
+        "import os\nfrom resources_servers.good_env.app import ORIGIN\n\n"
+        "def test_ours():\n    assert os.environ['EXPECTED_NEMO_GYM'] == ORIGIN\n\n"
+        "async def test_async_without_marker():\n    assert True\n",
+    )
+    (root / "nemo_gym").mkdir()  # the wheel's own package: must never be imported
+    (root / "nemo_gym" / "__init__.py").write_text("raise ImportError('the wheel nemo_gym was imported')\n")
+    write_folder(
+        root,
+        "resources_servers",
+        "bad_env",
+        "X = 1\n",
+        "def test_one():\n    assert 1 == 2, 'one is not two'\n\ndef test_two():\n    pass\n",
+    )
+    write_folder(
+        root,
+        "responses_api_agents",
+        "broken_agent",
+        "from nemo_gym.no_such_module import thing\n",
+        "def test_x():\n    pass\n",
+        requirements="pytest-e nemo-gym[dev] @ ../../\nno-such-distribution-corpus==1.0\n",
+    )
+    write_folder(
+        root,
+        "resources_servers",
+        "gpu_env",
+        "import vllm\n",
+        "def test_x():\n    pass\n",
+    )
+
+
+def test_corpus_script_table_summary_and_json(tmp_path: Path) -> None:
+    wheel = tmp_path / "wheel"
+    build_wheel_tree(wheel)
+    out_json = tmp_path / "out.json"
+    env = dict(os.environ, EXPECTED_NEMO_GYM=nemo_gym.__file__, PYTHONPATH=str(REPO))
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--wheel-dir", str(wheel), "--cache-dir", str(tmp_path / "cache"),
+         "--install", "none", "--timeout", "60", "--jobs", "2", "--json", str(out_json)],
+        capture_output=True, text=True, timeout=120, env=env,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.strip().splitlines()
+    assert lines[-1] == "corpus: 1/4 folders pass their own tests"
+    assert lines[0].split()[:5] == ["folder", "imports", "passed", "failed", "needs"]
+    results = {f["folder"]: f for f in json.loads(out_json.read_text())["folders"]}
+    good = results["resources_servers/good_env"]
+    assert good["passes"] and good["imports"] and good["tests_passed"] == 2
+    bad = results["resources_servers/bad_env"]
+    assert not bad["passes"] and bad["imports"] and (bad["tests_passed"], bad["tests_failed"]) == (1, 1)
+    assert bad["first_failure"].startswith("test_one:") and "one is not two" in bad["first_failure"]
+    broken = results["responses_api_agents/broken_agent"]
+    assert not broken["imports"] and "nemo_gym.no_such_module" in broken["import_error"]
+    # The self-reference is dropped; the glued line is split; the missing one is reported.
+    assert broken["requirements_missing"] == ["no-such-distribution-corpus==1.0"]
+    assert broken["install"] == "skipped (--install none)"
+    assert results["resources_servers/gpu_env"]["needs"] == {"gpu": "imports vllm (app.py)"}
+
+
+def test_corpus_script_list_and_selection(tmp_path: Path) -> None:
+    wheel = tmp_path / "wheel"
+    build_wheel_tree(wheel)
+    base = [sys.executable, str(SCRIPT), "--wheel-dir", str(wheel), "--list"]
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    listed = subprocess.run([*base, "--runnable"], capture_output=True, text=True, timeout=60, env=env)
+    names = [line.split("\t")[0] for line in listed.stdout.splitlines()]
+    assert names == [
+        "resources_servers/bad_env",
+        "resources_servers/good_env",
+        "responses_api_agents/broken_agent",
+    ]
+    unknown = subprocess.run(
+        [*base, "--folders", "nope"], capture_output=True, text=True, timeout=60, env=env
+    )
+    assert unknown.returncode != 0 and "unknown folder(s) in --folders: nope" in unknown.stderr
