@@ -181,15 +181,16 @@ class SimpleResourcesServer(BaseServer):
     def routes(self) -> list[Route]:
         """Liveness, ``/seed_session``, ``/verify``, ``/aggregate_metrics`` and one route per tool."""
         seed: Callable[[Any], Any] = self.seed_session
+        verify: Callable[[Any], Any] = self._verify_and_free
         mcp = None
         if self.config.expose_tools_over_mcp:
             from nemo_gym.mcp_auto_exposure import McpExposure
 
             mcp = self._mcp_exposure = McpExposure(self)
-            seed = self._seed_session_with_mcp
+            seed, verify = self._seed_session_with_mcp, mcp.bare_tool_names(verify)
         routes = super().routes() + [
             self.route("/seed_session", seed, body_model_of=self.seed_session),
-            self.route("/verify", self._verify_and_free),
+            self.route("/verify", verify),
             Route("/aggregate_metrics", self._aggregate_metrics_endpoint(), methods=["POST"]),
         ]
         reserved = {"seed_session", "verify", "aggregate_metrics", ""}

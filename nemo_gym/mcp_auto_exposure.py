@@ -210,6 +210,48 @@ class McpExposure:
         body = seed_body.model_dump(mode="json") if isinstance(seed_body, BaseModel) else seed_body
         return {**answer, MCP_METADATA_KEY: self.metadata(session_id, body if isinstance(body, dict) else {})}
 
+    # ---- /verify ----------------------------------------------------------------------
+    def bare_tool_names(self, verify: Callable[[dict[str, Any]], Any]) -> Callable[[dict[str, Any]], Any]:
+        """``verify`` scoring function calls by their bare names.
+
+        An MCP-native agent records this server's tools as ``mcp__<server>__<tool>``; verifiers
+        compare bare names. The call is scored with bare names and the answer keeps the names
+        the model emitted (matched by ``call_id``).
+        """
+
+        async def verify_bare(body: dict[str, Any]) -> Any:
+            response = body.get("response")
+            output = response.get("output") if isinstance(response, dict) else None
+            emitted: dict[Any, str] = {}
+            bare_output = []
+            for item in output if isinstance(output, list) else []:
+                name = (
+                    item.get("name")
+                    if isinstance(item, dict) and item.get("type") == "function_call"
+                    else None
+                )
+                if isinstance(name, str) and normalize_tool_name(name, self.server.name) != name:
+                    emitted[item.get("call_id")] = name
+                    item = {**item, "name": normalize_tool_name(name, self.server.name)}
+                bare_output.append(item)
+            if not emitted:
+                return await verify(body)
+            assert isinstance(response, dict)
+            answer = await verify({**body, "response": {**response, "output": bare_output}})
+            if isinstance(answer, BaseModel):
+                answer = answer.model_dump(mode="json")
+            answered = answer.get("response") if isinstance(answer, dict) else None
+            for item in answered.get("output") or [] if isinstance(answered, dict) else []:
+                if (
+                    isinstance(item, dict)
+                    and item.get("type") == "function_call"
+                    and item.get("call_id") in emitted
+                ):
+                    item["name"] = emitted[item["call_id"]]
+            return answer
+
+        return verify_bare
+
     # ---- /mcp -------------------------------------------------------------------------
     def routes(self) -> list[BaseRoute]:
         """``/mcp`` (exact) and ``/mcp/...``, both answered by the MCP transport."""

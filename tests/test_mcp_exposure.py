@@ -237,3 +237,22 @@ def test_exposure_is_off_by_default_and_names_match_nemo_gym():
     assert normalize_tool_name("mcp__on__add", "on") == "add"
     assert normalize_tool_name("mcp__other__add", "on") == "mcp__other__add"
     assert normalize_tool_name("mcp__x__add") == "add" and normalize_tool_name("add") == "add"
+
+
+def test_verify_scores_namespaced_tool_names_bare_and_keeps_them_in_the_answer():
+    from resources_servers.example_single_tool_call.app import ExampleSingleToolCallServer
+
+    server = ExampleSingleToolCallServer({"name": "weather", "expose_tools_over_mcp": True})
+    output = [
+        {"type": "function_call", "call_id": "c1", "name": "mcp__weather__get_weather", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": "cold"},
+        {
+            "type": "message",
+            "role": "assistant",
+            "content": [{"type": "output_text", "text": "Wear a coat."}],
+        },
+    ]
+    with running_server(server) as base:
+        answer = httpx.post(base + "/verify", json={**ROW, "response": {"output": output}}).json()
+    assert answer["reward"] == 1.0 and answer["called_tool"] is True
+    assert answer["response"]["output"][0]["name"] == "mcp__weather__get_weather"
