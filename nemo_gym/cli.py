@@ -21,6 +21,7 @@ from nemo_gym.command_help import help_text, wants_help
 from nemo_gym.config import ConfigError, dump_yaml, head_url_from_config, load_config
 from nemo_gym.global_config import GlobalConfigDictParserConfig
 from nemo_gym.launch_hooks import LaunchHooks, run_command, setup_env_command
+from nemo_gym.protocol import take_auth_token_from_environment
 
 __all__ = ["GlobalConfigDictParserConfig", "RunHelper", "run_command", "setup_env_command"]
 
@@ -60,6 +61,9 @@ def _run(argv: list[str]) -> int:
     from nemo_gym.ray_backend import default_backend
     from nemo_gym.server import _loop_factory
 
+    # The token moves out of the environment before anything is started: children (and Ray's
+    # processes) never inherit it; servers get it on stdin.
+    take_auth_token_from_environment()
     config = load_config(argv)
 
     async def main() -> int:
@@ -157,7 +161,19 @@ def _version(argv: list[str]) -> int:
     return 0
 
 
-ng_run = console_command(_run, "ng_run")
+_ng_run = console_command(_run, "ng_run")
+
+
+def ng_run(argv: Sequence[str] | None = None) -> None:
+    """``ng_run``: start a stack from config. As the process's own command (no ``argv``) it first
+    re-executes itself without ``NEMO_GYM_AUTH_TOKEN`` in its environment (see
+    :func:`~nemo_gym.protocol.take_auth_token_from_environment`)."""
+    if argv is None and not wants_help(sys.argv[1:]):
+        take_auth_token_from_environment(reexec_argv=sys.orig_argv[1:])
+    _ng_run(argv)
+
+
+ng_run.command_name = "ng_run"  # type: ignore[attr-defined]
 ng_status = console_command(_status, "ng_status")
 ng_dump_config = console_command(_dump_config, "ng_dump_config")
 ng_version = console_command(_version, "ng_version")

@@ -20,12 +20,12 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
-from nemo_gym.config import dump_yaml
+from nemo_gym.access_guard import AccessGuard
+from nemo_gym.config import ConfigError, dump_yaml, head_server_address
 from nemo_gym.server import (
     REGISTRATION_SECRET_HEADER,
     HTTPError,
     RequestGuard,
-    RequireAuthToken,
     auth_token,
     json_error_handlers,
     json_response,
@@ -134,7 +134,8 @@ class HeadServer:
         self.registration_secret = registration_secret
 
     def build_app(self) -> Any:
-        """The ASGI app (auth-protected when ``NEMO_GYM_AUTH_TOKEN`` is set)."""
+        """The ASGI app behind the access guard (Host, Origin, the auth token when
+        ``NEMO_GYM_AUTH_TOKEN`` is set, JSON bodies)."""
         app: Any = Starlette(
             exception_handlers=json_error_handlers("head_server"),
             routes=[
@@ -146,8 +147,13 @@ class HeadServer:
             ],
         )
         app = RequestGuard(app, "head_server", HEAD_MAX_BODY_BYTES)
-        token = auth_token()
-        return RequireAuthToken(app, token, "head_server") if token else app
+        return AccessGuard(
+            app,
+            "head_server",
+            token=auth_token(),
+            hosts=[head_server_address(self.global_config)[0], self.global_config.get("default_host")],
+            allowed_hosts=allowed_hosts_setting(self.global_config),
+        )
 
     async def _liveness(self, request: Request) -> Response:
         return json_response({"status": "ok", "server": "head_server", "pid": os.getpid()})
@@ -198,6 +204,15 @@ class HeadServer:
 
     async def _config_yaml(self, request: Request) -> Response:
         return PlainTextResponse(dump_yaml(self.global_config))
+
+
+def allowed_hosts_setting(config: Mapping[str, Any]) -> list[str]:
+    """The global ``allowed_hosts`` setting (a list, or a comma-separated string) as a list."""
+    raw = config.get("allowed_hosts") or []
+    items = raw.split(",") if isinstance(raw, str) else raw
+    if not isinstance(items, list | tuple):
+        raise ConfigError(f"allowed_hosts must be a list of host names, got {raw!r}")
+    return [str(item).strip() for item in items if str(item).strip()]
 
 
 def _text(body: Mapping[str, Any], field: str) -> str:

@@ -36,7 +36,7 @@ import aiohttp
 import orjson
 
 from nemo_gym.config import ConfigError, ServerInstance, head_server_address, project_root, server_instances
-from nemo_gym.head_server import HeadServer, Replica
+from nemo_gym.head_server import HeadServer, Replica, allowed_hosts_setting
 from nemo_gym.launch_hooks import DEFAULT_HOOKS, LaunchHooks, LaunchSettings, current_launch, server_command
 from nemo_gym.secrets import remember_secret_values, secret_values
 from nemo_gym.server import (
@@ -303,10 +303,13 @@ def port_range(config: Mapping[str, Any]) -> tuple[int, int] | None:
 
 
 def apply_global_server_settings(config: Mapping[str, Any], instances: Iterable[ServerInstance]) -> None:
-    """Give every server the global ``default_host`` and port range unless it sets its own."""
+    """Give every server the global ``default_host``, port range and ``allowed_hosts`` unless it sets its own."""
     default_host = config.get("default_host")
     bounds = port_range(config)
+    extra_hosts = allowed_hosts_setting(config)
     for instance in instances:
+        if extra_hosts and "allowed_hosts" not in instance.fields:
+            instance.fields["allowed_hosts"] = list(extra_hosts)
         if default_host and "host" not in instance.fields:
             instance.fields["host"] = str(default_host)
         if bounds is not None and "port_range_low" not in instance.fields:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import resource
+import sys
+from collections.abc import Sequence
 
 ENV_SERVER_CONFIG = "NEMO_GYM_SERVER_CONFIG"
 ENV_INSTANCE_NAME = "NEMO_GYM_INSTANCE_NAME"
@@ -21,6 +23,9 @@ ENV_LAUNCH_PAYLOAD = "NEMO_GYM_LAUNCH_PAYLOAD"
 # Set by the Ray backend: the node a server process runs on, registered with the head server.
 ENV_NODE_ID = "NEMO_GYM_NODE_ID"
 ENV_NODE_IP = "NEMO_GYM_NODE_IP"
+# Set by a launcher that re-executed itself to drop the token from its environment: the number
+# of an inherited pipe holding the token (read once, then closed).
+ENV_AUTH_TOKEN_FD = "NEMO_GYM_AUTH_TOKEN_FD"
 REGISTRATION_SECRET_HEADER = "X-NeMo-Gym-Registration-Secret"
 AUTH_HEADER = "authorization"
 SESSION_COOKIE = "session_id"
@@ -51,6 +56,40 @@ def set_process_secrets(auth_token: str | None = None, registration_secret: str 
 def auth_token() -> str | None:
     """The shared auth token: the one handed at start-up, else ``NEMO_GYM_AUTH_TOKEN``."""
     return _handed.get("auth_token") or os.environ.get(ENV_AUTH_TOKEN) or None
+
+
+def take_auth_token_from_environment(reexec_argv: Sequence[str] | None = None) -> None:
+    """Move ``NEMO_GYM_AUTH_TOKEN`` out of this process's environment into its handed secrets.
+
+    Removing it from ``os.environ`` hides it from every process started later, but not from
+    ``/proc/<pid>/environ``, which shows the environment the process was started with. With
+    ``reexec_argv`` (a command's own argv, after the interpreter) the process then re-executes
+    itself without the variable, handing the token over an inherited pipe: the same pid, and no
+    copy of the token left in its start-up environment. A re-executed process finds the pipe
+    through ``NEMO_GYM_AUTH_TOKEN_FD``. If the re-exec fails the process goes on, the variable
+    removed from ``os.environ`` only.
+    """
+    fd_text = os.environ.pop(ENV_AUTH_TOKEN_FD, None)
+    if fd_text is not None and fd_text.isdigit():
+        with os.fdopen(int(fd_text), "rb") as pipe:
+            set_process_secrets(auth_token=pipe.read().decode() or None)
+    token = os.environ.pop(ENV_AUTH_TOKEN, None)
+    if not token:
+        return
+    set_process_secrets(auth_token=token)
+    if reexec_argv is None:
+        return
+    read, write = os.pipe()
+    os.write(write, token.encode())  # a pipe holds 64 KiB: never blocks for a token
+    os.close(write)
+    os.set_inheritable(read, True)
+    env = {**os.environ, ENV_AUTH_TOKEN_FD: str(read)}
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execve(sys.executable, [sys.executable, *reexec_argv], env)
+    except OSError:
+        os.close(read)
 
 
 def registration_secret() -> str | None:

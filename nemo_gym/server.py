@@ -33,6 +33,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from nemo_gym.access_guard import AccessGuard
+
 # The shared wire names are re-exported here: servers and tests import them from nemo_gym.server.
 from nemo_gym.protocol import (  # noqa: F401
     AUTH_HEADER,
@@ -142,6 +144,9 @@ class BaseServerConfig(BaseModel):
     # Bounds for the port this server picks when ``port`` is 0 (NeMo Gym's port_range_low/high).
     port_range_low: int | None = None
     port_range_high: int | None = None
+    # Host names (besides its addresses, localhost and this machine's name) this server answers
+    # to; any other Host header is refused (DNS rebinding). ["*"] accepts any.
+    allowed_hosts: list[str] = []
 
 
 def dumps(value: Any) -> bytes:
@@ -418,7 +423,8 @@ class BaseServer:
         return run
 
     def build_app(self) -> ASGIApp:
-        """The ASGI app: routes behind the request guard, prefix stripping and (optional) auth."""
+        """The ASGI app: routes behind the request guard, prefix stripping and the access guard
+        (Host, Origin, auth token, JSON bodies: :mod:`nemo_gym.access_guard`)."""
         app: ASGIApp = Starlette(routes=self.routes(), exception_handlers=json_error_handlers(self.name))
         path_limits = {}
         path_body_timeouts = {}
@@ -441,10 +447,16 @@ class BaseServer:
 
         if release_enabled():
             app = ReleaseMemoryAfterBurst(app)  # RSS settles back after thousands in flight
-        token = os.environ.get(ENV_AUTH_TOKEN)
-        if token:
-            app = RequireAuthToken(app, token, self.name)
-        return app
+        # Outermost: a request from the wrong Host/Origin, without the token (handed on stdin to
+        # launched servers, so auth_token(), not the environment) or with a non-JSON body never
+        # reaches a route.
+        return AccessGuard(
+            app,
+            self.name,
+            token=auth_token(),
+            hosts=[self.config.host, getattr(self, "bound_host", None)],
+            allowed_hosts=self.config.allowed_hosts,
+        )
 
     # ---- process entry -------------------------------------------------------------------
     @classmethod
@@ -489,6 +501,7 @@ class BaseServer:
             else:
                 sock = bind_socket(self.config.host, self.config.port)
         host, port = sock.getsockname()[:2]
+        self.bound_host = host
         uv_server = make_uvicorn_server(
             self.build_app(), embedded=embedded, header_timeout_s=self.config.header_timeout_s
         )
@@ -589,30 +602,6 @@ class StripRolloutPrefix:
             finally:
                 _current_rollout_id.reset(token)
             return
-        await self.app(scope, receive, send)
-
-
-class RequireAuthToken:
-    """ASGI middleware: every request must carry ``Authorization: Bearer <NEMO_GYM_AUTH_TOKEN>``."""
-
-    def __init__(self, app: ASGIApp, token: str, server_name: str) -> None:
-        self.app = app
-        self.expected = f"Bearer {token}".encode()
-        self.server_name = server_name
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            headers = dict(scope.get("headers") or [])
-            if headers.get(AUTH_HEADER.encode()) != self.expected:
-                response = json_response(
-                    {
-                        "error": "missing or wrong auth token (set NEMO_GYM_AUTH_TOKEN on the caller)",
-                        "server": self.server_name,
-                    },
-                    401,
-                )
-                await response(scope, receive, send)
-                return
         await self.app(scope, receive, send)
 
 

@@ -110,6 +110,97 @@ def running_stack(
         handle.stop()
 
 
+@contextlib.contextmanager
+def ng_run_process(
+    config_paths: Sequence[str],
+    overrides: Sequence[str] = (),
+    env: dict[str, str] | None = None,
+    timeout_s: float = 90.0,
+) -> Iterator[tuple[Any, str]]:
+    """``ng_run`` as a real subprocess (console script of this interpreter) on a free head port.
+
+    Yields ``(process, head_url)`` once it reports every server healthy; stops it (SIGINT, then
+    SIGKILL) when the block ends. Its output is drained by a thread so it never blocks on a pipe.
+    """
+    import re
+    import signal
+    import subprocess
+
+    argv = [
+        str(Path(sys.executable).parent / "ng_run"),
+        "+config_paths=[" + ",".join(config_paths) + "]",
+        "++head_server.port=0",
+        *overrides,
+    ]
+    proc = subprocess.Popen(
+        argv, cwd=project_root(), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    lines: list[str] = []
+    ready = threading.Event()
+    found: list[str] = []
+
+    def drain() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            match = re.search(r"Head server: (http://\S+)", line)
+            if match and not found:
+                found.append(match.group(1))
+                ready.set()
+        ready.set()
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    try:
+        if not ready.wait(timeout_s) or not found:
+            raise AssertionError("ng_run did not report healthy:\n" + "".join(lines[-60:]))
+        yield proc, found[0]
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
+        reader.join(5)
+
+
+def http_call(
+    url: str,
+    method: str = "GET",
+    body: Any = None,
+    *,
+    token: str | None = None,
+    headers: dict[str, str] | None = None,
+    raw: bytes | None = None,
+) -> tuple[int, Any]:
+    """One request with exactly these headers (http.client adds only Host and Content-Length):
+    ``(status, parsed JSON or text)``. ``body`` goes as JSON, ``raw`` as it is (no Content-Type
+    unless given); ``token`` adds ``Authorization: Bearer``. For tests of what servers refuse."""
+    import http.client
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port, timeout=30)
+    sent = dict(headers or {})
+    data = raw if raw is not None else (orjson.dumps(body) if body is not None else None)
+    if raw is None and data is not None:
+        sent.setdefault("Content-Type", "application/json")
+    if token is not None:
+        sent["Authorization"] = f"Bearer {token}"
+    try:
+        conn.request(method, parts.path or "/", body=data, headers=sent)
+        resp = conn.getresponse()
+        text = resp.read()
+    finally:
+        conn.close()
+    try:
+        return resp.status, orjson.loads(text) if text else None
+    except orjson.JSONDecodeError:
+        return resp.status, text.decode(errors="replace")
+
+
 class SyncClient:
     """Blocking JSON calls over real HTTP, with one cookie jar per base URL (for tests)."""
 

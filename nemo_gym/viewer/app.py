@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import hmac
 import math
-import os
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -38,9 +37,10 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from nemo_gym.access_guard import AccessGuard
 from nemo_gym.cli import console_command
 from nemo_gym.config import ConfigError, load_config
-from nemo_gym.protocol import AUTH_HEADER, ENV_AUTH_TOKEN
+from nemo_gym.protocol import AUTH_HEADER, auth_token
 from nemo_gym.viewer.collection import Collection, ViewerInputError, compare
 from nemo_gym.viewer.tokens import TokenDecoder, load_tokenizer, token_view
 
@@ -141,8 +141,15 @@ def _static(name: str) -> Response:
     return Response(data, media_type=_STATIC_TYPES[Path(name).suffix], headers={"Cache-Control": "no-cache"})
 
 
-def build_app(viewer: Viewer, token: str | None = None) -> ASGIApp:
-    """The viewer's ASGI app; ``token`` (default: ``NEMO_GYM_AUTH_TOKEN``) guards every route."""
+def build_app(
+    viewer: Viewer, token: str | None = None, host: str | None = None, allowed_hosts: list[str] | None = None
+) -> ASGIApp:
+    """The viewer's ASGI app; ``token`` (default: ``NEMO_GYM_AUTH_TOKEN``) guards every route.
+
+    Behind the access guard too: a Host other than the viewer's own names (``host``, loopback,
+    ``allowed_hosts``) is refused (DNS rebinding would otherwise read every rollout), and so is a
+    cross-site Origin.
+    """
 
     def collections(request: Request) -> Any:
         return {"collections": [viewer.get(n).summary() for n in range(len(viewer.collections))]}
@@ -210,10 +217,10 @@ def build_app(viewer: Viewer, token: str | None = None) -> ASGIApp:
         Route("/api/compare", _api(compare_page)),
     ]
     app: ASGIApp = Starlette(routes=routes, exception_handlers={404: no_route, 405: no_route})
-    token = token if token is not None else os.environ.get(ENV_AUTH_TOKEN)
+    token = token if token is not None else auth_token()
     if token:
         app = ViewerAuth(app, token)
-    return app
+    return AccessGuard(app, _SERVER_NAME, hosts=[host], allowed_hosts=allowed_hosts or ())
 
 
 class ViewerAuth:
@@ -300,10 +307,12 @@ def _main(argv: list[str]) -> int:
     except OSError as exc:
         raise ConfigError(str(exc)) from None
     bound_port = sock.getsockname()[1]
-    token = os.environ.get(ENV_AUTH_TOKEN)
+    token = auth_token()
     url = f"http://{host}:{bound_port}/" + (f"?token={quote(token)}" if token else "")
     print(f"Viewer: {url}  (Ctrl-C to stop)", flush=True)
-    server = make_uvicorn_server(build_app(viewer, token))
+    extra = config.get("allowed_hosts") or []
+    extra = extra.split(",") if isinstance(extra, str) else [str(h) for h in extra]
+    server = make_uvicorn_server(build_app(viewer, token, host=host, allowed_hosts=extra))
     asyncio.run(server.serve(sockets=[sock]))
     return 0
 

@@ -79,7 +79,7 @@ def stream_chunked(port: int, path: str, total_bytes: int) -> tuple[int, bytes, 
     Returns (status, response body, bytes sent)."""
     sock = socket.create_connection(("127.0.0.1", port), timeout=30)
     sock.sendall(
-        f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
         "Transfer-Encoding: chunked\r\n\r\n".encode()
     )
     chunk = b'{"pad": "' + b"x" * (MB - 12) + b'"}'
@@ -130,7 +130,7 @@ def test_declared_oversized_body_is_refused_before_reading(env_server):
     _, port = env_server
     sock = socket.create_connection(("127.0.0.1", port), timeout=10)
     sock.sendall(
-        b"POST /verify HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"POST /verify HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
         b"Content-Length: 419430400\r\n\r\n"
     )
     started = time.monotonic()

@@ -36,7 +36,7 @@ def test_half_sent_headers_are_cut(port):
     socks = []
     for _ in range(50):
         sock = socket.create_connection(("127.0.0.1", port))
-        sock.sendall(b"POST /verify HTTP/1.1\r\nHost: x\r\nContent-Type: applic")
+        sock.sendall(b"POST /verify HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: applic")
         socks.append(sock)
     silent = socket.create_connection(("127.0.0.1", port))  # never sends a byte
     started = time.monotonic()
@@ -55,7 +55,7 @@ def test_half_sent_headers_are_cut(port):
 def test_half_sent_body_is_cut_with_a_json_408(port):
     sock = socket.create_connection(("127.0.0.1", port))
     sock.sendall(
-        b"POST /verify HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n"
+        b"POST /verify HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n"
         b'{"responses'
     )
     started = time.monotonic()
@@ -68,7 +68,9 @@ def test_half_sent_body_is_cut_with_a_json_408(port):
 
 def test_slow_chunked_body_is_cut(port):
     sock = socket.create_connection(("127.0.0.1", port))
-    sock.sendall(b"POST /verify HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n")
+    sock.sendall(
+        b"POST /verify HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+    )
     sock.settimeout(5)
     started = time.monotonic()
     # A trickle: each chunk arrives before any idle timeout could fire, but the whole body is late.

@@ -1,0 +1,173 @@
+"""Who may talk to a server at all: the shared token, the Host and Origin a browser sends, JSON bodies.
+
+:class:`AccessGuard` is pure ASGI middleware, so it wraps any Starlette app (FastAPI apps
+included) the same way. In front of every server (``BaseServer.build_app``), the head server,
+the viewer and harness_agent's capture proxy it refuses, before any route runs:
+
+- a ``Host`` that is neither an IP literal nor a name the server is bound to or configured with
+  (``127.0.0.1``, ``localhost``, ``::1``, the configured/bound host, this machine's host name,
+  ``allowed_hosts``): **400**. A DNS-rebinding page reaches a loopback port under the attacker's
+  own host name, which it cannot change; an IP literal cannot be rebound, so it is accepted
+  (``allowed_hosts: ["*"]`` turns the check off, for a proxy that rewrites Host);
+- an ``Origin`` (sent by browsers on cross-site requests) that is ``null``, or is neither the
+  request's own host nor a loopback/allowed name: **403**;
+- when a token is set (``NEMO_GYM_AUTH_TOKEN``, handed to launched servers on stdin), a request
+  without ``Authorization: Bearer <token>``: **401** (compared in constant time);
+- a request body whose ``Content-Type`` is not JSON (``application/json`` or ``*/*+json``):
+  **415**. A web page can send ``text/plain`` or a typeless body cross-site without a preflight;
+  it cannot send ``application/json``.
+
+Every refusal is a JSON body ``{"error": ..., "server": ...}`` naming what was wrong.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+import ipaddress
+import os
+import socket
+from collections.abc import Iterable
+from urllib.parse import urlsplit
+
+import orjson
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from nemo_gym.protocol import AUTH_HEADER
+
+# Extra host names every server in this process answers to (comma-separated), on top of its config.
+ENV_ALLOWED_HOSTS = "NEMO_GYM_ALLOWED_HOSTS"
+LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1", "localhost.localdomain"})
+WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::"})
+_BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+
+def _host_name(value: str) -> str:
+    """The host part of a ``Host`` header or netloc, lowercased: ``[::1]:80`` → ``::1``."""
+    value = value.strip().lower()
+    if value.startswith("["):
+        return value[1 : value.find("]")] if "]" in value else value[1:]
+    if value.count(":") == 1:
+        value = value.partition(":")[0]
+    return value.rstrip(".")
+
+
+def is_ip_literal(name: str) -> bool:
+    """Whether ``name`` is an IPv4/IPv6 address (no DNS name a rebinding attack could use)."""
+    try:
+        ipaddress.ip_address(name.split("%", 1)[0])
+    except ValueError:
+        return False
+    return True
+
+
+def allowed_host_names(hosts: Iterable[str | None] = (), extra: Iterable[str] = ()) -> frozenset[str]:
+    """The host names a server answers to: loopback names, ``hosts`` (configured or bound, wildcards
+    skipped), this machine's host name, ``extra`` and ``NEMO_GYM_ALLOWED_HOSTS``."""
+    names = set(LOOPBACK_NAMES)
+    for host in hosts:
+        if host and host not in WILDCARD_HOSTS:
+            names.add(_host_name(host))
+    with contextlib.suppress(OSError):
+        names.add(socket.gethostname().lower())
+    for name in [*extra, *os.environ.get(ENV_ALLOWED_HOSTS, "").split(",")]:
+        name = str(name).strip()
+        if name:
+            names.add("*" if name == "*" else _host_name(name))
+    return frozenset(names)
+
+
+def check_token(given: bytes | None, expected: bytes) -> bool:
+    """Constant-time comparison of a presented credential with the expected one."""
+    return given is not None and hmac.compare_digest(given, expected)
+
+
+def is_json_content_type(value: bytes | None) -> bool:
+    """``application/json`` or a ``+json`` media type (parameters such as ``charset`` ignored)."""
+    if value is None:
+        return False
+    media = value.split(b";", 1)[0].strip().lower()
+    return media == b"application/json" or (media.startswith(b"application/") and media.endswith(b"+json"))
+
+
+class AccessGuard:
+    """ASGI middleware: Host (400), Origin (403), auth token (401), JSON content type (415).
+
+    ``hosts``: the host names this server is bound to or configured with; ``allowed_hosts``:
+    more names (``"*"``: any). ``token``: the shared auth token (None: no token needed).
+    ``json_only``: refuse request bodies that are not JSON (off for a server with non-JSON routes).
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        server_name: str,
+        *,
+        token: str | None = None,
+        hosts: Iterable[str | None] = (),
+        allowed_hosts: Iterable[str] = (),
+        json_only: bool = True,
+    ) -> None:
+        self.app = app
+        self.server_name = server_name
+        self.expected = f"Bearer {token}".encode() if token else None
+        self.allowed = allowed_host_names(hosts, allowed_hosts)
+        self.any_host = "*" in self.allowed
+        self.json_only = json_only
+
+    def host_allowed(self, name: str) -> bool:
+        """Whether a Host/Origin host name is one this server answers to."""
+        return self.any_host or name in self.allowed or is_ip_literal(name)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers: dict[bytes, bytes] = {}
+        for key, value in scope.get("headers") or ():
+            headers.setdefault(key, value)
+        problem = self._problem(scope, headers)
+        if problem is None:
+            await self.app(scope, receive, send)
+            return
+        status, message = problem
+        body = orjson.dumps({"error": message, "server": self.server_name})
+        answer = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+        # The body (if any) is left unread: the connection must not be reused for a next request.
+        answer.append((b"connection", b"close"))
+        await send({"type": "http.response.start", "status": status, "headers": answer})
+        await send({"type": "http.response.body", "body": body, "more_body": False})
+
+    def _problem(self, scope: Scope, headers: dict[bytes, bytes]) -> tuple[int, str] | None:
+        host_header = headers.get(b"host")
+        host = host_header.decode("latin-1") if host_header is not None else ""
+        if host_header is not None and not self.host_allowed(_host_name(host)):
+            return 400, (
+                f"Host {host!r} is not a name this server answers to (its addresses, localhost, or "
+                f"allowed_hosts / {ENV_ALLOWED_HOSTS}); refused to stop DNS rebinding"
+            )
+        origin_header = headers.get(b"origin")
+        if origin_header is not None:
+            origin = origin_header.decode("latin-1")
+            netloc = urlsplit(origin).netloc.lower() if "://" in origin else ""
+            same = bool(netloc) and netloc == host.lower()
+            if not same and not (netloc and (self.any_host or _host_name(netloc) in self.allowed)):
+                return 403, f"cross-site request refused: Origin {origin!r} is not this server"
+        if self.expected is not None and not check_token(headers.get(AUTH_HEADER.encode()), self.expected):
+            return 401, "missing or wrong auth token (set NEMO_GYM_AUTH_TOKEN on the caller)"
+        if self.json_only and scope.get("method") in _BODY_METHODS and _has_body(headers):
+            content_type = headers.get(b"content-type")
+            if not is_json_content_type(content_type):
+                shown = content_type.decode("latin-1") if content_type is not None else "none"
+                return (
+                    415,
+                    f"request body must be JSON (Content-Type: application/json), got Content-Type {shown}",
+                )
+        return None
+
+
+def _has_body(headers: dict[bytes, bytes]) -> bool:
+    length = headers.get(b"content-length")
+    if length is not None:
+        return length.strip() not in (b"0", b"")
+    return b"transfer-encoding" in headers

@@ -1,0 +1,147 @@
+"""The auth token guards every server ``ng_run`` starts, not only the head; and no web page gets in.
+
+``ng_run`` runs as a real subprocess with ``NEMO_GYM_AUTH_TOKEN`` exported (it hands the token
+to its children on stdin; their environment never has it). The attacks, from this process over
+loopback: every route of the model, agent and resources servers without the token (401), with a
+wrong one (401), with it (works); a DNS-rebinding Host (400), a cross-site Origin (403) and a
+``text/plain`` body (415) on every server and the head; and the token read from the launcher's
+``/proc/<pid>/environ``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+
+from nemo_gym.protocol import ENV_AUTH_TOKEN
+from nemo_gym.testing import http_call as call
+from nemo_gym.testing import ng_run_process
+
+pytestmark = pytest.mark.slow
+
+TOKEN = "security-test-token-5f1c2e9a"
+ENV_DIR = "resources_servers/example_session_state_mgmt"
+CONFIGS = [
+    f"{ENV_DIR}/configs/example_session_state_mgmt.yaml",
+    "responses_api_models/scripted_model/configs/scripted_model.yaml",
+    f"{ENV_DIR}/configs/scripted_policy.yaml",
+]
+AGENT = "example_session_state_mgmt_simple_agent"
+RESOURCES = "example_session_state_mgmt"
+MODEL = "policy_model"
+ROW = {
+    "responses_create_params": {
+        "input": [{"role": "user", "content": "Increase the counter by 20 and report its value."}],
+        "tools": [
+            {
+                "type": "function",
+                "name": "increment_counter",
+                "parameters": {"type": "object", "properties": {"count": {"type": "integer"}}},
+            },
+            {
+                "type": "function",
+                "name": "get_counter_value",
+                "parameters": {"type": "object", "properties": {}},
+            },
+        ],
+    },
+    "expected_count": 20,
+    "initial_count": 0,
+}
+
+
+@pytest.fixture(scope="module")
+def stack():
+    env = {**os.environ, ENV_AUTH_TOKEN: TOKEN}
+    with ng_run_process(CONFIGS, env=env) as (proc, head_url):
+        status, listed = call(head_url + "/server_instances", token=TOKEN)
+        assert status == 200, listed
+        urls = {item["name"]: item["url"] for item in listed}
+        assert {AGENT, RESOURCES, MODEL} <= set(urls), urls
+        yield proc, head_url, urls
+
+
+def routes(urls: dict[str, str]) -> list[tuple[str, str, str, Any]]:
+    """(server, method, path, body) for every kind of route of every server kind."""
+    return [
+        (RESOURCES, "GET", "/", None),
+        (RESOURCES, "POST", "/seed_session", ROW),
+        (RESOURCES, "POST", "/increment_counter", {"count": 1}),
+        (RESOURCES, "POST", "/verify", {**ROW, "response": {"output": []}}),
+        (RESOURCES, "POST", "/aggregate_metrics", {"verify_responses": []}),
+        (MODEL, "GET", "/", None),
+        (MODEL, "POST", "/v1/responses", ROW["responses_create_params"]),
+        (MODEL, "POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]}),
+        (AGENT, "GET", "/", None),
+        (AGENT, "POST", "/run", ROW),
+        (AGENT, "POST", "/v1/responses", ROW["responses_create_params"]),
+        (AGENT, "POST", "/ng-rollout/abc/run", ROW),
+    ]
+
+
+def test_every_server_refuses_requests_without_the_token(stack):
+    _, head_url, urls = stack
+    for name, method, path, body in [("head", "GET", "/server_instances", None), *routes(urls)]:
+        base = head_url if name == "head" else urls[name]
+        for token in (None, "wrong-token", TOKEN[:-1]):
+            status, answer = call(base + path, method, body, token=token)
+            assert status == 401, (name, path, token, status, answer)
+            assert "auth token" in json.dumps(answer), answer
+
+
+def test_every_server_works_with_the_token(stack):
+    _, _, urls = stack
+    for name, method, path, body in routes(urls):
+        status, answer = call(urls[name] + path, method, body, token=TOKEN)
+        # Past the guard: the route itself answered (a tool without a seeded session says so: 409).
+        assert status == 200 or (status == 409 and path == "/increment_counter"), (name, path, status, answer)
+    status, answer = call(urls[AGENT] + "/run", "POST", ROW, token=TOKEN)
+    assert status == 200 and answer["reward"] == 1.0, answer
+
+
+def test_the_token_is_in_no_process_environment(stack):
+    proc, _, _ = stack
+    # The launcher read it, dropped it and re-executed itself: /proc/<pid>/environ (the
+    # environment the process started with, which unsetenv cannot change) no longer holds it.
+    with open(f"/proc/{proc.pid}/environ", "rb") as environ:
+        assert TOKEN.encode() not in environ.read()
+    import psutil
+
+    for child in psutil.Process(proc.pid).children(recursive=True):
+        with open(f"/proc/{child.pid}/environ", "rb") as environ:
+            assert TOKEN.encode() not in environ.read(), child.cmdline()
+
+
+def test_dns_rebinding_cross_site_and_text_plain_are_refused_everywhere(stack):
+    _, head_url, urls = stack
+    targets = [head_url + "/server_instances"] + [urls[n] + "/" for n in (AGENT, RESOURCES, MODEL)]
+    for url in targets:
+        port = urlsplit(url).port
+        # DNS rebinding: the attacker's name resolves to 127.0.0.1; the browser still sends it as Host.
+        status, answer = call(url, token=TOKEN, headers={"Host": f"rebind.attacker.example:{port}"})
+        assert status == 400 and "rebind.attacker.example" in json.dumps(answer), (url, answer)
+        for origin in ("http://attacker.example", "null", "http://203.0.113.7"):
+            status, answer = call(url, token=TOKEN, headers={"Origin": origin})
+            assert status == 403 and "cross-site" in json.dumps(answer), (url, origin, answer)
+        # What our own clients send is accepted: IP literal or localhost, same-origin Origin.
+        for host in (f"127.0.0.1:{port}", f"localhost:{port}"):
+            assert call(url, token=TOKEN, headers={"Host": host})[0] == 200
+        assert call(url, token=TOKEN, headers={"Origin": f"http://127.0.0.1:{port}"})[0] == 200
+    # A cross-site "simple" POST (no preflight): text/plain or no type at all never runs a rollout.
+    for content_type in ("text/plain", "application/x-www-form-urlencoded", None):
+        headers = {"Content-Type": content_type} if content_type else {}
+        raw = json.dumps(ROW).encode()
+        status, answer = call(urls[AGENT] + "/run", "POST", token=TOKEN, headers=headers, raw=raw)
+        assert status == 415 and "JSON" in json.dumps(answer), (content_type, answer)
+    status, _ = call(
+        urls[AGENT] + "/run",
+        "POST",
+        token=TOKEN,
+        headers={"Content-Type": "application/json; charset=utf-8"},
+        raw=json.dumps(ROW).encode(),
+    )
+    assert status == 200
