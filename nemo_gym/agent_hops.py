@@ -7,7 +7,14 @@ with a failure class instead of being shown to the model or verified into a rewa
     async with rollout_deadline(self.config.rollout_timeout_s):
         await call_json(rollout, env, "/seed_session", body)
         response = await call_model(rollout, model, params)
-        outputs = await execute_tool_calls(rollout, env, function_calls(response["output"]))
+        tools = offered_tools(params)  # only these may be called, whatever the model names
+        outputs = await execute_tool_calls(rollout, env, function_calls(response["output"]), tools)
+
+Tool routing: a tool call is sent to ``POST /<name>`` of the resources server only when ``name``
+is a tool the row offered (its ``responses_create_params.tools``, plus any the agent config
+allows) and a plain tool name: a model that names ``seed_session``, ``verify``,
+``aggregate_metrics``, ``../../verify`` or any tool it was not offered gets "no such tool" as the
+tool's output, and no request is made.
 
 Deadlines (both configurable, see docs/RELIABILITY.md): each hop ``NEMO_GYM_HOP_TIMEOUT_S``
 (default 300 s), a whole rollout ``NEMO_GYM_ROLLOUT_TIMEOUT_S`` (default 1,200 s).
@@ -18,7 +25,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from collections.abc import AsyncIterator, Iterable
+import re
+from collections.abc import AsyncIterator, Collection, Iterable, Mapping
 from typing import Any
 
 import orjson
@@ -38,6 +46,32 @@ from nemo_gym.server_client import Rollout, ServerCallError, raise_for_status
 DEFAULT_HOP_TIMEOUT_S = 300.0
 DEFAULT_ROLLOUT_TIMEOUT_S = 1200.0
 MODEL_PATH = "/v1/responses"
+# Routes of a resources (or any) server that are never a tool, whatever a row offers.
+RESERVED_ROUTE_NAMES = frozenset(
+    {"", "seed_session", "verify", "aggregate_metrics", "run", "v1", "ng-rollout"}
+)
+# A tool name maps to one path segment: no "/", no "%", no "." or ".." (the path must not move).
+_TOOL_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:\-]{0,127}")
+
+
+def offered_tools(params: Mapping[str, Any] | None, extra: Iterable[str] = ()) -> frozenset[str]:
+    """The function tools a model was offered in ``params`` (``tools[*].name``, Responses or Chat
+    shape), plus ``extra`` (tools an agent config allows on every row)."""
+    names = {name for name in extra if isinstance(name, str)}
+    for tool in (params or {}).get("tools") or []:
+        if not isinstance(tool, Mapping) or tool.get("type", "function") != "function":
+            continue
+        function = tool.get("function")
+        name = tool.get("name") or (function.get("name") if isinstance(function, Mapping) else None)
+        if isinstance(name, str):
+            names.add(name)
+    return frozenset(names)
+
+
+def is_callable_tool(name: str, offered: Collection[str]) -> bool:
+    """Whether a model's call of ``name`` may go to the resources server: it was offered, it is a
+    plain name (one path segment) and not one of the server's own routes."""
+    return name in offered and name not in RESERVED_ROUTE_NAMES and _TOOL_NAME.fullmatch(name) is not None
 
 
 def _env_seconds(name: str, default: float) -> float:
@@ -111,15 +145,23 @@ async def call_model(
 
 
 async def execute_tool_call(
-    rollout: Rollout, resources_server: str, call: dict[str, Any], *, timeout_s: float | None = None
+    rollout: Rollout,
+    resources_server: str,
+    call: dict[str, Any],
+    offered: Collection[str],
+    *,
+    timeout_s: float | None = None,
 ) -> str:
     """Run one function call on the resources server; its output text for the model.
 
-    The model's own mistakes (arguments that are not JSON, no such tool, a 4xx about the
-    arguments) come back as error text the model sees; an infrastructure fault raises
-    :class:`HopFault`.
+    Only a tool in ``offered`` (see :func:`offered_tools`) is called; any other name is "no such
+    tool" to the model and no request is made. The model's own mistakes (arguments that are not
+    JSON, no such tool, a 4xx about the arguments) come back as error text the model sees; an
+    infrastructure fault raises :class:`HopFault`.
     """
     name = call.get("name") or ""
+    if not isinstance(name, str) or not is_callable_tool(name, offered):
+        return f"Error: there is no tool named {name!r}"
     try:
         arguments = orjson.loads(call.get("arguments") or "{}")
     except orjson.JSONDecodeError as exc:
@@ -142,13 +184,14 @@ async def execute_tool_calls(
     rollout: Rollout,
     resources_server: str,
     calls: Iterable[dict[str, Any]],
+    offered: Collection[str],
     *,
     timeout_s: float | None = None,
 ) -> list[dict[str, Any]]:
     """Run calls in order (a stateful environment sees them as the model made them); one
-    ``function_call_output`` item per call."""
+    ``function_call_output`` item per call. Only tools in ``offered`` are called."""
     items = []
     for call in calls:
-        output = await execute_tool_call(rollout, resources_server, call, timeout_s=timeout_s)
+        output = await execute_tool_call(rollout, resources_server, call, offered, timeout_s=timeout_s)
         items.append(function_call_output_item(call.get("call_id") or "", output))
     return items

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 from dataclasses import dataclass
 from typing import Any, Literal, Self
 
@@ -168,7 +169,13 @@ def judge_messages(system_message: str | None, prompt: str) -> list[dict[str, An
 
 
 def fill_template(template: str, **values: str) -> str:
-    """``template`` with ``{name}`` placeholders replaced; other braces (LaTeX, JSON) are left alone."""
-    for name, value in values.items():
-        template = template.replace("{" + name + "}", value)
-    return template
+    """``template`` with ``{name}`` placeholders replaced; other braces (LaTeX, JSON) are left alone.
+
+    One pass over the template: a value is never searched for placeholders, so a model answer
+    that contains ``{expected_answer}`` or ``{second_answer}`` stays that text instead of being
+    expanded into the gold answer (judge prompt injection).
+    """
+    if not values:
+        return template
+    pattern = re.compile("|".join(re.escape("{" + name + "}") for name in values))
+    return pattern.sub(lambda match: values[match.group(0)[1:-1]], template)

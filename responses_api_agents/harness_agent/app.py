@@ -12,39 +12,47 @@ The program sees, in its environment:
   Responses or Chat Completions, works unchanged;
 - ``NEMO_GYM_TOOLS_URL`` (``<proxy>/r/<token>/tools``): ``POST <url>/<tool>`` runs a tool of the
   resources server in this rollout's session (the answer is the tool's output text);
-- ``NEMO_GYM_TASK_FILE``: ``task.json`` in its working directory, the dataset row.
+- ``NEMO_GYM_TASK_FILE``: ``task.json`` in its working directory: what a model would see of the
+  row, ``{"responses_create_params": {input, instructions, tools, tool_choice, ...}}`` (the keys
+  in ``task_params``), plus only the row fields named in ``task_row_fields``. Never the
+  verifier's fields (``expected_answer``, ``verifier_metadata``, ...): the program is untrusted.
+
+Only the tools the row offers may be called through the tools URL (anything else, ``verify``
+and ``seed_session`` included, is "no such tool").
 
 Working directory and limits reuse code_gen's sandbox limits (CPU time, wall time, memory,
-file size, open files, output cap); the directory is deleted afterwards and the child's whole
-process group is killed at the deadline.
+file size, open files, output cap); the directory is deleted afterwards. The program runs in
+its own PID namespace with its own ``/proc`` where the system allows it (``confine.py``): every
+process it started dies with the rollout, ``setsid`` or not, and it cannot read other processes'
+``/proc`` entries; it inherits no descriptor but its stdio, and its output is read only until
+the deadline.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
-import resource
 import shutil
-import signal
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 import orjson
 from pydantic import Field
 
-from nemo_gym.agent_hops import call_json, rollout_deadline
+from nemo_gym.agent_hops import call_json, offered_tools, rollout_deadline
 from nemo_gym.base_responses_api_agent import SimpleResponsesAPIAgent, row_create_params
 from nemo_gym.server import HTTPError
 from resources_servers.code_gen.sandbox import SandboxLimits
 from responses_api_agents.harness_agent.capture import CaptureProxy, RolloutCapture
+from responses_api_agents.harness_agent.confine import run_confined
 from responses_api_agents.simple_agent.app import SimpleAgentConfig
 
 AGENT_DIR = Path(__file__).resolve().parent
 _TAIL_BYTES = 4096
+# What a model is shown of a row: the prompt and the tools (and how it may use them).
+DEFAULT_TASK_PARAMS = ("input", "instructions", "tools", "tool_choice", "parallel_tool_calls")
 
 
 class HarnessAgentConfig(SimpleAgentConfig):
@@ -55,6 +63,9 @@ class HarnessAgentConfig(SimpleAgentConfig):
     ``max_model_calls``: calls the proxy forwards per rollout (then 429).
     ``cpu_time_s``, ``wall_time_s``, ``memory_mb``, ``file_size_mb``, ``open_files``,
     ``max_output_bytes``: the child's limits (code_gen's :class:`SandboxLimits`).
+    ``task_params``: the keys of the row's ``responses_create_params`` written to ``task.json``;
+    ``task_row_fields``: top-level row fields written too (default none: the verifier's fields
+    stay out of the untrusted program's reach).
     """
 
     command: list[str] = Field(min_length=1)
@@ -66,6 +77,8 @@ class HarnessAgentConfig(SimpleAgentConfig):
     file_size_mb: int = Field(default=64, ge=1)
     open_files: int = Field(default=256, ge=16)
     max_output_bytes: int = Field(default=1024 * 1024, ge=1024)
+    task_params: list[str] = Field(default_factory=lambda: list(DEFAULT_TASK_PARAMS))
+    task_row_fields: list[str] = Field(default_factory=list)
 
 
 class HarnessAgent(SimpleResponsesAPIAgent):
@@ -96,7 +109,7 @@ class HarnessAgent(SimpleResponsesAPIAgent):
         ``output_limit``, wall seconds, model and tool call counts, stderr tail). A policy-model or
         tool fault seen by the proxy fails the rollout with its failure class, never a reward.
         """
-        row_create_params(body)  # the row's request must be well formed (a 422 names the field)
+        params = row_create_params(body)  # the row's request must be well formed (a 422 names the field)
         await self.proxy.start()
         rollout = self.server_client.rollout(self.rollout_id)
         resources = self.config.resources_server.name
@@ -107,6 +120,7 @@ class HarnessAgent(SimpleResponsesAPIAgent):
             resources_server=resources,
             max_model_calls=self.config.max_model_calls,
             hop_timeout_s=hop,
+            tools=offered_tools(params, self.config.allowed_tools),
         )
         async with rollout_deadline(self.config.rollout_timeout_s, self.name):
             await call_json(rollout, resources, "/seed_session", body, timeout_s=hop)
@@ -124,13 +138,20 @@ class HarnessAgent(SimpleResponsesAPIAgent):
         outcome.update(model_calls=len(capture.calls), tool_calls=capture.tool_calls)
         return {**verified, "harness": outcome}
 
+    def task_view(self, row: dict[str, Any]) -> dict[str, Any]:
+        """What the program may know of a row: ``task_params`` of its request, ``task_row_fields``."""
+        params = row.get("responses_create_params") or {}
+        view: dict[str, Any] = {f: row[f] for f in self.config.task_row_fields if f in row}
+        view["responses_create_params"] = {k: params[k] for k in self.config.task_params if k in params}
+        return view
+
     async def run_program(self, url: str, row: dict[str, Any]) -> dict[str, Any]:
         """Run the command once in a fresh working directory; its outcome (never raises for the
         program's own failure)."""
         workdir = tempfile.mkdtemp(prefix="ng_harness_")
         try:
             task_file = Path(workdir, "task.json")
-            task_file.write_bytes(orjson.dumps(row))
+            task_file.write_bytes(orjson.dumps(self.task_view(row)))
             fields = {"python": sys.executable, "agent_dir": str(AGENT_DIR), "workdir": workdir}
             try:
                 argv = [part.format(**fields) for part in self.config.command]
@@ -152,78 +173,30 @@ class HarnessAgent(SimpleResponsesAPIAgent):
             await asyncio.to_thread(shutil.rmtree, workdir, True)
 
     async def _supervise(self, argv: list[str], workdir: str, env: dict[str, str]) -> dict[str, Any]:
-        limits = self.limits
-        started = time.monotonic()
+        child = self.limits.as_child_limits()
         try:
-            proc = await asyncio.create_subprocess_exec(
-                *argv,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
+            result = await run_confined(
+                argv,
                 cwd=workdir,
                 env=env,
-                start_new_session=True,
-                preexec_fn=lambda: _apply_limits(limits),
+                wall_time_s=self.limits.wall_deadline_s,
+                cpu_time_s=int(child["cpu_time_s"]) + 1,
+                memory_bytes=child["memory_bytes"],
+                file_size_bytes=child["file_size_bytes"],
+                open_files=child["open_files"],
+                max_output_bytes=self.limits.max_output_bytes,
+                stderr_bytes=_TAIL_BYTES,
             )
         except OSError as exc:
             raise HTTPError(500, f"agent {self.name}: cannot start {argv[0]!r}: {exc}") from None
-        assert proc.stdout is not None and proc.stderr is not None
-        out_task = asyncio.create_task(_read_tail(proc.stdout, limits.max_output_bytes))
-        err_task = asyncio.create_task(_read_tail(proc.stderr, _TAIL_BYTES))
-        status = "ok"
-        try:
-            await asyncio.wait_for(proc.wait(), limits.wall_deadline_s)
-        except TimeoutError:
-            status = "timeout"
-        finally:
-            _kill_group(proc.pid)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(proc.wait(), 5.0)
-        stdout, out_overflow = await out_task
-        stderr, _ = await err_task
-        returncode = proc.returncode
-        if status == "ok" and out_overflow:
-            status = "output_limit"
-        elif status == "ok" and returncode != 0:
-            status = "failed"
         return {
-            "status": status,
-            "returncode": returncode,
-            "wall_s": round(time.monotonic() - started, 3),
-            "stdout_tail": stdout[-_TAIL_BYTES:].decode("utf-8", "replace"),
-            "stderr_tail": stderr.decode("utf-8", "replace"),
+            "status": result["status"],
+            "returncode": result["returncode"],
+            "wall_s": result["wall_s"],
+            "stdout_tail": result["stdout"][-_TAIL_BYTES:].decode("utf-8", "replace"),
+            "stderr_tail": result["stderr"].decode("utf-8", "replace"),
+            "confinement": result["confined"],
         }
-
-
-def _apply_limits(limits: SandboxLimits) -> None:
-    # Runs in the child before exec: the program cannot raise these again.
-    child = limits.as_child_limits()
-    cpu = int(child["cpu_time_s"]) + 1
-    for kind, value in (
-        (resource.RLIMIT_CPU, cpu),
-        (resource.RLIMIT_AS, child["memory_bytes"]),
-        (resource.RLIMIT_FSIZE, child["file_size_bytes"]),
-        (resource.RLIMIT_NOFILE, child["open_files"]),
-    ):
-        resource.setrlimit(kind, (value, value))
-
-
-async def _read_tail(stream: asyncio.StreamReader, cap: int) -> tuple[bytes, bool]:
-    """The last ``cap`` bytes of a stream (read to the end so the child never blocks on a full
-    pipe), and whether more than ``cap`` came."""
-    kept = bytearray()
-    overflow = False
-    while chunk := await stream.read(65536):
-        kept.extend(chunk)
-        if len(kept) > cap:
-            overflow = True
-            del kept[: len(kept) - cap]
-    return bytes(kept), overflow
-
-
-def _kill_group(pgid: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGKILL)
 
 
 if __name__ == "__main__":

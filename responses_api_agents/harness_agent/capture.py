@@ -31,6 +31,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from nemo_gym.access_guard import AccessGuard
 from nemo_gym.agent_hops import call_model, execute_tool_call
 from nemo_gym.conversion import chat_request_to_responses_params, response_to_chat_completion
 from nemo_gym.hop_faults import HopFault
@@ -66,8 +67,13 @@ class RolloutCapture:
     resources_server: str
     max_model_calls: int
     hop_timeout_s: float | None = None
+    # The tools the row offered: the only ones the tools URL runs.
+    tools: frozenset[str] = frozenset()
     calls: list[CapturedCall] = field(default_factory=list)
     tool_calls: int = 0
+    # Model calls let through to the policy model (counted before forwarding: concurrent calls
+    # cannot pass the limit while earlier ones are in flight).
+    forwarded: int = 0
     fault: HopFault | None = None
     # Token-ID fields of each model-produced item, by the key an echoed copy can be matched on.
     _tokens: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
@@ -164,7 +170,14 @@ class CaptureProxy:
                 exception_handlers=json_error_handlers("harness_capture_proxy"),
             )
             # The harness is untrusted code: its bodies are bounded and timed like any client's.
-            guarded = RequestGuard(app, "harness_capture_proxy", CAPTURE_MAX_BODY_BYTES)
+            guarded = AccessGuard(
+                RequestGuard(app, "harness_capture_proxy", CAPTURE_MAX_BODY_BYTES),
+                "harness_capture_proxy",
+                hosts=[self.host],
+                # Third-party programs send JSON under any type (curl's default is a form type);
+                # the URL's unguessable token already keeps web pages out.
+                json_only=False,
+            )
             self._server = make_uvicorn_server(guarded, embedded=True)
             self._task = asyncio.create_task(self._server.serve(sockets=[sock]))
             while not self._server.started:
@@ -200,10 +213,11 @@ class CaptureProxy:
         return capture, body, None
 
     async def _forward(self, capture: RolloutCapture, params: dict[str, Any]) -> dict[str, Any] | Response:
-        if len(capture.calls) >= capture.max_model_calls:
+        if capture.forwarded >= capture.max_model_calls:
             return _error(429, f"this rollout's limit of {capture.max_model_calls} model calls is reached")
         if capture.fault is not None:
             return _error(502, f"the policy model failed earlier in this rollout: {capture.fault}")
+        capture.forwarded += 1  # before the first await: the check and the count are one step
         params = {k: v for k, v in params.items() if k not in ("model", "stream", "store")}
         sent = capture.restore_token_fields(input_items(params))
         try:
@@ -252,7 +266,11 @@ class CaptureProxy:
         call = {"name": request.path_params["name"], "arguments": orjson.dumps(body).decode()}
         try:
             text = await execute_tool_call(
-                capture.rollout, capture.resources_server, call, timeout_s=capture.hop_timeout_s
+                capture.rollout,
+                capture.resources_server,
+                call,
+                capture.tools,
+                timeout_s=capture.hop_timeout_s,
             )
         except HopFault as exc:
             capture.fault = exc

@@ -12,7 +12,14 @@ from typing import Any
 
 from pydantic import Field
 
-from nemo_gym.agent_hops import call_json, call_model, execute_tool_call, execute_tool_calls, rollout_deadline
+from nemo_gym.agent_hops import (
+    call_json,
+    call_model,
+    execute_tool_call,
+    execute_tool_calls,
+    offered_tools,
+    rollout_deadline,
+)
 from nemo_gym.base_responses_api_agent import (
     BaseResponsesAPIAgentConfig,
     SimpleResponsesAPIAgent,
@@ -36,6 +43,10 @@ class SimpleAgentConfig(BaseResponsesAPIAgentConfig):
     ``execute_tool_calls: false`` ends the rollout after the first model call, leaving its
     function calls unexecuted (for environments that score the calls themselves).
 
+    A model may call only the tools its row offers (``responses_create_params.tools``) plus
+    ``allowed_tools``; any other name (``verify``, ``seed_session``, a tool not offered) is "no
+    such tool" to it (see :mod:`nemo_gym.agent_hops`).
+
     ``hop_timeout_s`` is the deadline of one model or tool call (default ``NEMO_GYM_HOP_TIMEOUT_S``,
     300 s), ``rollout_timeout_s`` of a whole rollout (default ``NEMO_GYM_ROLLOUT_TIMEOUT_S``, 1,200 s).
     An infrastructure fault in any call fails the rollout with a failure class (see
@@ -50,6 +61,7 @@ class SimpleAgentConfig(BaseResponsesAPIAgentConfig):
     model_server: ServerRef
     max_steps: int | None = 50
     execute_tool_calls: bool = True
+    allowed_tools: list[str] = Field(default_factory=list)
     hop_timeout_s: float | None = Field(default=None, gt=0)
     rollout_timeout_s: float | None = Field(default=None, gt=0)
     mcp_servers: dict[str, MCPServerConfig] = Field(default_factory=dict)
@@ -133,6 +145,7 @@ class SimpleAgent(SimpleResponsesAPIAgent):
         produced: list[dict[str, Any]] = []
         usage: dict[str, Any] | None = None
         last: dict[str, Any] = {}
+        tools = offered_tools(params, self.config.allowed_tools)
         steps = 0
         if toolbox is not None:
             params = {**params, "tools": list(params.get("tools") or []) + toolbox.function_tools()}
@@ -150,23 +163,29 @@ class SimpleAgent(SimpleResponsesAPIAgent):
             calls = function_calls(output)
             if not calls or last.get("status") == "incomplete" or not self.config.execute_tool_calls:
                 break
-            produced.extend(await self.run_tool_calls(rollout, calls, toolbox))
+            produced.extend(await self.run_tool_calls(rollout, calls, toolbox, tools))
         return {**last, "output": produced, "usage": usage}
 
     async def run_tool_calls(
-        self, rollout: Rollout, calls: list[dict[str, Any]], toolbox: MCPToolbox | None
+        self,
+        rollout: Rollout,
+        calls: list[dict[str, Any]],
+        toolbox: MCPToolbox | None,
+        offered: frozenset[str] = frozenset(),
     ) -> list[dict[str, Any]]:
-        """Run calls in order, each on the resources server or on the MCP server offering it."""
+        """Run calls in order, each on the resources server or on the MCP server offering it.
+
+        Only the ``offered`` tools go to the resources server (see :func:`offered_tools`)."""
         resources, hop = self.config.resources_server.name, self.config.hop_timeout_s
         if toolbox is None:
-            return await execute_tool_calls(rollout, resources, calls, timeout_s=hop)
+            return await execute_tool_calls(rollout, resources, calls, offered, timeout_s=hop)
         items = []
         for call in calls:
             name = call.get("name") or ""
             if toolbox.owns(name):
                 output = await toolbox.call(name, call.get("arguments"))
             else:
-                output = await execute_tool_call(rollout, resources, call, timeout_s=hop)
+                output = await execute_tool_call(rollout, resources, call, offered, timeout_s=hop)
             items.append(function_call_output_item(call.get("call_id") or "", output))
         return items
 

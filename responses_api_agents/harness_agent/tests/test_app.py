@@ -193,18 +193,25 @@ def test_the_rollout_deadline_ends_the_program_as_a_timeout_failure(tmp_path):
     import os
     import time
 
-    pid_file = tmp_path / "pid"
-    code = "import os, sys, time; open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(60)"
-    with agent(["{python}", "-c", code, str(pid_file)], rollout_timeout_s=1.5) as url:
+    import psutil
+
+    # In its own PID namespace the program cannot know its pid out here: it is found by a marker.
+    marker = f"ng-harness-marker-{os.getpid()}-{time.monotonic_ns()}"
+    code = "import sys, time; open(sys.argv[1], 'w').write('started'); time.sleep(60)"
+    started = tmp_path / "started"
+    with agent(["{python}", "-c", code, str(started), marker], rollout_timeout_s=1.5) as url:
         status, body = run(url, ROWS[0])
     assert status >= 500 and body.get("failure_class") == "timeout", body
-    pid = int(pid_file.read_text())
+    assert started.read_text() == "started"
+
+    def left() -> list[int]:
+        found = []
+        for proc in psutil.process_iter(["cmdline"]):
+            if marker in (proc.info["cmdline"] or []):
+                found.append(proc.pid)
+        return found
+
     deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            break
+    while left() and time.monotonic() < deadline:
         time.sleep(0.05)
-    else:
-        raise AssertionError(f"the program (pid {pid}) outlived its rollout")
+    assert not left(), f"the program outlived its rollout: {left()}"

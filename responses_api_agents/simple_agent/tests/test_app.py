@@ -56,12 +56,20 @@ class PlannedModel(SimpleResponsesAPIModel):
         return build_response([dict(i) for i in output], body, model="planned", usage=usage_dict(10, 2))
 
 
+ECHO_TOOL = {
+    "type": "function",
+    "name": "echo",
+    "parameters": {"type": "object", "properties": {"text": {"type": "string"}}},
+}
+
+
 def run_agent(plan: list[list[dict]], **agent_config: Any) -> tuple[dict, PlannedModel]:
     model = PlannedModel({"name": "model"})
     model.plan = plan
     with running_agent(Env({"name": "env"}), model, **agent_config) as agent_url, SyncClient() as http:
         status, body = http.post(
-            agent_url + "/run", {"responses_create_params": {"input": "go"}, "task_id": 7}
+            agent_url + "/run",
+            {"responses_create_params": {"input": "go", "tools": [ECHO_TOOL]}, "task_id": 7},
         )
     assert status == 200, body
     return body, model
