@@ -173,7 +173,7 @@ class HarnessAgent(SimpleResponsesAPIAgent):
             await asyncio.to_thread(shutil.rmtree, workdir, True)
 
     async def _supervise(self, argv: list[str], workdir: str, env: dict[str, str]) -> dict[str, Any]:
-        child = self.limits.as_child_limits()
+        child = self.limits.process_limits().as_child_limits()
         try:
             result = await run_confined(
                 argv,
