@@ -7,8 +7,10 @@ re-validated on every hop.
 
 The base speaks the rest of OpenAI's dialect for every model server: ``stream=true`` (the
 answer sent as OpenAI's streaming events, see :mod:`nemo_gym.streaming`), ``GET /v1/models``,
-error bodies shaped ``{"error": {"message", "type", "param", "code"}}``, and a 400 naming the
-field for a request whose shape is wrong (a message whose ``content`` is a number).
+error bodies shaped as OpenAI's ``{"error": {"message", "type", "param", "code"}}`` (``code`` a
+string or null; nemo_gym's own fields such as ``failure_class`` or ``detail`` may follow at the top
+level, the server's name is in the ``X-NeMo-Gym-Server`` header), and a 400 naming the field for
+a request whose shape is wrong (a message whose ``content`` is a number, no ``input``).
 """
 
 from __future__ import annotations
@@ -93,6 +95,8 @@ def _without_stream(body: dict[str, Any]) -> dict[str, Any]:
 
 
 # ---- OpenAI-shaped errors -------------------------------------------------------------------
+# The server that answered an error (OpenAI's body has no place for it).
+SERVER_HEADER = b"x-nemo-gym-server"
 _ERROR_TYPES = {
     400: "invalid_request_error",
     401: "authentication_error",
@@ -146,15 +150,30 @@ async def _send_shaped(send: Send, start: Message, raw: bytes) -> None:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError:
         body = None
+    server = None
     if isinstance(body, dict) and isinstance(body.get("error"), str):
-        raw = orjson.dumps({**body, **openai_error_body(body["error"], status)})
+        extra = {k: v for k, v in body.items() if k not in ("error", "server", "code", "param")}
+        code, param = body.get("code"), body.get("param")
+        shaped = openai_error_body(
+            body["error"],
+            status,
+            param=param if isinstance(param, str) else None,
+            code=code if isinstance(code, str) else None,
+        )
+        server = body.get("server")
+        raw = orjson.dumps({**shaped, **extra})
     headers = [(k, v) for k, v in start.get("headers") or [] if k.lower() != b"content-length"]
     headers.append((b"content-length", str(len(raw)).encode()))
+    if isinstance(server, str):
+        headers.append((SERVER_HEADER, server.encode()))
     await send({**start, "headers": headers})
     await send({"type": "http.response.body", "body": raw, "more_body": False})
 
 
-def openai_error_body(message: str, status: int, param: str | None = None) -> dict[str, Any]:
-    """OpenAI's error object for ``message`` answered with HTTP ``status``."""
+def openai_error_body(
+    message: str, status: int, param: str | None = None, code: str | None = None
+) -> dict[str, Any]:
+    """OpenAI's error object for ``message`` answered with HTTP ``status`` (``code``: a string
+    such as ``context_length_exceeded``, or null as OpenAI sends for most errors)."""
     error_type = _ERROR_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
-    return {"error": {"message": message, "type": error_type, "param": param, "code": status}}
+    return {"error": {"message": message, "type": error_type, "param": param, "code": code}}

@@ -79,7 +79,10 @@ def check_responses_request(body: Any) -> None:
         if tool.get("type", "function") == "function" and not isinstance(tool.get("name"), str):
             raise _fail(f"tools[{index}].name must be a string (a function tool's name)")
     value = body.get("input")
-    if value is None or isinstance(value, str):
+    if value is None:
+        # OpenAI can continue a stored conversation without input; no server here stores one.
+        raise _fail("input is missing: a Responses request needs 'input' (a string or a list of items)")
+    if isinstance(value, str):
         return
     if not isinstance(value, list):
         raise _fail(f"input must be a string or a list of items, got {_kind(value)}")

@@ -482,7 +482,16 @@ class BaseServer:
     def run_webserver(cls) -> None:
         """Start this server as a process: configure from env, bind, register, serve until stopped."""
         configure_logging()
-        server = cls.from_env()
+        try:
+            server = cls.from_env()
+        except ValidationError as exc:
+            # A config mistake: one line per problem naming the server and the field, no traceback.
+            name = os.environ.get(ENV_INSTANCE_NAME, cls.__name__)
+            for error in exc.errors():
+                where = ".".join(str(p) for p in error["loc"])
+                message = str(error["msg"]).removeprefix("Value error, ")
+                sys.stderr.write(f"config error: {name}: {where + ': ' if where else ''}{message}\n")
+            sys.exit(2)
         with asyncio.Runner(loop_factory=_loop_factory()) as runner:
             runner.run(server.serve())
 

@@ -9,6 +9,9 @@ with a tiny locally built model, and vllm_model in front of that engine.
 from __future__ import annotations
 
 import contextlib
+import json
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 
 import openai
@@ -116,6 +119,8 @@ def test_responses_without_streaming_and_the_model_list(kind: str, urls: dict[st
     assert response.status in ("completed", "incomplete") and response.output_text
     models = [model.id for model in openai_client.models.list()]
     assert len(models) == 1 and models[0]
+    if kind != "openai":  # a passthrough reports its upstream's names
+        assert response.model == models[0]
 
 
 def test_streamed_tool_call_matches_the_call(urls: dict[str, str]) -> None:
@@ -192,8 +197,19 @@ def test_error_bodies_have_openai_shape(urls: dict[str, str]) -> None:
         status, body = http.post(urls["scripted"] + "/v1/responses", {"input": "no script for this"})
     assert status == 422
     error = body["error"]
-    assert set(error) >= {"message", "type", "code", "param"}
+    assert set(error) == {"message", "type", "code", "param"} and "server" not in body
+    assert error["code"] is None or isinstance(error["code"], str)
     assert "no script matches" in error["message"] and error["type"] == "invalid_request_error"
+    for kind in SERVERS:  # every model server: OpenAI's shape, the server named in a header
+        request = urllib.request.Request(
+            urls[kind] + "/v1/responses", data=b'{"input": 3}', headers={"content-type": "application/json"}
+        )
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=30)
+        assert refused.value.code == 400 and refused.value.headers["x-nemo-gym-server"] == kind
+        answer = json.loads(refused.value.read())
+        assert "server" not in answer and set(answer["error"]) == {"message", "type", "code", "param"}
+        assert answer["error"]["code"] is None or isinstance(answer["error"]["code"], str)
     with pytest.raises(openai.UnprocessableEntityError) as raised:
         client(urls["scripted"]).responses.create(model="scripted", input="no script for this", stream=True)
     assert "no script matches" in raised.value.message
@@ -281,6 +297,7 @@ MALFORMED_RESPONSES = [
     ),
     ({"input": "hi", "max_output_tokens": "many"}, "max_output_tokens must be an integer"),
     ({"input": 7}, "input must be a string or a list"),
+    ({"tools": []}, "input is missing"),  # every model server names it the same way
 ]
 MALFORMED_CHAT = [
     ({"messages": [{"role": "user", "content": "hi"}], "tools": [5]}, "tools[0] must be an object"),

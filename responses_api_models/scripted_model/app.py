@@ -4,7 +4,10 @@ It picks the first script whose ``match`` regex finds the conversation's last us
 then plays the script's turn for the current model call (turn 0 on the first call, 1 after the
 first tool results, ...; the last turn repeats). A turn either calls a tool or answers text.
 Templates in ``text`` and tool ``arguments`` can use ``{last_user}``, ``{tool_output}``,
-``{match[N]}`` (regex groups) and ``{metadata[KEY]}`` (the request's metadata).
+``{tool_output[FIELD]}`` (a field of a JSON tool output, nested as ``[a][b]``), ``{match[N]}``
+(regex groups) and ``{metadata[KEY]}`` (the request's metadata). Scripts are checked when the
+server starts: a regex that does not compile or a template outside this list is a config error
+naming the script and the template. Answers carry the model name ``GET /v1/models`` lists.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import string
 from typing import Any
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from nemo_gym.base_responses_api_model import BaseResponsesAPIModelConfig, SimpleResponsesAPIModel
 from nemo_gym.response_items import (
@@ -58,16 +61,89 @@ DEFAULT_SCRIPTS = [
 ]
 
 
+SUPPORTED_TEMPLATES = (
+    "{last_user}, {tool_output}, {tool_output[FIELD]} (a field of a JSON tool output), "
+    "{match[N]} (regex group N), {metadata[KEY]}"
+)
+_FIELD_NAME = re.compile(r"([A-Za-z_]\w*)((?:\[[^\[\]]+\])*)")
+
+
+def template_problem(template: str) -> str | None:
+    """What is wrong with a script template, or None when the server can fill it."""
+    try:
+        parsed = list(string.Formatter().parse(template))
+    except ValueError as exc:
+        return f"not a valid template ({exc}; write {{{{ and }}}} for literal braces)"
+    for _, field, spec, _ in parsed:
+        if field is None:
+            continue
+        found = _FIELD_NAME.fullmatch(field)
+        name, keys = (found.group(1), re.findall(r"\[([^\[\]]+)\]", found.group(2))) if found else ("", [])
+        ok = (
+            (name == "last_user" and not keys)
+            or name == "tool_output"
+            or (name == "match" and len(keys) == 1 and keys[0].isdigit())
+            or (name == "metadata" and len(keys) == 1)
+        )
+        if not ok or "{" in (spec or ""):
+            return f"{{{field}}} is not supported"
+    return None
+
+
 class ScriptedModelConfig(BaseResponsesAPIModelConfig):
     """``scripts``: tried in order; the default calls the first tool, then answers with its output."""
 
     scripts: list[Script] = Field(default_factory=lambda: list(DEFAULT_SCRIPTS))
     model_name: str = "scripted_model"
 
+    @model_validator(mode="after")
+    def _check_scripts(self) -> ScriptedModelConfig:
+        for number, script in enumerate(self.scripts):
+            where = f"scripts[{number}]" + (f" (match {script.match!r})" if script.match else "")
+            if script.match:
+                try:
+                    re.compile(script.match)
+                except re.error as exc:
+                    raise ValueError(f"{where}: match is not a valid regex: {exc}") from None
+            for index, turn in enumerate(script.turns):
+                templates = [("text", turn.text)]
+                if isinstance(turn.arguments, dict):
+                    templates += [(f"arguments.{k}", v) for k, v in turn.arguments.items()]
+                for field, template in templates:
+                    if not isinstance(template, str):
+                        continue
+                    problem = template_problem(template)
+                    if problem:
+                        raise ValueError(
+                            f"{where}, turns[{index}].{field}: template {template!r}: {problem}; "
+                            f"supported: {SUPPORTED_TEMPLATES}"
+                        )
+        return self
+
 
 class _Lenient(dict[str, Any]):
     def __missing__(self, key: str) -> str:
         return ""
+
+
+class _JsonText(str):
+    """A tool output: fills ``{tool_output}`` as its text, and ``{tool_output[field]}`` with a
+    field of it read as JSON (an object's key, or a list's index)."""
+
+    def __getitem__(self, key: Any) -> Any:  # type: ignore[override]
+        try:
+            parsed = orjson.loads(str.__str__(self))
+        except orjson.JSONDecodeError:
+            raise KeyError(
+                f"the tool output is not JSON, so it has no field {key!r}: {str.__getitem__(self, slice(0, 80))!r}"
+            ) from None
+        if isinstance(parsed, dict) and str(key) in parsed:
+            value = parsed[str(key)]
+        elif isinstance(parsed, list) and isinstance(key, int) and -len(parsed) <= key < len(parsed):
+            value = parsed[key]
+        else:
+            raise KeyError(f"the tool output has no field {key!r}: {str.__getitem__(self, slice(0, 80))!r}")
+        return _JsonText(value if isinstance(value, str) else orjson.dumps(value).decode())
 
 
 class ScriptedModel(SimpleResponsesAPIModel):
@@ -79,14 +155,25 @@ class ScriptedModel(SimpleResponsesAPIModel):
         super().__init__(*args, **kwargs)
         self._patterns = [re.compile(s.match) if s.match else None for s in self.config.scripts]
 
+    def model_ids(self) -> list[str]:
+        """The one model name this server answers with."""
+        return [self.config.model_name]
+
     async def responses(self, body: dict[str, Any]) -> dict[str, Any]:
         """Play the matching script's turn for this call as a Responses API response."""
         items = input_items(body)
         last_user = next(
             (content_text(i.get("content")) for i in reversed(items) if i.get("role") == "user"), ""
         )
-        tool_output = next(
-            (str(i.get("output", "")) for i in reversed(items) if i.get("type") == "function_call_output"), ""
+        tool_output = _JsonText(
+            next(
+                (
+                    str(i.get("output", ""))
+                    for i in reversed(items)
+                    if i.get("type") == "function_call_output"
+                ),
+                "",
+            )
         )
         turn_index = count_model_turns(items)
         turn, fields = self._turn(last_user, tool_output, turn_index, body.get("metadata") or {})
@@ -101,7 +188,8 @@ class ScriptedModel(SimpleResponsesAPIModel):
         # A rough token count (4 characters a token): this model is for tests and benchmarks.
         prompt_chars = sum(len(content_text(i.get("content"))) for i in items)
         usage = usage_dict(input_tokens=prompt_chars // 4, output_tokens=len(answer) // 4 + 1)
-        return build_response(output, body, model=body.get("model") or self.config.model_name, usage=usage)
+        # Its own name, whatever the request said: the name GET /v1/models lists.
+        return build_response(output, body, model=self.config.model_name, usage=usage)
 
     async def chat_completions(self, body: dict[str, Any]) -> dict[str, Any]:
         """The same scripts over Chat Completions messages (text answers and tool calls)."""
@@ -197,8 +285,9 @@ def _auto_value(prop: dict[str, Any], last_user: str) -> Any:
 def _fill(template: str, fields: dict[str, Any]) -> str:
     try:
         return string.Formatter().vformat(template, (), fields)
-    except (IndexError, KeyError, ValueError) as exc:
-        raise HTTPError(422, f"script template {template!r} cannot be filled: {exc!r}") from exc
+    except (IndexError, KeyError, ValueError, TypeError, AttributeError) as exc:
+        reason = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
+        raise HTTPError(422, f"script template {template!r} cannot be filled: {reason}") from exc
 
 
 if __name__ == "__main__":

@@ -1,7 +1,12 @@
 """scripted_model: scripts, turns, templates, chat completions, and clear errors."""
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
+from nemo_gym.config import project_root
 from nemo_gym.testing import SyncClient, running_server
 from responses_api_models.scripted_model.app import ScriptedModel
 
@@ -71,11 +76,90 @@ def test_chat_completions_dialect(url: str):
 def test_no_tools_offered_is_a_clear_422(url: str):
     with SyncClient() as client:
         status, body = client.post(url + "/v1/responses", {"input": "hi"})
-        assert (
-            status == 422
-            and "offers no tools" in body["error"]["message"]
-            and body["server"] == "policy_model"
+        assert status == 422 and "offers no tools" in body["error"]["message"]
+        # OpenAI's shape: no top-level server key, code a string or null.
+        assert set(body) == {"error"} and body["error"]["code"] is None
+
+
+def test_a_request_without_input_names_the_missing_input(url: str):
+    with SyncClient() as client:
+        status, body = client.post(url + "/v1/responses", {"tools": TOOLS})
+    assert status == 400 and "input is missing" in body["error"]["message"]
+
+
+def test_a_field_of_a_json_tool_output_fills_a_template():
+    scripts = [
+        {
+            "match": "capital",
+            "turns": [
+                {"call_tool": "first"},
+                {
+                    "text": "The capital is {tool_output[capital]} ({tool_output[facts][0]}); raw {tool_output}"
+                },
+            ],
+        }
+    ]
+    follow = [
+        {"role": "user", "content": "capital of Peru?"},
+        {"type": "function_call", "call_id": "c1", "name": "lookup", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": '{"capital": "Lima", "facts": [3]}'},
+    ]
+    with running_server(ScriptedModel({"name": "m", "scripts": scripts})) as base, SyncClient() as client:
+        status, body = client.post(base + "/v1/responses", {"input": follow, "tools": TOOLS})
+        assert status == 200, body
+        assert body["output"][0]["content"][0]["text"] == (
+            'The capital is Lima (3); raw {"capital": "Lima", "facts": [3]}'
         )
+        # A field the output lacks is a 422 naming it, never a 500.
+        follow[-1]["output"] = '{"city": "Lima"}'
+        status, body = client.post(base + "/v1/responses", {"input": follow, "tools": TOOLS})
+        assert status == 422 and "has no field 'capital'" in body["error"]["message"], body
+
+
+@pytest.mark.parametrize(
+    "template, problem",
+    [
+        ("{tool_output.capital}", "{tool_output.capital} is not supported"),
+        ("{answer}", "{answer} is not supported"),
+        ("{match[first]}", "{match[first]} is not supported"),
+        ("Total: {", "not a valid template"),
+    ],
+)
+def test_scripts_are_checked_when_the_server_starts(template: str, problem: str):
+    scripts = [{"match": "capital", "turns": [{"call_tool": "first"}, {"text": template}]}]
+    with pytest.raises(ValueError) as raised:
+        ScriptedModel({"name": "m", "scripts": scripts})
+    message = str(raised.value)
+    assert "scripts[0] (match 'capital'), turns[1].text" in message and repr(template) in message
+    assert problem in message and "{tool_output[FIELD]}" in message
+
+
+def test_a_bad_template_stops_ng_run_with_one_config_line(tmp_path: Path):
+    config = tmp_path / "bad.yaml"
+    config.write_text(
+        "policy_model:\n  responses_api_models:\n    scripted_model:\n      entrypoint: app.py\n"
+        "      scripts:\n        - match: capital\n          turns:\n            - call_tool: first\n"
+        "            - text: 'The capital is {tool_output.capital}'\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", "from nemo_gym.cli import ng_run; ng_run()", f"+config_paths=[{config}]"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=project_root(),
+    )
+    assert done.returncode != 0 and "Traceback" not in done.stdout + done.stderr, done.stderr
+    assert "config error: policy_model: scripts[0] (match 'capital'), turns[1].text" in done.stderr
+    assert "exited with code 2" in done.stderr
+
+
+def test_responses_carry_the_model_name_the_model_list_gives(url: str):
+    with SyncClient() as client:
+        _, listed = client.get(url + "/v1/models")
+        _, answer = client.post(
+            url + "/v1/responses", {"input": "hi", "tools": TOOLS, "model": "policy_model"}
+        )
+    assert [m["id"] for m in listed["data"]] == [answer["model"]] == ["scripted_model"]
 
 
 def test_bad_script_config_is_rejected():
