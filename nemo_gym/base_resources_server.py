@@ -184,9 +184,9 @@ class SimpleResourcesServer(BaseServer):
         verify: Callable[[Any], Any] = self._verify_and_free
         mcp = None
         if self.config.expose_tools_over_mcp:
-            from nemo_gym.mcp_auto_exposure import McpExposure
+            from nemo_gym.mcp_auto_exposure import exposure_of
 
-            mcp = self._mcp_exposure = McpExposure(self)
+            mcp = exposure_of(self)
             seed, verify = self._seed_session_with_mcp, mcp.bare_tool_names(verify)
         routes = super().routes() + [
             self.route("/seed_session", seed, body_model_of=self.seed_session),
@@ -211,7 +211,9 @@ class SimpleResourcesServer(BaseServer):
         return None
 
     async def _seed_session_with_mcp(self, body: Any) -> Any:
-        return self._mcp_exposure.seed_answer(await self.seed_session(body), body)
+        from nemo_gym.mcp_auto_exposure import exposure_of
+
+        return exposure_of(self).seed_answer(await self.seed_session(body), body)
 
     async def _verify_and_free(self, body: dict[str, Any]) -> Any:
         request_model, produced = self._verify_models()

@@ -413,13 +413,19 @@ async def call_route(app: Any, path: str, session_id: str, arguments: dict[str, 
         return status, body.decode(errors="replace")
 
 
-def install_auto_exposure(server: Any, app: Any = None) -> dict[str, MCPTool]:
-    """The server's MCP exposure, built once (its tool map); ``app`` is accepted for NeMo Gym's
-    signature: our server base adds ``/mcp`` to the routes it builds."""
-    exposure = getattr(server, "_mcp_exposure", None)
+def exposure_of(server: Any) -> McpExposure:
+    """The server's :class:`McpExposure`, built on first use (one token key per server object)."""
+    exposure = getattr(server, "_ng_mcp_exposure", None)
     if exposure is None:
-        exposure = server._mcp_exposure = McpExposure(server)
-    return exposure.tools
+        exposure = McpExposure(server)
+        object.__setattr__(server, "_ng_mcp_exposure", exposure)
+    return exposure
+
+
+def install_auto_exposure(server: Any, app: Any = None) -> dict[str, MCPTool]:
+    """The server's MCP tool map; ``app`` is accepted for NeMo Gym's signature: our server base
+    adds ``/mcp`` to the routes it builds."""
+    return exposure_of(server).tools
 
 
 def maybe_auto_expose(server: Any, app: Any = None) -> dict[str, MCPTool] | None:
