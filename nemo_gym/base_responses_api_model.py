@@ -76,21 +76,35 @@ class SimpleResponsesAPIModel(BaseServer):
         """The server's app with every error answer in OpenAI's shape (no route, auth, body limits too)."""
         return OpenAIErrorBodies(super().build_app())
 
+    async def responses_stream(self, body: dict[str, Any]) -> Response:
+        """Answer a Responses request that asked for ``stream: true`` with an event stream.
+
+        The default computes the whole answer with :meth:`responses` and sends it as OpenAI's
+        events; servers whose engine produces the answer in pieces override this to send events
+        as they are produced. Raise ``HTTPError`` before the stream starts for a refused request.
+        """
+        return stream_responses(await self.responses(without_stream(body)))
+
+    async def chat_completions_stream(self, body: dict[str, Any]) -> Response:
+        """Answer a Chat Completions request with ``stream: true`` (see :meth:`responses_stream`)."""
+        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        return stream_chat_completion(await self.chat_completions(without_stream(body)), include_usage)
+
     async def _serve_responses(self, body: Any) -> dict[str, Any] | Response:
         check_responses_request(body)
         if body.get("stream") is True:
-            return stream_responses(await self.responses(_without_stream(body)))
+            return await self.responses_stream(body)
         return await self.responses(body)
 
     async def _serve_chat_completions(self, body: Any) -> dict[str, Any] | Response:
         check_chat_request(body)
         if body.get("stream") is True:
-            include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-            return stream_chat_completion(await self.chat_completions(_without_stream(body)), include_usage)
+            return await self.chat_completions_stream(body)
         return await self.chat_completions(body)
 
 
-def _without_stream(body: dict[str, Any]) -> dict[str, Any]:
+def without_stream(body: dict[str, Any]) -> dict[str, Any]:
+    """``body`` without ``stream`` and ``stream_options`` (the request a whole answer needs)."""
     return {key: value for key, value in body.items() if key not in ("stream", "stream_options")}
 
 

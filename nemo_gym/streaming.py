@@ -1,11 +1,11 @@
 """``stream=true`` for every model server: OpenAI's streaming events, as server-sent events.
 
-A model server computes its answer as one object (a Responses ``response`` or a
-``chat.completion``); :func:`response_events` and :func:`chat_completion_chunks` turn that
+For a model server that computes its answer as one object (a Responses ``response`` or a
+``chat.completion``), :func:`response_events` and :func:`chat_completion_chunks` turn that
 object into the event sequence OpenAI's API sends for the same answer, and :func:`sse_response`
-sends it. The events arrive once the answer is complete (no earlier first token), which is
-what collection and training need: the stream is for clients written against OpenAI's
-streaming API. Token IDs, logprobs and any other engine fields ride in the final event
+sends it: the events arrive once the answer is complete. Servers whose engine produces the
+answer in pieces (the CPU engine, vLLM, OpenAI) send events as they are produced instead, with
+:mod:`nemo_gym.chat_stream`. Token IDs, logprobs and any other engine fields ride in the final event
 (``response.completed`` carries the whole response; the last chat chunk carries the choice's
 ``token_ids``, ``logprobs`` and the completion's ``prompt_token_ids``).
 """
@@ -45,7 +45,7 @@ def response_events(response: dict[str, Any]) -> list[dict[str, Any]]:
     events.append({"type": "response.created", "response": start})
     events.append({"type": "response.in_progress", "response": start})
     for index, item in enumerate(response.get("output") or []):
-        events += _item_events(index, item)
+        events += item_events(index, item)
     final = _FINAL_EVENT.get(str(response.get("status")), "response.completed")
     events.append({"type": final, "response": response})
     for number, event in enumerate(events):
@@ -53,7 +53,8 @@ def response_events(response: dict[str, Any]) -> list[dict[str, Any]]:
     return events
 
 
-def _item_events(index: int, item: dict[str, Any]) -> Iterator[dict[str, Any]]:
+def item_events(index: int, item: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """The events that announce, fill and finish one output ``item`` (without sequence numbers)."""
     kind = item.get("type", "message")
     item_id = item.get("id") or f"item_{index}"
     where = {"item_id": item_id, "output_index": index}

@@ -17,7 +17,7 @@ import asyncio
 import email.utils
 import random
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import AsyncIterator, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,6 +44,50 @@ class UpstreamResponse:
     body: bytes
     headers: Mapping[str, str]
     attempts: int = 1
+    # An answer opened by :meth:`UpstreamHTTP.open_stream` whose body is still to be read.
+    stream: aiohttp.ClientResponse | None = None
+    url: str = ""
+
+    @property
+    def is_event_stream(self) -> bool:
+        """Whether the answer is server-sent events (``text/event-stream``)."""
+        headers = {key.lower(): value for key, value in self.headers.items()}
+        return headers.get("content-type", "").startswith("text/event-stream")
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        """The body as it arrives (all of it at once for an answer already read).
+
+        Raises :class:`UpstreamError` (``timeout`` past the call's deadline, ``unreachable``
+        when the connection breaks) mid-body.
+        """
+        if self.stream is None:
+            yield self.body
+            return
+        try:
+            async for chunk in self.stream.content.iter_any():
+                yield chunk
+        except TimeoutError as exc:
+            raise UpstreamError("timeout", self.url, "the stream did not finish within the deadline") from exc
+        except aiohttp.ClientError as exc:
+            raise UpstreamError("unreachable", self.url, f"the stream broke: {exc}") from exc
+
+    async def read(self) -> bytes:
+        """The whole body (of an opened stream too), which then stays in ``body``."""
+        if self.stream is not None:
+            parts = [chunk async for chunk in self.chunks()]
+            self.body = b"".join(parts)
+            self.close()
+        return self.body
+
+    def close(self) -> None:
+        """Let go of an opened stream: its connection back to the pool if read to the end, else closed
+        (the upstream sees the disconnect and can stop generating)."""
+        if self.stream is not None:
+            if self.stream.content.at_eof():
+                self.stream.release()
+            else:
+                self.stream.close()
+            self.stream = None
 
     def json(self) -> Any:
         """The body parsed as JSON (raises ``orjson.JSONDecodeError`` when it is not JSON)."""
@@ -147,6 +191,35 @@ class UpstreamHTTP:
         ``connect_retries`` overrides the configured count for this call (a caller that fails
         over to another replica wants fewer attempts on the first).
         """
+        return await self._send(method, url, body, connect_retries, extra_headers, stream=False)
+
+    async def open_stream(
+        self,
+        method: str,
+        url: str,
+        body: Any = None,
+        *,
+        connect_retries: int | None = None,
+        extra_headers: Mapping[str, str] | None = None,
+    ) -> UpstreamResponse:
+        """As :meth:`request`, but a 2xx answer comes back before its body is read.
+
+        Read it with :meth:`UpstreamResponse.chunks` as it arrives, and call
+        :meth:`UpstreamResponse.close` when done (or when giving up). Retries happen only before
+        the answer's status is known; the call's deadline covers the whole body.
+        """
+        return await self._send(method, url, body, connect_retries, extra_headers, stream=True)
+
+    async def _send(
+        self,
+        method: str,
+        url: str,
+        body: Any,
+        connect_retries: int | None,
+        extra_headers: Mapping[str, str] | None,
+        *,
+        stream: bool,
+    ) -> UpstreamResponse:
         data = orjson.dumps(body) if body is not None else None
         headers = {**self.headers, **(extra_headers or {})}
         if data is not None:
@@ -163,10 +236,13 @@ class UpstreamHTTP:
                 raise UpstreamError("timeout", url, f"no answer within {self.request_timeout_s:g}s")
             timeout = aiohttp.ClientTimeout(total=remaining, connect=min(self.connect_timeout_s, remaining))
             try:
-                async with self.session().request(
-                    method, url, data=data, headers=headers, timeout=timeout
-                ) as resp:
+                resp = await self.session().request(method, url, data=data, headers=headers, timeout=timeout)
+                if stream and 200 <= resp.status < 300:
+                    return UpstreamResponse(resp.status, b"", dict(resp.headers), attempts, resp, url)
+                try:
                     answer = UpstreamResponse(resp.status, await resp.read(), dict(resp.headers), attempts)
+                finally:
+                    resp.release()
             except (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError) as exc:
                 # Retryable: no connection was made, or the peer closed a pooled connection
                 # before reading the request.

@@ -15,7 +15,10 @@ It is what tests and laptops use in place of vLLM. It serves:
 - ``POST /tokenize`` (vLLM's), ``GET /v1/models``, ``GET /health``, and ``POST /v1/responses``
   (the Responses API through the same conversion ``vllm_model`` uses, in-process).
 
-Generation runs on one worker thread, off the event loop; requests queue for it.
+Generation runs on one worker thread, off the event loop; requests queue for it. With
+``stream: true`` the chunks (and the Responses events made from them) go out as the tokens are
+generated (:mod:`responses_api_models.local_hf_model.streaming`); a client that disconnects
+stops its generation.
 """
 
 from __future__ import annotations
@@ -25,12 +28,15 @@ import concurrent.futures
 import json
 import logging
 import re
+import threading
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any, Literal
 
 import orjson
 from pydantic import Field, model_validator
+from starlette.responses import Response
 from starlette.routing import Route
 
 from nemo_gym.base_responses_api_model import BaseResponsesAPIModelConfig, SimpleResponsesAPIModel
@@ -38,6 +44,7 @@ from nemo_gym.chat_backend import ChatBridge, is_context_length_error, template_
 from nemo_gym.server import HTTPError
 from nemo_gym.token_ids import TOKEN_ID_FIELDS, render_chat_token_ids, spliced_prompt_token_ids
 from responses_api_models.local_hf_model.engine import Generation, HFCausalLM, SamplingSettings
+from responses_api_models.local_hf_model.streaming import stream_chat_completion_live, stream_responses_live
 
 logger = logging.getLogger(__name__)
 
@@ -128,8 +135,10 @@ class LocalHFModel(SimpleResponsesAPIModel):
             model=self.served_model_name, return_token_id_information=config.return_token_id_information
         )
         self.requests_served = 0
+        # When the last generation ended (time.monotonic()): streaming tests compare event times with it.
+        self.last_generation_end: float | None = None
         # One thread: the model is not safe to run concurrently, and the CPU is the bottleneck.
-        self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="generate")
+        self.executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="generate")
 
     def routes(self) -> list[Route]:
         """The model-server routes plus vLLM's ``/tokenize`` and ``/health``."""
@@ -140,7 +149,7 @@ class LocalHFModel(SimpleResponsesAPIModel):
 
     async def on_shutdown(self) -> None:
         """Stop the generation thread."""
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        self.executor.shutdown(wait=False, cancel_futures=True)
 
     # ---- routes --------------------------------------------------------------------------
     async def chat_completions(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -148,7 +157,16 @@ class LocalHFModel(SimpleResponsesAPIModel):
         request = ChatRequest(body, self)
         loop = asyncio.get_running_loop()
         self.requests_served += 1
-        return await loop.run_in_executor(self._executor, request.run)
+        return await loop.run_in_executor(self.executor, request.run)
+
+    async def chat_completions_stream(self, body: dict[str, Any]) -> Response:
+        """Chat completion chunks sent as the tokens are generated (see :mod:`.streaming`)."""
+        return await stream_chat_completion_live(self, body)
+
+    async def responses_stream(self, body: dict[str, Any]) -> Response:
+        """Responses events sent as the tokens are generated; the last one carries the response
+        converted from the whole completion, exactly as :meth:`responses` answers."""
+        return await stream_responses_live(self, body)
 
     async def responses(self, body: dict[str, Any]) -> dict[str, Any]:
         """The Responses API over this engine, converted in-process."""
@@ -308,32 +326,51 @@ class ChatRequest:
     # ---- on the generation thread --------------------------------------------------------
     def run(self) -> dict[str, Any]:
         """Build the prompt, generate, and return the chat completion dict."""
-        prompt_ids, contiguous = self._prompt_ids()
+        self.prepare()
+        return self.generate()
+
+    def prepare(self) -> None:
+        """Build the prompt and the generation limits (HTTP 400 for a prompt that does not fit)."""
+        self.prompt_ids, self.contiguous = self._prompt_ids()
         window = self.lm.max_model_len
-        if len(prompt_ids) >= window:
-            raise HTTPError(400, context_length_message(window, len(prompt_ids)))
-        room = window - len(prompt_ids)
+        if len(self.prompt_ids) >= window:
+            raise HTTPError(400, context_length_message(window, len(self.prompt_ids)))
+        room = window - len(self.prompt_ids)
         asked = (
             self.body.get("max_completion_tokens")
             or self.body.get("max_tokens")
             or self.config.default_max_tokens
         )
-        max_tokens = min(int(asked), room) if asked else room
-
+        self.max_tokens = min(int(asked), room) if asked else room
         stop_ids = set() if self.body.get("ignore_eos") else self.lm.stop_token_ids()
         stop_ids.update(self.config.turn_end_token_ids or [])
         stop_ids.update(int(i) for i in self.body.get("stop_token_ids") or [])
-        forced = self._forced_ids(stop_ids)
+        self.stop_ids = stop_ids
+
+    def generate(
+        self, on_token: Callable[[int], None] | None = None, cancelled: threading.Event | None = None
+    ) -> dict[str, Any]:
+        """Generate after :meth:`prepare`; ``on_token`` sees each token as it is sampled, and
+        ``cancelled`` (set when a streaming client went away) ends the generation early."""
+        stop_check = self._hit_stop_string if self.stop_strings else None
+        if cancelled is not None:
+            strings = stop_check
+
+            def stop_check(generated: list[int]) -> bool:
+                return cancelled.is_set() or (strings is not None and strings(generated))
+
         generation = self.lm.generate(
-            prompt_ids,
-            max_tokens=max_tokens,
+            self.prompt_ids,
+            max_tokens=self.max_tokens,
             sampling=self.sampling,
-            stop_token_ids=stop_ids,
+            stop_token_ids=self.stop_ids,
             top_n=self.top_n,
-            forced_ids=forced,
-            stop_check=self._hit_stop_string if self.stop_strings else None,
+            forced_ids=self._forced_ids(self.stop_ids),
+            stop_check=stop_check,
+            on_token=on_token,
         )
-        return self._completion(prompt_ids, contiguous, generation, stop_ids)
+        self.server.last_generation_end = time.monotonic()
+        return self._completion(self.prompt_ids, self.contiguous, generation, self.stop_ids)
 
     def _prompt_ids(self) -> tuple[list[int], bool]:
         tokenizer = self.lm.tokenizer

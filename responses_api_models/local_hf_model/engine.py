@@ -117,12 +117,14 @@ class HFCausalLM:
         top_n: int = 0,
         forced_ids: Sequence[int] | None = None,
         stop_check: Callable[[list[int]], bool] | None = None,
+        on_token: Callable[[int], None] | None = None,
     ) -> Generation:
         """Generate up to ``max_tokens`` tokens after ``prompt_ids``.
 
         With ``forced_ids`` the listed tokens are emitted instead of sampled ones (a test hook),
         still with the model's own logprobs for them; generation stops when they run out.
         ``stop_check(generated_ids)`` may end the generation early (stop strings).
+        ``on_token(token_id)`` is called with each token as soon as it is chosen (streaming).
         """
         result = Generation()
         if max_tokens <= 0:
@@ -151,6 +153,8 @@ class HFCausalLM:
                 )
             else:
                 result.top_logprobs.append([])
+            if on_token is not None:
+                on_token(token)
             if token in stop_token_ids or (stop_check is not None and stop_check(result.token_ids)):
                 result.finish_reason = "stop"
                 break

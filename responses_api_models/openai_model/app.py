@@ -16,11 +16,14 @@ import asyncio
 from typing import Any
 
 from pydantic import Field
+from starlette.responses import Response
 
 from nemo_gym.base_responses_api_model import BaseResponsesAPIModelConfig, SimpleResponsesAPIModel
 from nemo_gym.conversion import TOKEN_ID_FIELDS
 from nemo_gym.hop_faults import chat_completion_problem, responses_object_problem, status_failure_class
 from nemo_gym.server import HTTPError
+from nemo_gym.sse import EventStreamResponse, relay_events
+from nemo_gym.streaming import stream_chat_completion, stream_responses
 from nemo_gym.upstream import (
     UpstreamError,
     UpstreamHTTP,
@@ -79,17 +82,19 @@ class OpenAIModel(SimpleResponsesAPIModel):
 
     async def responses(self, body: dict[str, Any]) -> dict[str, Any]:
         """Forward a Responses create request; the upstream's Response object comes back as is."""
-        request = dict(body)
-        if isinstance(request.get("input"), list):
-            request["input"] = [strip_nemo_gym_fields(item) for item in request["input"]]
-        return await self._forward("/responses", request)
+        return await self._forward("/responses", _responses_request(body))
 
     async def chat_completions(self, body: dict[str, Any]) -> dict[str, Any]:
         """Forward a Chat Completions request."""
-        request = dict(body)
-        if isinstance(request.get("messages"), list):
-            request["messages"] = [strip_nemo_gym_fields(message) for message in request["messages"]]
-        return await self._forward("/chat/completions", request)
+        return await self._forward("/chat/completions", _chat_request(body))
+
+    async def responses_stream(self, body: dict[str, Any]) -> Response:
+        """The upstream's Responses event stream, passed on event by event as it arrives."""
+        return await self._forward_stream("/responses", _responses_request(body))
+
+    async def chat_completions_stream(self, body: dict[str, Any]) -> Response:
+        """The upstream's chat completion chunks, passed on as they arrive."""
+        return await self._forward_stream("/chat/completions", _chat_request(body))
 
     async def _forward(self, path: str, request: dict[str, Any]) -> dict[str, Any]:
         if self.config.openai_model:
@@ -99,10 +104,47 @@ class OpenAIModel(SimpleResponsesAPIModel):
             async with self._limit():
                 answer = await self.http.request("POST", url, request)
         except UpstreamError as exc:
-            raise HTTPError(
-                504 if exc.kind == "timeout" else 502, f"OpenAI endpoint {url}: {exc}", failure_class=exc.kind
-            ) from exc
-        value = self._result(answer, url)
+            raise _upstream_failure(url, exc) from exc
+        return self._checked(path, self._result(answer, url), url)
+
+    async def _forward_stream(self, path: str, request: dict[str, Any]) -> Response:
+        # Errors before the first event (refusals, retries given up, an unreachable endpoint)
+        # are answered as HTTP errors, exactly as without streaming.
+        if self.config.openai_model:
+            request["model"] = self.config.openai_model
+        url = self.base_url + path
+        limit = self._limit()
+        await limit.acquire()
+        try:
+            answer = await self.http.open_stream("POST", url, request)
+        except UpstreamError as exc:
+            limit.release()
+            raise _upstream_failure(url, exc) from exc
+        except BaseException:
+            limit.release()
+            raise
+        responses_api = path == "/responses"
+        if answer.ok and answer.is_event_stream:
+
+            def cleanup() -> None:
+                answer.close()
+                limit.release()
+
+            return EventStreamResponse(relay_events(answer, responses_api), cleanup)
+        try:
+            await answer.read()
+        except UpstreamError as exc:
+            raise _upstream_failure(url, exc) from exc
+        finally:
+            limit.release()
+        # An upstream that answered one JSON object: checked, then sent as events.
+        value = self._checked(path, self._result(answer, url), url)
+        if responses_api:
+            return stream_responses(value)
+        include_usage = bool((request.get("stream_options") or {}).get("include_usage"))
+        return stream_chat_completion(value, include_usage)
+
+    def _checked(self, path: str, value: dict[str, Any], url: str) -> dict[str, Any]:
         # A 200 that is not the object asked for ({}, {"error": ...}, "output" a string) is the
         # upstream's fault: a classified 502, never handed on as a model's answer.
         problem = (chat_completion_problem if path == "/chat/completions" else responses_object_problem)(
@@ -142,7 +184,7 @@ class OpenAIModel(SimpleResponsesAPIModel):
             )
         return value
 
-    def _limit(self) -> Any:
+    def _limit(self) -> asyncio.Semaphore | _NoLimit:
         if self.config.max_concurrent_requests is None:
             return _NoLimit()
         loop = asyncio.get_running_loop()
@@ -158,6 +200,32 @@ class _NoLimit:
 
     async def __aexit__(self, *exc: object) -> None:
         return None
+
+    async def acquire(self) -> bool:
+        return True
+
+    def release(self) -> None:
+        return None
+
+
+def _responses_request(body: dict[str, Any]) -> dict[str, Any]:
+    request = dict(body)
+    if isinstance(request.get("input"), list):
+        request["input"] = [strip_nemo_gym_fields(item) for item in request["input"]]
+    return request
+
+
+def _chat_request(body: dict[str, Any]) -> dict[str, Any]:
+    request = dict(body)
+    if isinstance(request.get("messages"), list):
+        request["messages"] = [strip_nemo_gym_fields(message) for message in request["messages"]]
+    return request
+
+
+def _upstream_failure(url: str, exc: UpstreamError) -> HTTPError:
+    return HTTPError(
+        504 if exc.kind == "timeout" else 502, f"OpenAI endpoint {url}: {exc}", failure_class=exc.kind
+    )
 
 
 def strip_nemo_gym_fields(item: Any) -> Any:

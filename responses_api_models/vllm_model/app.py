@@ -27,17 +27,26 @@ from __future__ import annotations
 
 import logging
 import zlib
+from collections.abc import AsyncIterator
 from typing import Any
 
 from pydantic import Field, field_validator, model_validator
+from starlette.responses import Response
 
-from nemo_gym.base_responses_api_model import BaseResponsesAPIModelConfig, SimpleResponsesAPIModel
+from nemo_gym.base_responses_api_model import (
+    BaseResponsesAPIModelConfig,
+    SimpleResponsesAPIModel,
+    without_stream,
+)
 from nemo_gym.chat_backend import (
     ChatBridge,
     is_context_length_error,
 )
+from nemo_gym.chat_stream import ChatCompletionAccumulator, ResponsesEventStream
 from nemo_gym.hop_faults import chat_completion_problem, status_failure_class
 from nemo_gym.server import HTTPError, ServerRef
+from nemo_gym.sse import EventStreamResponse, SSEParser, relay_events, sse_bytes
+from nemo_gym.streaming import stream_chat_completion, stream_responses
 from nemo_gym.upstream import (
     UpstreamError,
     UpstreamHTTP,
@@ -202,6 +211,85 @@ class VLLMModel(SimpleResponsesAPIModel):
             raise backend_http_error(answer, base, error_message(answer), keep_status=True)
         return parse_completion(answer, base)
 
+    async def chat_completions_stream(self, body: dict[str, Any]) -> Response:
+        """The backend's chat completion chunks, passed on as they arrive (token IDs and logprobs
+        where the backend puts them: vLLM sends them on each chunk)."""
+        request = dict(body)
+        if self.config.model and not request.get("model"):
+            request["model"] = self.config.model
+        answer, base = await self.post_backend("/chat/completions", request, stream=True)
+        if not answer.ok:
+            raise backend_http_error(answer, base, error_message(answer), keep_status=True)
+        if not answer.is_event_stream:
+            include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+            return stream_chat_completion(parse_completion(await _read(answer, base), base), include_usage)
+        return EventStreamResponse(relay_events(answer, responses_api=False), answer.close)
+
+    async def responses_stream(self, body: dict[str, Any]) -> Response:
+        """Responses events sent as the backend's chunks arrive; the last event carries the
+        response converted from the whole completion (token IDs and logprobs included)."""
+        params = without_stream(body)
+        chat_request = self.bridge.chat_request(params)
+        chat_request.update(stream=True, stream_options={"include_usage": True})
+        answer, base = await self.post_backend("/chat/completions", chat_request, stream=True)
+        if not answer.ok:
+            message = error_message(answer)
+            if is_context_length_error(answer.status, message):
+                return stream_responses(self.bridge.context_exceeded_response(params, message))
+            raise backend_http_error(answer, base, message)
+        if not answer.is_event_stream:
+            completion = parse_completion(await _read(answer, base), base)
+            if self.config.return_token_id_information:
+                await self.fill_missing_token_ids(completion, chat_request, base)
+            return stream_responses(self.bridge.response(completion, params))
+        events = ResponsesEventStream(params, model=self.bridge.model or str(params.get("model") or ""))
+        return EventStreamResponse(
+            self._response_events(answer, base, chat_request, params, events), answer.close
+        )
+
+    async def _response_events(
+        self,
+        answer: UpstreamResponse,
+        base: str,
+        chat_request: dict[str, Any],
+        params: dict[str, Any],
+        events: ResponsesEventStream,
+    ) -> AsyncIterator[bytes]:
+        yield b"".join(sse_bytes(event, named=True) for event in events.start())
+        folded = ChatCompletionAccumulator()
+        parser = SSEParser()
+        try:
+            async for data in answer.chunks():
+                out = []
+                for event in parser.feed(data):
+                    if event.data.strip() == "[DONE]":
+                        continue
+                    chunk = event.json()
+                    if not isinstance(chunk, dict) or ("error" in chunk and "choices" not in chunk):
+                        raise HTTPError(
+                            502,
+                            f"backend {base} stream failed: {event.data[:500]}",
+                            failure_class="bad_upstream_body",
+                        )
+                    folded.add(chunk)
+                    out += events.feed(chunk)
+                if out:
+                    yield b"".join(sse_bytes(event, named=True) for event in out)
+            completion = folded.completion()
+            problem = chat_completion_problem(completion)
+            if problem is not None:
+                raise HTTPError(502, f"backend {base} streamed {problem}", failure_class="bad_upstream_body")
+            if self.config.return_token_id_information:
+                await self.fill_missing_token_ids(completion, chat_request, base)
+            closing = events.finish(self.bridge.response(completion, params))
+        except UpstreamError as exc:
+            closing = events.fail(f"backend {base} stream failed: {exc}", exc.kind)
+        except HTTPError as exc:
+            closing = events.fail(exc.message, str(exc.extra.get("failure_class") or "upstream_error"))
+        except ValueError as exc:  # not JSON, an event too large
+            closing = events.fail(f"backend {base} stream is malformed: {exc}", "bad_upstream_body")
+        yield b"".join(sse_bytes(event, named=True) for event in closing)
+
     # ---- backend -------------------------------------------------------------------------
     async def replica_urls(self) -> list[str]:
         """Base URLs (ending in ``/v1``) of every backend replica."""
@@ -220,8 +308,13 @@ class VLLMModel(SimpleResponsesAPIModel):
         """The key that pins this call to a replica: the rollout id, else the session id."""
         return self.rollout_id or self.session_id
 
-    async def post_backend(self, path: str, body: dict[str, Any]) -> tuple[UpstreamResponse, str]:
-        """POST to the rollout's replica (failing over to the others); the answer and the base URL used."""
+    async def post_backend(
+        self, path: str, body: dict[str, Any], stream: bool = False
+    ) -> tuple[UpstreamResponse, str]:
+        """POST to the rollout's replica (failing over to the others); the answer and the base URL used.
+
+        With ``stream`` a 2xx answer comes back unread (see :meth:`UpstreamHTTP.open_stream`).
+        """
         urls = await self.replica_urls()
         key = self.affinity_key()
         first = zlib.crc32(key.encode()) % len(urls) if key else 0
@@ -231,7 +324,8 @@ class VLLMModel(SimpleResponsesAPIModel):
             try:
                 # The sticky replica gets the full retry budget; failover targets one try each.
                 retries = None if attempt == 0 else 0
-                return await self.http.request("POST", base + path, body, connect_retries=retries), base
+                send = self.http.open_stream if stream else self.http.request
+                return await send("POST", base + path, body, connect_retries=retries), base
             except UpstreamError as exc:
                 if exc.kind == "timeout":
                     raise HTTPError(
@@ -279,6 +373,16 @@ class VLLMModel(SimpleResponsesAPIModel):
             if not answer.ok:
                 raise backend_http_error(answer, root, error_message(answer))
             completion["prompt_token_ids"] = parse_json(answer, root).get("tokens")
+
+
+async def _read(answer: UpstreamResponse, base: str) -> UpstreamResponse:
+    try:
+        await answer.read()
+    except UpstreamError as exc:
+        raise HTTPError(
+            504 if exc.kind == "timeout" else 502, f"backend {base}: {exc}", failure_class=exc.kind
+        ) from exc
+    return answer
 
 
 def parse_json(answer: UpstreamResponse, base: str) -> dict[str, Any]:
