@@ -167,6 +167,13 @@ UPSTREAM_FAILURE_CLASSES = {"unreachable": "unreachable", "not_found": "unreacha
 # input passed through), answered as such instead of as an infrastructure 502.
 CALLER_FAULT_STATUSES = frozenset({400, 413, 422})
 
+# Process-wide extras that code running inside a server process adds (the sandbox ledger):
+# counters shown in the liveness answer, and cleanups run when it stops, of a server that is its own process
+# (uvicorn re-raises SIGTERM after its graceful shutdown, so atexit handlers never run;
+# an embedded server leaves them to its host process).
+LIVENESS_METRICS: dict[str, Callable[[], Any]] = {}
+SHUTDOWN_CLEANUPS: dict[str, Callable[[], None]] = {}
+
 
 class SessionStore:
     """Per-rollout state by session id, with a TTL and a size bound.
@@ -333,7 +340,11 @@ class BaseServer:
 
     # ---- machinery -----------------------------------------------------------------------
     async def _liveness(self, request: Request) -> Response:
-        return json_response({"status": "ok", "server": self.name})
+        body: dict[str, Any] = {"status": "ok", "server": self.name}
+        if not getattr(self, "_embedded", True):  # process-wide numbers: only when this is the process
+            for key, metrics in LIVENESS_METRICS.items():
+                body[key] = metrics()
+        return json_response(body)
 
     def endpoint(
         self, handler: Callable[[Any], Awaitable[Any]], body_model_of: Callable[..., Any] | None = None
@@ -515,6 +526,7 @@ class BaseServer:
             self.build_app(), embedded=embedded, header_timeout_s=self.config.header_timeout_s
         )
         self.uvicorn_server = uv_server
+        self._embedded = embedded
         await self.on_startup()
         serve_task = asyncio.create_task(uv_server.serve(sockets=[sock]))
         try:
@@ -557,8 +569,19 @@ def make_uvicorn_server(
         timeout_keep_alive=75,
         backlog=4096,
     )
+
     if not embedded:
-        return uvicorn.Server(config)
+
+        class Server(uvicorn.Server):
+            async def shutdown(self, sockets: Any = None) -> None:
+                # Here, not after serve(): uvicorn re-raises a captured SIGTERM when serve() ends.
+                try:
+                    await super().shutdown(sockets)
+                finally:
+                    for cleanup in list(SHUTDOWN_CLEANUPS.values()):
+                        cleanup()
+
+        return Server(config)
 
     class EmbeddedServer(uvicorn.Server):
         @contextlib.contextmanager

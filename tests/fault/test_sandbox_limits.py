@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from resources_servers.code_gen.sandbox import CodeSandbox, RunStatus, SandboxLimits, resolve_run_as
+from nemo_gym.sandbox.isolation.runner import resolve_run_as
+from resources_servers.code_gen.sandbox import CodeSandbox, RunStatus, SandboxLimits
 
 WRITE_MANY = (
     "data = b'x' * (4 << 20)\n"
@@ -48,7 +49,7 @@ def test_a_program_under_the_quota_runs(open_work_root: str):
 @pytest.mark.skipif(os.geteuid() != 0, reason="only root switches to an unprivileged user")
 def test_code_runs_as_nobody_when_root_and_nobody_can_reach_it(open_work_root: str):
     python = shutil.which("python3", path="/usr/bin:/bin")
-    if python is None or resolve_run_as("auto", python, open_work_root) is None:
+    if python is None or resolve_run_as("auto", [python], open_work_root) is None:
         pytest.skip("no interpreter that user 'nobody' can reach on this machine")
     sandbox = CodeSandbox(work_root=open_work_root, python=python)
     result = asyncio.run(sandbox.run("import os; print(os.getuid(), os.geteuid())"))
@@ -65,9 +66,9 @@ def test_root_stays_root_with_a_warning_when_nobody_cannot_reach_the_work_root(
 ):
     private = tmp_path / "private"
     private.mkdir(mode=0o700)
-    with caplog.at_level("WARNING", logger="nemo_gym.code_gen"):
-        assert resolve_run_as("auto", "/usr/bin/python3", str(private)) is None
+    with caplog.at_level("WARNING", logger="nemo_gym.sandbox"):
+        assert resolve_run_as("auto", ["/usr/bin/python3"], str(private)) is None
     assert "cannot reach" in caplog.text
-    assert resolve_run_as(12345, "/usr/bin/python3", str(private))[0] == 12345
+    assert resolve_run_as(12345, ["/usr/bin/python3"], str(private))[0] == 12345
     with pytest.raises(ValueError, match="sandbox uid"):
-        resolve_run_as("root", "/usr/bin/python3", str(private))
+        resolve_run_as("root", ["/usr/bin/python3"], str(private))

@@ -1,7 +1,7 @@
 """The child side of a confined run: confine this process, then run what the job says in it.
 
 Started by :mod:`nemo_gym.sandbox.isolation.runner` as ``python -I -B child.py`` with the job
-(JSON) on stdin, in a fresh session (its own process group), as the user the runner chose. It
+(JSON) on stdin, in a fresh session (its own process group); it first switches to the job's user. It
 uses the standard library only and never imports the project: it must work under ``-I`` and
 after Landlock has closed the repository.
 
@@ -446,6 +446,11 @@ def _read_job() -> dict[str, Any]:
     while chunk := os.read(0, 1 << 20):
         chunks.append(chunk)
     job: dict[str, Any] = json.loads(b"".join(chunks))
+    if job.get("run_as"):
+        uid, gid = job["run_as"]
+        os.setgroups([])
+        os.setgid(gid)
+        os.setuid(uid)
     # The job came on stdin; what the code reads there is the job's stdin file (or nothing).
     fd = os.open(job.get("stdin_path") or os.devnull, os.O_RDONLY)
     os.dup2(fd, 0)

@@ -191,12 +191,11 @@ async def run_confined(
         "require": list(confinement.require),
         "stdin_path": stdin_path,
         "parent_pid": os.getpid(),
+        # The child switches user itself: uvloop's subprocess_exec has no user/group arguments.
+        "run_as": list(run_as) if run_as is not None else None,
         "run": run,
     }
     started = time.monotonic()
-    user: dict[str, Any] = {}
-    if run_as is not None:
-        user = {"user": run_as[0], "group": run_as[1], "extra_groups": []}
     proc = await asyncio.create_subprocess_exec(
         python or sys.executable,
         "-I",
@@ -209,7 +208,6 @@ async def run_confined(
         env={},
         start_new_session=True,
         limit=_READ_CHUNK,
-        **user,
     )
     if on_spawn is not None:
         on_spawn(proc.pid)
@@ -248,6 +246,10 @@ async def run_confined(
             on_exit(proc.pid)
     returncode = proc.returncode if proc.returncode is not None else -signal.SIGKILL
     stdout, stderr = await _finish_readers(out_task, err_task)
+    # A reader that stopped at the output cap left its pipe open; close it here, on this loop.
+    transport = getattr(proc, "_transport", None)
+    if transport is not None:
+        transport.close()
     return ConfinedOutcome(
         returncode,
         stdout,

@@ -1,0 +1,218 @@
+"""NeMo Gym's sandbox API (``nemo_gym.sandbox``) against the ``local`` provider: real confined
+processes, real files. The docker provider's contract is in ``test_sandbox_docker.py``."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from nemo_gym.sandbox import (
+    AsyncSandbox,
+    Sandbox,
+    SandboxEndpoint,
+    SandboxResources,
+    SandboxSpec,
+    SandboxStatus,
+    create_provider,
+    list_providers,
+    register_provider,
+    resolve_provider_config,
+    resolve_provider_metadata,
+    sandbox_counts,
+)
+from nemo_gym.sandbox.providers.local import LocalProvider
+from nemo_gym.sandbox.utils import CPU_CAP_ENV_VARS, cpu_cap_env
+
+# Where NeMo Gym 0.7.0's environments import sandbox names from.
+DOCUMENTED = {
+    "nemo_gym.sandbox": [
+        "AsyncSandbox",
+        "Sandbox",
+        "SandboxSpec",
+        "SandboxResources",
+        "SandboxExecResult",
+        "SandboxEndpoint",
+        "SandboxStatus",
+        "SandboxCreateError",
+        "create_provider",
+        "register_provider",
+        "list_providers",
+        "get_provider_class",
+        "resolve_provider_config",
+        "resolve_provider_metadata",
+        "SupportsSandboxPauseResume",
+        "SupportsSandboxEndpoint",
+        "rewrite_image",
+    ],
+    "nemo_gym.sandbox.config": ["resolve_provider_config", "resolve_provider_metadata"],
+    "nemo_gym.sandbox.utils": ["cpu_cap_env", "CPU_CAP_ENV_VARS", "rewrite_image"],
+    "nemo_gym.sandbox.providers.base": [
+        "ConnectableProvider",
+        "SandboxCreateError",
+        "SandboxExecResult",
+        "SandboxSpec",
+        "SandboxHandle",
+        "SandboxProvider",
+    ],
+    "nemo_gym.sandbox.providers.registry": ["create_provider"],
+    "nemo_gym.sandbox.providers.local": ["LocalProvider"],
+    "nemo_gym.sandbox.access": ["SandboxAccess", "DirectSandboxConnection"],
+}
+
+LOCAL = {"local": {"default_timeout_s": 20}}
+
+
+def test_every_documented_name_imports_from_its_path():
+    missing = [
+        f"{module}.{name}"
+        for module, names in DOCUMENTED.items()
+        for name in names
+        if not hasattr(importlib.import_module(module), name)
+    ]
+    assert missing == []
+    assert {"local", "docker", "podman"} <= set(list_providers())
+
+
+def test_provider_configs_resolve_by_name_or_inline_and_errors_say_what_is_wrong():
+    merged = {
+        "sandbox": {"local": {"shell": "/bin/sh"}, "default_metadata": {"sandbox-api": "x"}},
+        "other": 3,
+    }
+    assert resolve_provider_config("sandbox", merged) == {"local": {"shell": "/bin/sh"}}
+    assert resolve_provider_metadata("sandbox", merged) == {"sandbox-api": "x"}
+    assert resolve_provider_config({"local": {}}) == {"local": {}}
+    assert resolve_provider_metadata({"local": {}}) == {}
+    with pytest.raises(ValueError, match=r"'sandboxx' is not defined.*Available sandbox configs: 'sandbox'"):
+        resolve_provider_config("sandboxx", merged)
+    with pytest.raises(ValueError, match="exactly one provider key"):
+        resolve_provider_config({"local": {}, "docker": {}})
+    with pytest.raises(TypeError, match="sandbox_provider must be"):
+        resolve_provider_config(3)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="Unknown sandbox provider 'nope'. Available providers: .*local"):
+        create_provider({"nope": {}})
+    with pytest.raises(ValueError, match="already registered"):
+        register_provider("local", LocalProvider)
+
+
+def test_spec_and_resources_validate_like_nemo_gym():
+    spec = SandboxSpec(resources={"cpu": 2, "memory_mib": "512"}, ports=["8080", 9000])
+    assert spec.resources == SandboxResources(cpu=2.0, memory_mib=512)
+    assert spec.ports == (8080, 9000)
+    with pytest.raises(ValueError, match="Unknown sandbox resource keys: ram"):
+        SandboxSpec(resources={"ram": 1})
+    with pytest.raises(ValueError, match="Duplicate sandbox TCP port: 80"):
+        SandboxSpec(ports=[80, 80])
+    with pytest.raises(ValueError, match="between 1 and 65535"):
+        SandboxSpec(ports=[0])
+    with pytest.raises(ValueError, match="absolute URL"):
+        SandboxEndpoint("localhost")
+    assert cpu_cap_env(None) == {} and set(cpu_cap_env(2.7)) == set(CPU_CAP_ENV_VARS)
+    assert set(cpu_cap_env(0.5).values()) == {"1"}
+
+
+async def test_local_sandbox_lifecycle_files_exec_and_counts(tmp_path: Path):
+    before = sandbox_counts()
+    spec = SandboxSpec(workdir="/workspace", env={"GREETING": "hi"}, files={"src/a.txt": "from spec"})
+    async with AsyncSandbox(LOCAL, spec) as box:
+        assert await box.status() is SandboxStatus.UNKNOWN
+        started = time.perf_counter()
+        await box.start()
+        assert time.perf_counter() - started < 2.0  # a directory, not a container
+        assert await box.status() is SandboxStatus.RUNNING
+        result = await box.exec(
+            "cat src/a.txt; echo; echo $GREETING $EXTRA; echo err >&2; exit 3", env={"EXTRA": "x"}
+        )
+        assert (result.stdout, result.stderr, result.return_code, result.error_type) == (
+            "from spec\nhi x\n",
+            "err\n",
+            3,
+            None,
+        )
+        (tmp_path / "in.txt").write_text("uploaded")
+        await box.upload(tmp_path / "in.txt", "/workspace/deep/dir/in.txt")  # the workdir maps to the tree
+        result = await box.exec("cat in.txt && cp in.txt out.txt", cwd="/workspace/deep/dir")
+        assert result.stdout == "uploaded" and result.return_code == 0
+        await box.download("deep/dir/out.txt", tmp_path / "got" / "out.txt")
+        assert (tmp_path / "got" / "out.txt").read_text() == "uploaded"
+        with pytest.raises(PermissionError, match="outside the local sandbox's working tree"):
+            await box.upload(tmp_path / "in.txt", "/etc/cron.d/x")
+        with pytest.raises(ValueError, match="not declared in SandboxSpec.ports"):
+            await box.endpoint(8080)
+        assert sandbox_counts()["active"] == before["active"] + 1
+    assert await box.status() is SandboxStatus.STOPPED
+    after = sandbox_counts()
+    assert (after["started"] - before["started"], after["stopped"] - before["stopped"]) == (1, 1)
+    with pytest.raises(RuntimeError, match="Sandbox has been stopped"):
+        await box.start()
+
+
+async def test_limits_from_the_spec_are_enforced():
+    spec = SandboxSpec(resources={"memory_mib": 256, "disk_gib": 1})
+    provider = LocalProvider(default_timeout_s=20, disk_mib=8)
+    async with AsyncSandbox(provider, spec) as box:
+        await box.start()
+        memory = await box.exec("python3 -c 'x = bytearray(1 << 30)'")
+        assert memory.return_code != 0 and "MemoryError" in (memory.stderr or "")
+        started = time.perf_counter()
+        slow = await box.exec("sleep 37.25 & sleep 37.25; echo never", timeout_s=1)
+        assert slow.error_type == "timeout" and slow.return_code == 125 and "never" not in (slow.stdout or "")
+        assert time.perf_counter() - started < 8
+        assert not _processes_running("sleep 37.25")  # the whole group is gone, the background one too
+    # disk_gib from the spec wins over the provider's default: 1 GiB here, 8 MiB below
+    async with AsyncSandbox(provider, SandboxSpec()) as small:
+        await small.start()
+        many = "for i in $(seq 100); do head -c 1000000 /dev/zero > f$i; sleep 0.01; done; echo done"
+        full = await small.exec(many, timeout_s=20)
+        assert (full.error_type, full.return_code) == ("disk_quota", 125)
+        assert "done" not in (full.stdout or "") and "8 MiB" in (full.stderr or "")
+
+
+async def test_pause_stops_running_commands_and_resume_lets_them_finish():
+    async with AsyncSandbox(LOCAL, SandboxSpec()) as box:
+        await box.start()
+        run = asyncio.create_task(
+            box.exec("for i in 1 2 3 4 5 6; do echo $i >> ticks; sleep 0.1; done; echo ok")
+        )
+        await asyncio.sleep(0.3)
+        await box.pause()
+        assert await box.status() is SandboxStatus.PAUSED
+        with pytest.raises(RuntimeError, match="paused"):
+            await box.exec("true")
+        await asyncio.sleep(0.5)
+        ticks = (await asyncio.to_thread(_read_ticks, box)).count("\n")
+        await box.resume()
+        assert (await run).stdout == "ok\n"
+        assert ticks < 6
+
+
+def _read_ticks(box: AsyncSandbox) -> str:
+    tree = box._require_handle().raw.tree
+    return Path(tree, "ticks").read_text() if Path(tree, "ticks").exists() else ""
+
+
+async def test_a_sandbox_is_stopped_at_its_ttl():
+    box = AsyncSandbox(LOCAL, SandboxSpec(ttl_s=0.3))
+    await box.start()
+    tree = box._require_handle().raw.root
+    await asyncio.sleep(1.0)
+    assert await box.status() is SandboxStatus.STOPPED
+    assert not os.path.exists(tree)
+
+
+def test_the_blocking_sandbox_does_the_same():
+    with Sandbox(LOCAL, SandboxSpec(files={"x": "1"})) as box:
+        box.start()
+        assert box.exec("cat x").stdout == "1"
+        assert box.status() is SandboxStatus.RUNNING
+    assert box.status() is SandboxStatus.STOPPED
+
+
+def _processes_running(pattern: str) -> bool:
+    import psutil
+
+    return any(pattern in " ".join(p.info["cmdline"] or []) for p in psutil.process_iter(["cmdline"]))
