@@ -12,3 +12,21 @@ from pathlib import Path as _Path
 # resources_servers/, responses_api_models/, ...). verifiers finds bundled configs through PARENT_DIR.
 ROOT_DIR = _Path(__file__).resolve().parent
 PARENT_DIR = ROOT_DIR.parent
+# Where NeMo Gym keeps downloads and run outputs: under the project root of a checkout, under the
+# working directory otherwise (an installed package's parent is site-packages).
+_WORKING_DIR = PARENT_DIR if (PARENT_DIR / "pyproject.toml").is_file() else _Path.cwd()
+CACHE_DIR = _WORKING_DIR / "cache"
+RESULTS_DIR = _WORKING_DIR / "results"
+
+
+def _resolve_under_cwd_or_install(rel_path: "str | _Path") -> _Path:
+    """A path to read: absolute as given; relative, under the working directory if it exists
+    there, else under the project root (``PARENT_DIR``, where the bundled servers live), else as
+    given relative to the working directory (so an error names the user's own location)."""
+    path = _Path(rel_path)
+    if path.is_absolute():
+        return path
+    for root in (_Path.cwd(), PARENT_DIR):
+        if (root / path).exists():
+            return root / path
+    return _Path.cwd() / path

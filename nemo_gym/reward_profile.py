@@ -11,8 +11,11 @@ where the signal is. Printed as a table (hardest first) and written as JSON.
 from __future__ import annotations
 
 import json
+import math
+import re
 import statistics
-from collections.abc import Iterable, Mapping
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +23,7 @@ from typing import Any
 from nemo_gym.cli import console_command
 from nemo_gym.collection_io import TASK_INDEX_KEY, iter_jsonl
 from nemo_gym.config import ConfigError, load_config
+from nemo_gym.metrics import pass_at_k
 from nemo_gym.response_items import content_text
 
 PROMPT_PREVIEW_CHARS = 50
@@ -196,3 +200,202 @@ def _profile_command(argv: list[str]) -> int:
 
 
 ng_reward_profile = console_command(_profile_command, "ng_reward_profile")
+
+
+# ---- NeMo Gym's metric helpers for an environment's own compute_metrics() ----------------------
+# NeMo Gym environments override ``compute_metrics(tasks)`` / ``get_key_metrics(agent_metrics)``
+# and build their numbers with these helpers. ``tasks[i]`` is the list of verify answers of
+# task i, in rollout order. Scores are percentages (0-100), as in our own aggregate metrics.
+
+STD_DEV_ACROSS_RUNS_SUFFIX = "/std_dev_across_runs"
+STD_ERR_ACROSS_RUNS_SUFFIX = "/std_err_across_runs"
+AVG_SAMPLE_STD_DEV_SUFFIX = "/avg_sample_std_dev"
+_STAT_SUFFIXES = (STD_DEV_ACROSS_RUNS_SUFFIX, STD_ERR_ACROSS_RUNS_SUFFIX, AVG_SAMPLE_STD_DEV_SUFFIX)
+
+ScoreFn = Callable[[dict[str, Any]], Mapping[str, Any]]
+TaskScores = list[list[dict[str, float]]]
+
+
+def _task_scores(
+    tasks: list[list[dict[str, Any]]], score_fn: ScoreFn, answer_key: str | None
+) -> tuple[TaskScores, list[list[Any]]]:
+    """Per task, per rollout: the named scores (booleans as 0/1, ``no_answer`` when answers count)."""
+    scores: TaskScores = []
+    answers: list[list[Any]] = []
+    for rollouts in tasks:
+        task_scores, task_answers = [], []
+        for rollout in rollouts:
+            named = {name: int(v) if isinstance(v, bool) else v for name, v in score_fn(rollout).items()}
+            if answer_key is not None:
+                answer = rollout.get(answer_key)
+                task_answers.append(answer)
+                named["no_answer"] = 1 if answer is None else 0
+            task_scores.append(named)
+        scores.append(task_scores)
+        answers.append(task_answers)
+    return scores, answers
+
+
+def _majority_of(pairs: list[tuple[Any, float]]) -> float:
+    """The score of the most frequent (answer, score) pair; tied pairs share their mean score."""
+    if not pairs:
+        return 0.0
+    counts = Counter(pairs)
+    top = max(counts.values())
+    tied = [score for (_, score), count in counts.items() if count == top]
+    return sum(tied) / len(tied)
+
+
+def compute_pass_majority_metrics(
+    tasks: list[list[dict[str, Any]]],
+    score_fn: ScoreFn | None = None,
+    answer_key: str | None = None,
+) -> tuple[dict[str, Any], TaskScores, list[str], int]:
+    """pass@k, pass@1[avg-of-k], majority@k and run-to-run spread for every score, k = 1..max.
+
+    ``score_fn(rollout)`` names the scores of one rollout (default ``{"accuracy": reward}``).
+    With ``answer_key``, rollouts are also voted on by their answer (``majority@{k}/<score>``)
+    and a ``no_answer`` score (1 when the answer is missing) is added. A binary score's pass@k
+    is the unbiased estimator over all of a task's rollouts; another score's is the best of its
+    first k. ``per_sample_aggregate`` maps each score to its per-run means (run r = every
+    task's r-th rollout), and ``pass@1[avg-of-k]/<score>/std_dev_across_runs`` and
+    ``.../std_err_across_runs`` are the spread of the first k runs.
+
+    Returns ``(metrics, scores_per_task, score_names, max_k)``; the last three feed
+    :func:`add_avg_sample_std_dev`.
+    """
+    if not tasks:
+        return {}, [], [], 0
+    score_fn = score_fn or (lambda rollout: {"accuracy": rollout["reward"]})
+    scores, answers = _task_scores(tasks, score_fn, answer_key)
+    names = sorted({name for task in scores for rollout in task for name in rollout})
+    max_k = max(len(task) for task in tasks)
+    metrics: dict[str, Any] = {}
+    for k in range(1, max_k + 1):
+        for name in names:
+            passes, firsts, majorities = [], [], []
+            for task, task_answers in zip(scores, answers, strict=True):
+                values = [rollout[name] for rollout in task if name in rollout]
+                if values and k <= len(values):
+                    if all(v in (0, 1) for v in values):
+                        passes.append(pass_at_k(len(values), sum(1 for v in values if v), k))
+                    else:
+                        passes.append(max(values[:k]))
+                head = [rollout[name] for rollout in task[:k] if name in rollout]
+                if head:
+                    firsts.append(sum(head) / len(head))
+                if answer_key is not None:
+                    pairs = [
+                        (a, r[name])
+                        for a, r in zip(task_answers[:k], task[:k], strict=False)
+                        if a is not None and name in r
+                    ]
+                    majorities.append(_majority_of(pairs))
+            if passes:
+                metrics[f"pass@{k}/{name}"] = 100.0 * sum(passes) / len(passes)
+            if firsts:
+                metrics[f"pass@1[avg-of-{k}]/{name}"] = 100.0 * sum(firsts) / len(firsts)
+            if majorities:
+                metrics[f"majority@{k}/{name}"] = 100.0 * sum(majorities) / len(majorities)
+
+    per_run: dict[str, list[float]] = {}
+    for run in range(max_k):
+        for name in names:
+            values = [task[run][name] for task in scores if run < len(task) and name in task[run]]
+            if values:
+                per_run.setdefault(name, []).append(100.0 * sum(values) / len(values))
+    metrics["per_sample_aggregate"] = per_run
+    for k in range(2, max_k + 1):
+        for name in names:
+            runs = per_run.get(name, [])[:k]
+            if len(runs) >= 2:
+                std_dev = statistics.stdev(runs)
+                metrics[f"pass@1[avg-of-{k}]/{name}{STD_DEV_ACROSS_RUNS_SUFFIX}"] = std_dev
+                metrics[f"pass@1[avg-of-{k}]/{name}{STD_ERR_ACROSS_RUNS_SUFFIX}"] = std_dev / math.sqrt(
+                    len(runs)
+                )
+    return metrics, scores, names, max_k
+
+
+def add_avg_sample_std_dev(
+    metrics: dict[str, Any], all_score_dicts: TaskScores, score_names: list[str], max_k: int
+) -> None:
+    """Add ``pass@1[avg-of-k]/<score>/avg_sample_std_dev`` to ``metrics``: the mean over tasks of
+    the standard deviation of each task's first k scores (the spread within a task)."""
+    for k in range(2, max_k + 1):
+        for name in score_names:
+            spreads = [
+                statistics.stdev(values)
+                for task in all_score_dicts
+                if len(values := [rollout[name] for rollout in task[:k] if name in rollout]) >= 2
+            ]
+            if spreads:
+                metrics[f"pass@1[avg-of-{k}]/{name}{AVG_SAMPLE_STD_DEV_SUFFIX}"] = sum(spreads) / len(spreads)
+
+
+def compute_subset_metrics(
+    tasks: list[list[dict[str, Any]]],
+    subset_key: str,
+    score_fn: ScoreFn | None = None,
+    answer_key: str | None = None,
+) -> dict[str, Any]:
+    """:func:`compute_pass_majority_metrics` per value of ``subset_key``, as ``<value>/<metric>``.
+
+    A task's subset is the first truthy ``subset_key`` among its rollouts (a rollout that never
+    ran may lack it); tasks without one are left out.
+    """
+    subsets: dict[Any, list[list[dict[str, Any]]]] = {}
+    for rollouts in tasks:
+        value = next((r[subset_key] for r in rollouts if r.get(subset_key)), None)
+        if value:
+            subsets.setdefault(value, []).append(rollouts)
+    out: dict[str, Any] = {}
+    for value, subset in subsets.items():
+        metrics, _, _, _ = compute_pass_majority_metrics(subset, score_fn=score_fn, answer_key=answer_key)
+        out.update({f"{value}/{key}": v for key, v in metrics.items() if key != "per_sample_aggregate"})
+    return out
+
+
+def highest_k_metrics(
+    agent_metrics: Mapping[str, Any],
+    pattern: str,
+    score_names: list[str] | None = None,
+    exclude_names: list[str] | None = None,
+) -> dict[str, Any]:
+    """The entries of ``agent_metrics`` matching ``pattern`` (``{k}`` marks k) at the largest k.
+
+    ``highest_k_metrics(m, "pass@{k}", score_names=["accuracy"])`` gives ``{"pass@32/accuracy": ...}``
+    when 32 is the largest k. Spread statistics (``.../std_dev_across_runs`` ...) are never
+    returned; ``score_names`` keeps only those scores, ``exclude_names`` drops some.
+    """
+    regex = re.compile("^" + re.escape(pattern).replace(r"\{k\}", r"(\d+)") + "/(.+)$")
+    found: list[tuple[int, str]] = []
+    for key in agent_metrics:
+        match = regex.match(key)
+        if not match or match.group(2).endswith(tuple(s.lstrip("/") for s in _STAT_SUFFIXES)):
+            continue
+        name = match.group(2)
+        if (score_names is not None and name not in score_names) or (exclude_names and name in exclude_names):
+            continue
+        found.append((int(match.group(1)), key))
+    if not found:
+        return {}
+    top = max(k for k, _ in found)
+    return {key: agent_metrics[key] for k, key in found if k == top}
+
+
+class AggregateMetricsMixin:
+    """The hooks a NeMo Gym server overrides to shape its ``/aggregate_metrics`` answer."""
+
+    def compute_metrics(self, tasks: list[list[dict[str, Any]]]) -> dict[str, Any]:
+        """Extra metrics over the whole run (``tasks[i]``: task i's verify answers), merged into
+        ``agent_metrics``. Default: none."""
+        return {}
+
+    def compute_repeat_metrics(self, tasks: list[list[dict[str, Any]]]) -> dict[str, Any]:
+        """Extra metrics of one repeat (run) alone. Default: none."""
+        return {}
+
+    def get_key_metrics(self, agent_metrics: dict[str, Any]) -> dict[str, Any]:
+        """The headline metrics. Default: every ``mean/*`` entry."""
+        return {k: v for k, v in agent_metrics.items() if k.startswith("mean/")}

@@ -281,7 +281,14 @@ class RolloutCollectionHelper:
             outcome.failure_class, outcome.error = "agent_error", _clip(f"{type(exc).__name__}: {exc}")
         else:
             reward = result.get("reward") if isinstance(result, dict) else None
-            if isinstance(reward, bool) or not isinstance(reward, int | float) or not math.isfinite(reward):
+            named_failure = result.get(FAILURE_CLASS_KEY) if isinstance(result, dict) else None
+            if isinstance(named_failure, str) and named_failure:
+                # A verify answer that names its own failure (NeMo Gym's judge_failsafe row:
+                # reward 0.0 with _ng_failure_class) is a failure, never a reward of 0.
+                outcome.failure_class = named_failure
+                reason = result.get("_ng_failure_judge_error") or result.get("failure_reason") or ""
+                outcome.error = _clip(f"{agent}/run: the verifier reported {named_failure}: {reason}")
+            elif isinstance(reward, bool) or not isinstance(reward, int | float) or not math.isfinite(reward):
                 outcome.failure_class = "agent_error"
                 outcome.error = _clip(f"{agent}/run answered without a numeric reward: {str(result)[:500]}")
             else:

@@ -1,0 +1,286 @@
+"""NeMo Gym's secondary public modules at their paths: judge, reward_profile's helpers,
+episode_types, failure_kinds, prompt, and the package-level names."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import BaseModel, ConfigDict, ValidationError
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+import nemo_gym
+from nemo_gym.episode_types import BaseEpisodeResponse, EpisodeFailure, EpisodeId, TaskId
+from nemo_gym.failure_kinds import FAILURE_KINDS, JUDGE_FAILED, is_namespaced, validate_failure_kind
+from nemo_gym.judge import JudgeError, call_judge, judge_failsafe, reraise_judge_errors
+from nemo_gym.prompt import (
+    PromptConfig,
+    apply_prompt_to_row,
+    fill_prompt,
+    load_prompt_config,
+    validate_prompt_compatibility,
+)
+from nemo_gym.reward_profile import (
+    AggregateMetricsMixin,
+    add_avg_sample_std_dev,
+    compute_pass_majority_metrics,
+    compute_subset_metrics,
+    highest_k_metrics,
+)
+from nemo_gym.rollout_collection import RolloutCollectionHelper
+from nemo_gym.server_client import ServerClient as CollectorClient
+from nemo_gym.server_utils import ServerClient
+from nemo_gym.testing import running_app
+
+
+class JudgeAnswer(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    output: list[dict[str, Any]]
+
+
+async def judge_endpoint(request: Request) -> Response:
+    body = await request.json()
+    if body.get("input") == "fail":
+        return JSONResponse({"error": "judge overloaded"}, status_code=503)
+    return JSONResponse({"output": [{"type": "message", "content": [{"text": "[[A=B]] " + body["input"]}]}]})
+
+
+JUDGE_APP = Starlette(routes=[Route("/v1/responses", judge_endpoint, methods=["POST"])])
+
+
+def test_call_judge_parses_the_answer_and_turns_every_call_failure_into_judge_error() -> None:
+    async def scenario(judge_url: str) -> None:
+        client = ServerClient(
+            static_urls={"judge": judge_url, "gone": "http://127.0.0.1:9"}, connect_retries=1
+        )
+        try:
+            answer = await call_judge(
+                client,
+                server_name="judge",
+                url_path="/v1/responses",
+                json={"input": "hi"},
+                response_model=JudgeAnswer,
+            )
+            assert answer.output[0]["content"][0]["text"] == "[[A=B]] hi"
+            with pytest.raises(JudgeError, match=r"answered HTTP 503: .*judge overloaded"):
+                await call_judge(
+                    client,
+                    server_name="judge",
+                    url_path="/v1/responses",
+                    json={"input": "fail"},
+                    response_model=JudgeAnswer,
+                )
+            with pytest.raises(JudgeError, match="ServerCallError"):
+                await call_judge(
+                    client,
+                    server_name="gone",
+                    url_path="/v1/responses",
+                    json={"input": "x"},
+                    response_model=JudgeAnswer,
+                )
+
+            class Strict(BaseModel):
+                verdict: str
+
+            with pytest.raises(JudgeError, match="ValidationError"):
+                await call_judge(
+                    client,
+                    server_name="judge",
+                    url_path="/v1/responses",
+                    json={"input": "x"},
+                    response_model=Strict,
+                )
+        finally:
+            await client.close()
+
+    with running_app(JUDGE_APP) as url:
+        asyncio.run(scenario(url))
+
+
+class VerifyRequest(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    response: dict[str, Any]
+    expected_answer: str
+
+
+def test_judge_failsafe_answers_a_judge_failed_row_and_lets_other_errors_through() -> None:
+    async def verify(body: VerifyRequest) -> dict[str, Any]:
+        if body.expected_answer == "bug":
+            raise KeyError("not a judge failure")
+        await reraise_judge_errors(asyncio.sleep(0, result=None))
+        await reraise_judge_errors(_raise(ConnectionError("judge down")))
+        return {"reward": 1.0}
+
+    async def _raise(exc: Exception) -> None:
+        raise exc
+
+    request = VerifyRequest(response={"output": []}, expected_answer="4", instance_config={"seed": 1})
+    answer = asyncio.run(judge_failsafe(verify)(body=request))
+    row = json.loads(answer.body)
+    assert row["reward"] == 0.0 and row["mask_sample"] is True
+    assert row["_ng_failure_class"] == row["failure_kind"] == JUDGE_FAILED
+    assert row["_ng_failure_judge_error"] == row["failure_reason"] == "ConnectionError: judge down"
+    assert row["instance_config"] == {"seed": 1, "mask_sample": True}
+    assert row["expected_answer"] == "4" and row["response"] == {"output": []}
+    # Positional body too; and the wrapper keeps the signature a web framework reads.
+    assert json.loads(asyncio.run(judge_failsafe(verify)(request)).body)["reward"] == 0.0
+    assert judge_failsafe(verify).__wrapped__ is verify  # type: ignore[attr-defined]
+    with pytest.raises(KeyError):
+        asyncio.run(judge_failsafe(verify)(body=VerifyRequest(response={}, expected_answer="bug")))
+
+
+def test_a_judge_failed_verify_row_is_a_failure_for_the_collector_not_a_reward() -> None:
+    failsafe_row = {
+        "reward": 0.0,
+        "mask_sample": True,
+        "_ng_failure_class": "judge_failed",
+        "_ng_failure_judge_error": "judge down",
+    }
+
+    async def run(_: Request) -> Response:
+        return JSONResponse(failsafe_row)
+
+    async def scenario(url: str) -> None:
+        client = CollectorClient(static_urls={"agent": url}, connect_retries=1)
+        try:
+            helper = RolloutCollectionHelper()
+            outcome = await helper.run_one(
+                {"responses_create_params": {"input": "q"}}, client=client, agent_name="agent"
+            )
+        finally:
+            await client.close()
+        assert outcome.result is None
+        assert outcome.failure_class == "judge_failed"
+        assert "judge down" in (outcome.error or "")
+
+    # The collector prefixes the path with the rollout id (/ng-rollout/<id>/run).
+    routes = [Route("/run", run, methods=["POST"]), Route("/ng-rollout/{rid}/run", run, methods=["POST"])]
+    with running_app(Starlette(routes=routes)) as url:
+        asyncio.run(scenario(url))
+
+
+def rollouts(*rewards: float, answers: list[Any] | None = None) -> list[dict[str, Any]]:
+    answers = answers or [None] * len(rewards)
+    return [{"reward": r, "answer": a} for r, a in zip(rewards, answers, strict=True)]
+
+
+def test_compute_pass_majority_metrics_values() -> None:
+    tasks = [
+        rollouts(1, 0, 0, 1, answers=["a", "b", "b", "a"]),
+        rollouts(0, 0, 0, 0, answers=["c", None, "c", "d"]),
+    ]
+    metrics, scores, names, max_k = compute_pass_majority_metrics(tasks, answer_key="answer")
+    assert (names, max_k) == (["accuracy", "no_answer"], 4)
+    assert scores[1][1] == {"accuracy": 0, "no_answer": 1}
+    # task 1: 2 of 4 correct -> pass@2 = 1 - C(2,2)/C(4,2) = 5/6; task 2: 0.
+    assert metrics["pass@2/accuracy"] == pytest.approx(100 * (5 / 6) / 2)
+    assert metrics["pass@1/accuracy"] == pytest.approx(25.0)
+    assert metrics["pass@1[avg-of-4]/accuracy"] == pytest.approx(25.0)
+    assert metrics["pass@1[avg-of-1]/accuracy"] == pytest.approx(50.0)
+    # majority@4: task 1 ties a (2, score 1) and b (2, score 0) -> 0.5; task 2 votes c -> 0.
+    assert metrics["majority@4/accuracy"] == pytest.approx(25.0)
+    assert metrics["pass@1/no_answer"] == pytest.approx(12.5)
+    assert metrics["per_sample_aggregate"]["accuracy"] == [50.0, 0.0, 0.0, 50.0]
+    runs = [50.0, 0.0, 0.0, 50.0]
+    assert metrics["pass@1[avg-of-4]/accuracy/std_dev_across_runs"] == pytest.approx(_stdev(runs))
+    assert metrics["pass@1[avg-of-4]/accuracy/std_err_across_runs"] == pytest.approx(_stdev(runs) / 2)
+    add_avg_sample_std_dev(metrics, scores, names, max_k)
+    assert metrics["pass@1[avg-of-2]/accuracy/avg_sample_std_dev"] == pytest.approx(_stdev([1, 0]) / 2)
+    # A continuous score's pass@k is the best of the first k.
+    cont, _, _, _ = compute_pass_majority_metrics([rollouts(0.2, 0.7, 0.5)])
+    assert cont["pass@2/accuracy"] == pytest.approx(70.0) and cont["pass@1/accuracy"] == pytest.approx(20.0)
+    assert compute_pass_majority_metrics([]) == ({}, [], [], 0)
+
+
+def _stdev(values: list[float]) -> float:
+    mean = sum(values) / len(values)
+    return math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+
+
+def test_subset_and_highest_k_metrics() -> None:
+    tasks = [
+        [{"reward": 1, "level": "easy"}, {"reward": 1, "level": "easy"}],
+        [{"reward": 0}, {"reward": 0, "level": "hard"}],
+        [{"reward": 1}],
+    ]
+    subsets = compute_subset_metrics(tasks, "level", score_fn=lambda r: {"correct": r["reward"] == 1})
+    assert subsets["easy/pass@1/correct"] == 100.0 and subsets["hard/pass@2/correct"] == 0.0
+    assert not any(k.startswith("None/") or "per_sample_aggregate" in k for k in subsets)
+    metrics = {
+        "pass@1/accuracy": 1.0,
+        "pass@8/accuracy": 2.0,
+        "pass@8/no_answer": 3.0,
+        "pass@1[avg-of-8]/accuracy": 4.0,
+        "pass@1[avg-of-8]/accuracy/std_dev_across_runs": 5.0,
+        "majority@8/accuracy": 6.0,
+    }
+    assert highest_k_metrics(metrics, "pass@{k}") == {"pass@8/accuracy": 2.0, "pass@8/no_answer": 3.0}
+    assert highest_k_metrics(metrics, "pass@{k}", exclude_names=["no_answer"]) == {"pass@8/accuracy": 2.0}
+    assert highest_k_metrics(metrics, "pass@1[avg-of-{k}]") == {"pass@1[avg-of-8]/accuracy": 4.0}
+    assert highest_k_metrics(metrics, "majority@{k}", score_names=["other"]) == {}
+
+
+def test_aggregate_metrics_mixin_defaults() -> None:
+    mixin = AggregateMetricsMixin()
+    assert mixin.compute_metrics([[{"reward": 1}]]) == {} and mixin.compute_repeat_metrics([]) == {}
+    assert mixin.get_key_metrics({"mean/reward": 0.5, "pass@1/accuracy": 1.0}) == {"mean/reward": 0.5}
+
+
+def test_episode_types_and_failure_kinds(caplog: pytest.LogCaptureFixture) -> None:
+    assert EpisodeId(rollout_id="r.1", attempt=2).capture_key == "r.1-a2"
+    assert EpisodeId(rollout_id="r1").capture_key == "r1"
+    for bad in ({"rollout_id": "r-a3"}, {"rollout_id": "-x"}, {"rollout_id": "r", "attempt": -1}):
+        with pytest.raises(ValidationError):
+            EpisodeId(**bad)
+    task = TaskId(taskset="env:train", task_id="7")
+    failure = EpisodeFailure(failure_reason="sandbox died", terminal=False)
+    assert failure.model_dump() == {"failure_reason": "sandbox died", "terminal": False}
+    assert (
+        BaseEpisodeResponse[dict](episode_id=EpisodeId(rollout_id="r"), task_id=task, failure=failure).result
+        is None
+    )
+    with pytest.raises(ValidationError, match="exactly one of result or failure"):
+        BaseEpisodeResponse[dict](episode_id=EpisodeId(rollout_id="r"), task_id=task)
+    assert len(FAILURE_KINDS) == 22 and JUDGE_FAILED in FAILURE_KINDS
+    assert is_namespaced("my_env:bad_tool") and not is_namespaced("Bad:x")
+    with caplog.at_level(logging.WARNING, logger="nemo_gym.failure_kinds"):
+        assert validate_failure_kind("odd_kind_xyz") == "odd_kind_xyz"
+        validate_failure_kind("odd_kind_xyz")
+    assert sum("odd_kind_xyz" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_prompt_templates(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "p.yaml").write_text("system: 'Answer {{in braces}}.'\nuser: 'Q: {question}'\n")
+    monkeypatch.chdir(tmp_path)
+    config = load_prompt_config("p.yaml")
+    assert config == PromptConfig(system="Answer {{in braces}}.", user="Q: {question}")
+    row = {"question": "2+2?", "responses_create_params": {"temperature": 0.5}}
+    assert fill_prompt(config, row) == [
+        {"role": "system", "content": "Answer {in braces}."},
+        {"role": "user", "content": "Q: 2+2?"},
+    ]
+    applied = apply_prompt_to_row(row, config)
+    assert applied["responses_create_params"]["temperature"] == 0.5
+    assert applied["responses_create_params"]["input"][1]["content"] == "Q: 2+2?"
+    assert "input" not in row["responses_create_params"]  # the row itself is left alone
+    with pytest.raises(KeyError, match="needs field 'question'"):
+        fill_prompt(config, {"other": 1})
+    with pytest.raises(ValueError, match=r"rows: \[1\]"):
+        validate_prompt_compatibility([row, {"responses_create_params": {"input": "x"}}], config)
+
+
+def test_package_level_names() -> None:
+    assert nemo_gym.PARENT_DIR == Path(nemo_gym.__file__).resolve().parent.parent
+    assert nemo_gym.CACHE_DIR.name == "cache" and nemo_gym.RESULTS_DIR.name == "results"
+    assert nemo_gym._resolve_under_cwd_or_install("pyproject.toml").is_file()
+    assert nemo_gym._resolve_under_cwd_or_install("/abs/x") == Path("/abs/x")
