@@ -33,7 +33,7 @@ from urllib.parse import urlsplit
 import orjson
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from nemo_gym.protocol import AUTH_HEADER
+from nemo_gym.serving.protocol import AUTH_HEADER
 
 # Extra host names every server in this process answers to (comma-separated), on top of its config.
 ENV_ALLOWED_HOSTS = "NEMO_GYM_ALLOWED_HOSTS"

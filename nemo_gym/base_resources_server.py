@@ -36,9 +36,9 @@ from typing import Any, ClassVar, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from starlette.routing import Route
 
-from nemo_gym.protocol import MCP_METADATA_KEY, MCP_SESSION_TOKEN_HEADER, RESERVED_MCP_TOOL_NAMES  # noqa: F401
 from nemo_gym.response_items import create_params_shape_errors, response_shape_errors
-from nemo_gym.server import BaseServer, BaseServerConfig, body_model
+from nemo_gym.serving.protocol import MCP_METADATA_KEY, MCP_SESSION_TOKEN_HEADER, RESERVED_MCP_TOOL_NAMES  # noqa: F401
+from nemo_gym.serving.server import BaseServer, BaseServerConfig, body_model
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -158,7 +158,7 @@ class SimpleResourcesServer(BaseServer):
 
     def compute_metrics(self, verify_responses: list[dict[str, Any]]) -> dict[str, Any]:
         """Aggregate metrics over verify answers: ``{agent_metrics, key_metrics, group_level_metrics}``."""
-        from nemo_gym.metrics import compute_aggregate_metrics
+        from nemo_gym.collection.metrics import compute_aggregate_metrics
 
         metrics = compute_aggregate_metrics(verify_responses, answer_field=self.answer_field)
         metrics["key_metrics"] = self.get_key_metrics(metrics["agent_metrics"], metrics["key_metrics"])
@@ -239,8 +239,8 @@ class SimpleResourcesServer(BaseServer):
         return cached
 
     def _aggregate_metrics_endpoint(self) -> Callable[[Any], Any]:
-        from nemo_gym.aggregate_endpoint import aggregate_endpoint
-        from nemo_gym.streaming_metrics import MetricsAccumulator
+        from nemo_gym.collection.aggregate_endpoint import aggregate_endpoint
+        from nemo_gym.collection.streaming_metrics import MetricsAccumulator
 
         # An environment with its own compute_metrics gets every row as a list, as before;
         # the default streams rows through an accumulator in bounded memory.

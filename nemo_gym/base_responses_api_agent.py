@@ -14,7 +14,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from nemo_gym.server import (
+from nemo_gym.serving.server import (
     BaseServer,
     BaseServerConfig,
     HTTPError,
@@ -23,7 +23,7 @@ from nemo_gym.server import (
     json_response,
     validation_error_body,
 )
-from nemo_gym.server_client import ServerCallError
+from nemo_gym.serving.server_client import ServerCallError
 
 
 class _CreateParamsShape(BaseModel):
@@ -96,7 +96,7 @@ class SimpleResponsesAPIAgent(BaseServer):
             return await self.server_client.post_json(
                 self.config.resources_server.name, "/aggregate_metrics", body
             )
-        from nemo_gym.metrics import compute_aggregate_metrics
+        from nemo_gym.collection.metrics import compute_aggregate_metrics
 
         return compute_aggregate_metrics(body.get("verify_responses", []))
 
@@ -111,8 +111,8 @@ class SimpleResponsesAPIAgent(BaseServer):
     def _aggregate_metrics_route(self) -> Route:
         if type(self).aggregate_metrics is not SimpleResponsesAPIAgent.aggregate_metrics:
             return self.route("/aggregate_metrics", self.aggregate_metrics)  # an agent's own
-        from nemo_gym.aggregate_endpoint import aggregate_endpoint, forward_aggregate_metrics
-        from nemo_gym.streaming_metrics import MetricsAccumulator
+        from nemo_gym.collection.aggregate_endpoint import aggregate_endpoint, forward_aggregate_metrics
+        from nemo_gym.collection.streaming_metrics import MetricsAccumulator
 
         local = aggregate_endpoint(
             server_name=lambda: self.name,

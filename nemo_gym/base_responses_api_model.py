@@ -6,7 +6,7 @@ plain dicts shaped as the ``openai`` package's types, so large token-ID arrays a
 re-validated on every hop.
 
 The base speaks the rest of OpenAI's dialect for every model server: ``stream=true`` (the
-answer sent as OpenAI's streaming events, see :mod:`nemo_gym.streaming`), ``GET /v1/models``,
+answer sent as OpenAI's streaming events, see :mod:`nemo_gym.models.streaming`), ``GET /v1/models``,
 error bodies shaped as OpenAI's ``{"error": {"message", "type", "param", "code"}}`` (``code`` a
 string or null; nemo_gym's own fields such as ``failure_class`` or ``detail`` may follow at the top
 level, the server's name is in the ``X-NeMo-Gym-Server`` header), and a 400 naming the field for
@@ -22,9 +22,9 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from nemo_gym.openai_request_checks import check_chat_request, check_responses_request
-from nemo_gym.server import BaseServer, BaseServerConfig, HTTPError
-from nemo_gym.streaming import stream_chat_completion, stream_responses
+from nemo_gym.models.openai_request_checks import check_chat_request, check_responses_request
+from nemo_gym.models.streaming import stream_chat_completion, stream_responses
+from nemo_gym.serving.server import BaseServer, BaseServerConfig, HTTPError
 
 
 class BaseResponsesAPIModelConfig(BaseServerConfig):

@@ -1,7 +1,7 @@
 """Console entry points: ``ng_run``, ``ng_status``, ``ng_dump_config``, ``ng_version``.
 
 Commands that belong to one subsystem live beside it (``ng_collect_rollouts`` in
-``nemo_gym.rollout_collection``) and use :func:`console_command` from here.
+``nemo_gym.rollout_collection``); all are wrapped by :func:`nemo_gym.console.command.console_command`.
 
 Also NeMo Gym's trainer-facing names at their NeMo Gym path (NeMo RL, verl and verifiers import
 them from ``nemo_gym.cli``): :class:`RunHelper`, ``GlobalConfigDictParserConfig`` and the launch
@@ -14,52 +14,22 @@ import asyncio
 import os
 import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from nemo_gym.command_help import help_text, wants_help
-from nemo_gym.config import ConfigError, dump_yaml, head_url_from_config, load_config
+from nemo_gym.console.command import console_command
 from nemo_gym.global_config import GlobalConfigDictParserConfig
-from nemo_gym.launch_hooks import LaunchHooks, run_command, setup_env_command
-from nemo_gym.protocol import take_auth_token_from_environment
+from nemo_gym.launch.config import dump_yaml, head_url_from_config, load_config
+from nemo_gym.launch.launch_hooks import LaunchHooks, run_command, setup_env_command
+from nemo_gym.serving.protocol import take_auth_token_from_environment
 
 __all__ = ["GlobalConfigDictParserConfig", "RunHelper", "run_command", "setup_env_command"]
 
 
-def console_command(
-    body: Callable[[list[str]], int], name: str | None = None
-) -> Callable[[Sequence[str] | None], None]:
-    """Wrap ``body(argv) -> exit code`` as console script ``name``.
-
-    ``--help``, ``-h`` or ``help`` print the command's help (see :mod:`nemo_gym.command_help`;
-    without an entry there, ``body``'s docstring) and exit 0. Config errors print cleanly, exit 2.
-    """
-
-    def entry(argv: Sequence[str] | None = None) -> None:
-        args = list(sys.argv[1:] if argv is None else argv)
-        if wants_help(args):
-            prog = name or os.path.basename(sys.argv[0]) or None
-            sys.stdout.write(help_text(name, body.__doc__, prog))
-            sys.exit(0)
-        try:
-            code = body(args)
-        except ConfigError as exc:
-            sys.stderr.write(f"config error: {exc}\n")
-            if name:
-                sys.stderr.write(f"(run '{name} --help' for its options)\n")
-            code = 2
-        except KeyboardInterrupt:
-            code = 130
-        sys.exit(code)
-
-    entry.command_name = name  # type: ignore[attr-defined]
-    return entry
-
-
 def _run(argv: list[str]) -> int:
-    from nemo_gym.launcher import Stack, StackError
-    from nemo_gym.ray_backend import default_backend
-    from nemo_gym.server import _loop_factory
+    from nemo_gym.launch.launcher import Stack, StackError
+    from nemo_gym.launch.ray_backend import default_backend
+    from nemo_gym.serving.server import _loop_factory
 
     # The token moves out of the environment before anything is started: children (and Ray's
     # processes) never inherit it; servers get it on stdin.
@@ -94,8 +64,8 @@ def _run(argv: list[str]) -> int:
 def _status(argv: list[str]) -> int:
     import aiohttp
 
-    from nemo_gym.server import auth_headers
-    from nemo_gym.server_client import ServerCallError, ServerClient
+    from nemo_gym.serving.server import auth_headers
+    from nemo_gym.serving.server_client import ServerCallError, ServerClient
 
     config = load_config(argv)
     head_url = head_url_from_config(config)
@@ -167,7 +137,7 @@ _ng_run = console_command(_run, "ng_run")
 def ng_run(argv: Sequence[str] | None = None) -> None:
     """``ng_run``: start a stack from config. As the process's own command (no ``argv``) it first
     re-executes itself without ``NEMO_GYM_AUTH_TOKEN`` in its environment (see
-    :func:`~nemo_gym.protocol.take_auth_token_from_environment`)."""
+    :func:`~nemo_gym.serving.protocol.take_auth_token_from_environment`)."""
     if argv is None and not wants_help(sys.argv[1:]):
         take_auth_token_from_environment(reexec_argv=sys.orig_argv[1:])
     _ng_run(argv)
@@ -189,7 +159,7 @@ _CLI_LAUNCH_HOOKS = LaunchHooks(
 
 
 class RunHelper:
-    """NeMo Gym's in-process stack runner (NeMo RL, verl and verifiers call it), over :class:`~nemo_gym.launcher.StackHandle`.
+    """NeMo Gym's in-process stack runner (NeMo RL, verl and verifiers call it), over :class:`~nemo_gym.launch.launcher.StackHandle`.
 
     ``start(global_config_dict_parser_config)`` composes the global config, starts the head
     server and every server through this module's launch hooks, and returns once all are
@@ -207,8 +177,8 @@ class RunHelper:
         from omegaconf import OmegaConf
 
         from nemo_gym import global_config, server_utils
-        from nemo_gym.launcher import StackHandle
-        from nemo_gym.ray_backend import default_backend
+        from nemo_gym.launch.launcher import StackHandle
+        from nemo_gym.launch.ray_backend import default_backend
 
         global_config.set_global_config_dict(global_config_dict_parser_config)
         config_dict = global_config.get_global_config_dict()

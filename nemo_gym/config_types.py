@@ -2,14 +2,14 @@
 
 A compatibility layer with no logic of its own: ``BaseServerConfig`` (``host``, ``port``; NeMo RL
 and verl build the head server's address with it) and the server-ref types, over
-:mod:`nemo_gym.server`'s own.
+:mod:`nemo_gym.serving.server`'s own.
 """
 
 from __future__ import annotations
 
 from typing import Literal
 
-from nemo_gym.server import BaseServerConfig, ServerRef
+from nemo_gym.serving.server import BaseServerConfig, ServerRef
 
 __all__ = ["AgentServerRef", "BaseServerConfig", "ModelServerRef", "ResourcesServerRef", "ServerRef"]
 

@@ -3,7 +3,7 @@
 A compatibility layer with no logic of its own: the key-name constants clients use,
 :class:`GlobalConfigDictParserConfig` (how a trainer describes the config it wants), and the
 process's current global config, which ``nemo_gym.cli.RunHelper.start`` sets and verifiers
-resets between stacks. Composition is :func:`nemo_gym.config.load_config`.
+resets between stacks. Composition is :func:`nemo_gym.launch.config.load_config`.
 """
 
 from __future__ import annotations
@@ -16,8 +16,12 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from pydantic import BaseModel, ConfigDict
 
-from nemo_gym.config import load_config, redact
-from nemo_gym.launch_hooks import ENV_CONFIG_PATH
+from nemo_gym.launch.config import (
+    RAY_HEAD_NODE_ADDRESS_KEY_NAME,  # noqa: F401  (NeMo Gym's name, defined down in config)
+    load_config,
+    redact,
+)
+from nemo_gym.launch.launch_hooks import ENV_CONFIG_PATH
 
 NEMO_GYM_CONFIG_PATH_ENV_VAR_NAME = ENV_CONFIG_PATH
 CONFIG_PATHS_KEY_NAME = "config_paths"
@@ -26,7 +30,6 @@ DEFAULT_HOST_KEY_NAME = "default_host"
 HEAD_SERVER_KEY_NAME = "head_server"
 PORT_RANGE_LOW_KEY_NAME = "port_range_low"
 PORT_RANGE_HIGH_KEY_NAME = "port_range_high"
-RAY_HEAD_NODE_ADDRESS_KEY_NAME = "ray_head_node_address"
 # Accepted and ignored: every server runs in this one Python environment (no per-server venvs).
 UV_VENV_DIR_KEY_NAME = "uv_venv_dir"
 UV_CACHE_DIR_KEY_NAME = "uv_cache_dir"

@@ -30,8 +30,8 @@ import gymnasium
 import orjson
 from gymnasium.spaces import Text
 
-from nemo_gym.protocol import SESSION_COOKIE, auth_headers
 from nemo_gym.response_items import message_item
+from nemo_gym.serving.protocol import SESSION_COOKIE, auth_headers
 
 __all__ = [
     "ACTION_CHARSET",

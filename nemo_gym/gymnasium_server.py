@@ -43,7 +43,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.routing import Route
 
 from nemo_gym.base_resources_server import BaseRunRequest, BaseVerifyRequest, SimpleResourcesServer
-from nemo_gym.server import HTTPError, SessionStore
+from nemo_gym.serving.server import HTTPError, SessionStore
 
 __all__ = [
     "EnvCloseResponse",
@@ -215,7 +215,7 @@ class GymnasiumServer(SimpleResourcesServer):
         ``observation`` is the next user message (``None`` once the episode is over); ``reward``
         this step's reward (the rollout's reward is the sum); ``terminated`` when the episode
         ended by its own rules, ``truncated`` when cut short. Raise
-        :class:`~nemo_gym.server.HTTPError` (a 4xx) for a request that cannot be served.
+        :class:`~nemo_gym.serving.server.HTTPError` (a 4xx) for a request that cannot be served.
         """
         raise NotImplementedError(f"{type(self).__name__} must implement step()")
 

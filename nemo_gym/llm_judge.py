@@ -19,8 +19,8 @@ from typing import Any, Literal, Self
 
 from pydantic import BaseModel, Field, model_validator
 
-from nemo_gym.server import HTTPError
-from nemo_gym.server_client import ServerCallError
+from nemo_gym.serving.server import HTTPError
+from nemo_gym.serving.server_client import ServerCallError
 
 JUDGE_FAILED = "judge_failed"
 

@@ -44,8 +44,8 @@ from pydantic import BaseModel
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import Receive, Scope, Send
 
-from nemo_gym.hop_faults import status_failure_class
-from nemo_gym.protocol import (
+from nemo_gym.agents.hop_faults import status_failure_class
+from nemo_gym.serving.protocol import (
     MCP_FAILURE_CLASS_META,
     MCP_METADATA_KEY,
     MCP_SESSION_TOKEN_HEADER,
@@ -53,7 +53,7 @@ from nemo_gym.protocol import (
     RESERVED_MCP_TOOL_NAMES,
     SESSION_COOKIE,
 )
-from nemo_gym.server import body_model
+from nemo_gym.serving.server import body_model
 
 logger = logging.getLogger("nemo_gym")
 

@@ -21,7 +21,7 @@ rollout as ``function_call`` / ``function_call_output`` items like any tool call
 What the model sees and what fails the rollout: a tool's own error (``isError``, an unknown tool,
 arguments the server refuses) is the call's output, for the model to read. A fault of the MCP
 server itself (no connection, no answer within the hop deadline, HTTP 401/403, 429 or 5xx, a
-stdio process that died or does not start) raises :class:`~nemo_gym.hop_faults.HopFault` with
+stdio process that died or does not start) raises :class:`~nemo_gym.agents.hop_faults.HopFault` with
 its failure class, as for any hop: never shown to the model, never verified into a reward.
 
 Each HTTP server gets one MCP session per rollout (opened when the rollout starts, closed when
@@ -45,10 +45,10 @@ from mcp.client.streamable_http import create_mcp_http_client, streamable_http_c
 from mcp.types import INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, CallToolResult, Tool
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from nemo_gym.agent_hops import hop_timeout_s
-from nemo_gym.hop_faults import HopFault, status_failure_class
-from nemo_gym.protocol import MCP_FAILURE_CLASS_META as FAILURE_CLASS_META
-from nemo_gym.protocol import MCP_METADATA_KEY, auth_headers
+from nemo_gym.agents.agent_hops import hop_timeout_s
+from nemo_gym.agents.hop_faults import HopFault, status_failure_class
+from nemo_gym.serving.protocol import MCP_FAILURE_CLASS_META as FAILURE_CLASS_META
+from nemo_gym.serving.protocol import MCP_METADATA_KEY, auth_headers
 
 logger = logging.getLogger("nemo_gym")
 

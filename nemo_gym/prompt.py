@@ -1,7 +1,7 @@
 """NeMo Gym's prompt templates (``nemo_gym.prompt``): a YAML file with a ``user`` template and an
 optional ``system`` one, filled from a data row's top-level fields with ``str.format`` syntax.
 
-The collector's ``+prompt_config`` reads the same files (:class:`nemo_gym.collection_io.PromptConfig`);
+The collector's ``+prompt_config`` reads the same files (:class:`nemo_gym.collection.collection_io.PromptConfig`);
 this module is the shape environments import. A row that already has
 ``responses_create_params.input`` cannot also take a prompt template.
 """

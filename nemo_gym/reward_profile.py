@@ -20,10 +20,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from nemo_gym.cli import console_command
-from nemo_gym.collection_io import TASK_INDEX_KEY, iter_jsonl
-from nemo_gym.config import ConfigError, load_config
-from nemo_gym.metrics import pass_at_k
+from nemo_gym.collection.collection_io import TASK_INDEX_KEY, iter_jsonl
+from nemo_gym.collection.metrics import pass_at_k
+from nemo_gym.console.command import console_command
+from nemo_gym.launch.config import ConfigError, load_config
 from nemo_gym.response_items import content_text
 
 PROMPT_PREVIEW_CHARS = 50

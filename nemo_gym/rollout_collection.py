@@ -5,7 +5,7 @@ metrics) and ``ng_e2e_collect_rollouts`` (start the stack from config, collect, 
 Trainers use :class:`RolloutCollectionHelper` (``run_examples``, ``run_from_config``).
 
 A collection streams: a pre-pass validates the input and writes the materialized rows (see
-:mod:`nemo_gym.collection_io`), then at most ``num_samples_in_parallel`` rows are read and in
+:mod:`nemo_gym.collection.collection_io`), then at most ``num_samples_in_parallel`` rows are read and in
 flight at a time, and each finished rollout is appended to the results file at once. A failed
 rollout becomes a classified record in the failures file, never a result and never reward 0.
 """
@@ -29,10 +29,9 @@ from typing import Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from nemo_gym.agent_hops import rollout_timeout_s as default_rollout_timeout_s
-from nemo_gym.aggregate_endpoint import line_layout_chunks
-from nemo_gym.cli import console_command
-from nemo_gym.collection_io import (
+from nemo_gym.agents.agent_hops import rollout_timeout_s as default_rollout_timeout_s
+from nemo_gym.collection.aggregate_endpoint import line_layout_chunks
+from nemo_gym.collection.collection_io import (
     AGENT_KIND,
     AGENT_REF_KEY,
     ATTEMPT_INDEX_KEY,
@@ -61,12 +60,13 @@ from nemo_gym.collection_io import (
     warn,
     write_metrics_file,
 )
-from nemo_gym.config import ConfigError, head_url_from_config
-from nemo_gym.output_lock import output_lock
-from nemo_gym.secrets import redact_text, remember_secret_values, secret_values
-from nemo_gym.server import ENV_HEAD_URL, auth_headers
-from nemo_gym.server_client import ServerCallError, ServerClient, raise_for_status
-from nemo_gym.streaming_metrics import MetricsAccumulator, write_metrics_answer
+from nemo_gym.collection.output_lock import output_lock
+from nemo_gym.collection.streaming_metrics import MetricsAccumulator, write_metrics_answer
+from nemo_gym.console.command import console_command
+from nemo_gym.launch.config import ConfigError, head_url_from_config
+from nemo_gym.serving.secrets import redact_text, remember_secret_values, secret_values
+from nemo_gym.serving.server import ENV_HEAD_URL, auth_headers
+from nemo_gym.serving.server_client import ServerCallError, ServerClient, raise_for_status
 
 MAX_ERROR_CHARS = 4000
 # ng_collect_rollouts exits non-zero when more than this share of the rollouts it ran failed.
@@ -734,7 +734,7 @@ async def aggregate_results_file(
     (simple_agent forwards to its resources server, so environment-specific metrics apply) and
     the answer is streamed to disk and copied into the file, so the collector's memory does not
     grow with the run. Without a ``client``, or when that call fails, the metrics are computed
-    here by :class:`nemo_gym.streaming_metrics.MetricsAccumulator` (a few numbers per row in
+    here by :class:`nemo_gym.collection.streaming_metrics.MetricsAccumulator` (a few numbers per row in
     flat arrays) and a notice says so.
     """
     import tempfile
@@ -825,7 +825,7 @@ def format_key_metrics(entries: list[dict[str, Any]], metrics_path: Path) -> str
 
 # ---- commands --------------------------------------------------------------------------------
 def _run_async(coro: Any) -> Any:
-    from nemo_gym.server import _loop_factory
+    from nemo_gym.serving.server import _loop_factory
 
     with asyncio.Runner(loop_factory=_loop_factory()) as runner:
         return runner.run(coro)
@@ -848,7 +848,7 @@ def failure_exit_code(summary: CollectionSummary, max_failure_ratio: float) -> i
 
 
 def _collect_command(argv: list[str]) -> int:
-    from nemo_gym.config import load_config
+    from nemo_gym.launch.config import load_config
 
     config = load_config(argv)
     settings = RolloutCollectionConfig.from_config(config)
@@ -857,7 +857,7 @@ def _collect_command(argv: list[str]) -> int:
 
 
 def _aggregate_command(argv: list[str]) -> int:
-    from nemo_gym.config import load_config
+    from nemo_gym.launch.config import load_config
 
     config = load_config(argv)
     if not config.get("input_glob") or not config.get("output_jsonl_fpath"):
@@ -898,8 +898,8 @@ def _aggregate_command(argv: list[str]) -> int:
 
 
 def _e2e_command(argv: list[str]) -> int:
-    from nemo_gym.config import load_config, server_instances
-    from nemo_gym.launcher import StackHandle
+    from nemo_gym.launch.config import load_config, server_instances
+    from nemo_gym.launch.launcher import StackHandle
 
     config = load_config(argv)
     agents = [i.name for i in server_instances(config).values() if i.kind == AGENT_KIND]

@@ -1,6 +1,6 @@
 """NeMo Gym's ``nemo_gym.server_utils`` names, for trainers that import them (NeMo RL, verl, verifiers).
 
-A compatibility layer with no logic of its own, over :mod:`nemo_gym.server_client`:
+A compatibility layer with no logic of its own, over :mod:`nemo_gym.serving.server_client`:
 
 - ``HEAD_SERVER_KEY_NAME``, ``BaseServerConfig`` (NeMo RL and verl build the head server's
   address with them), ``SESSION_ID_KEY``;
@@ -23,9 +23,9 @@ from pydantic import BaseModel, ConfigDict
 
 from nemo_gym.config_types import BaseServerConfig
 from nemo_gym.global_config import HEAD_SERVER_KEY_NAME, get_global_config_dict
-from nemo_gym.protocol import SESSION_COOKIE
-from nemo_gym.server_client import ServerCallError, ServerResponse, capped_connector
-from nemo_gym.server_client import ServerClient as _ServerClient
+from nemo_gym.serving.protocol import SESSION_COOKIE
+from nemo_gym.serving.server_client import ServerCallError, ServerResponse, capped_connector
+from nemo_gym.serving.server_client import ServerClient as _ServerClient
 
 __all__ = [
     "HEAD_SERVER_KEY_NAME",
@@ -69,7 +69,7 @@ class ClientResponse:
         return self._response.body.decode(errors="replace")
 
     def raise_for_status(self) -> None:
-        """Raise :class:`~nemo_gym.server_client.ServerCallError` (with ``.status``) for a non-2xx answer."""
+        """Raise :class:`~nemo_gym.serving.server_client.ServerCallError` (with ``.status``) for a non-2xx answer."""
         if not self.ok:
             raise ServerCallError(
                 "http_error", *self._where, f"HTTP {self.status}: {self._response.body[:2000]!r}", self.status

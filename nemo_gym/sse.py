@@ -20,8 +20,8 @@ import orjson
 from starlette.responses import StreamingResponse
 from starlette.types import Send
 
-from nemo_gym.secrets import redact_text
-from nemo_gym.upstream import UpstreamError, UpstreamResponse
+from nemo_gym.serving.secrets import redact_text
+from nemo_gym.serving.upstream import UpstreamError, UpstreamResponse
 
 # One event larger than this (no blank line for 64 MiB) is an upstream fault, not an event.
 MAX_EVENT_BYTES = 64 * 1024 * 1024

@@ -22,9 +22,12 @@ from typing import Any
 import aiohttp
 import orjson
 
-from nemo_gym.config import load_config, project_root
-from nemo_gym.launcher import StackHandle
-from nemo_gym.server import BaseServer, auth_headers, bind_socket
+from nemo_gym.launch.config import load_config, project_root
+from nemo_gym.launch.launcher import StackHandle
+from nemo_gym.serving.server import BaseServer, auth_headers, bind_socket
+
+# The deterministic scripted test model's config, relative to the project root.
+SCRIPTED_MODEL_CONFIG = "responses_api_models/scripted_model/configs/scripted_model.yaml"
 
 
 @contextlib.contextmanager
@@ -74,7 +77,7 @@ def running_server(server: BaseServer, host: str = "127.0.0.1") -> Iterator[str]
 @contextlib.contextmanager
 def running_app(app: Any, host: str = "127.0.0.1", header_timeout_s: float = 15.0) -> Iterator[str]:
     """Serve any ASGI app (the head server's, a fake upstream's) on a free loopback port; yields its URL."""
-    from nemo_gym.server import make_uvicorn_server
+    from nemo_gym.serving.server import make_uvicorn_server
 
     sock = bind_socket(host, 0)
     url = f"http://{host}:{sock.getsockname()[1]}"
@@ -309,7 +312,7 @@ def running_agent(
     ``env`` and ``model`` (static URLs, no head server). ``agent_fields`` are extra agent
     settings (``max_steps``, ...).
     """
-    from nemo_gym.server_client import ServerClient
+    from nemo_gym.serving.server_client import ServerClient
 
     if agent_class is None:
         from responses_api_agents.simple_agent.app import SimpleAgent
@@ -417,8 +420,6 @@ def collect_examples(
     names (no fallback). ``fields`` are further collector arguments. Returns what
     :func:`collect_with_stack` does.
     """
-    from nemo_gym.benchmarks import SCRIPTED_MODEL_CONFIG
-
     folder = Path(environment_folder)
     configs = [
         str(folder / "configs" / f"{folder.name}.yaml"),

@@ -5,7 +5,7 @@ whose ``output`` lists every item of the rollout in order: what the model produc
 (``reasoning``, assistant ``message``, ``function_call``) and what the environment answered
 (``function_call_output``). With ``return_token_id_information: true`` on the policy model,
 each model call's last output item carries ``prompt_token_ids``, ``generation_token_ids`` and
-``generation_log_probs``, and the engine's splice (:mod:`nemo_gym.token_ids`) makes every
+``generation_log_probs``, and the engine's splice (:mod:`nemo_gym.models.token_ids`) makes every
 call's prompt start with the previous call's prompt + generation. A trainer can then lay the
 calls end to end as one sequence and train only on what the policy sampled:
 
@@ -30,10 +30,10 @@ from typing import Any, Final
 
 import orjson
 
-from nemo_gym.cli import console_command
-from nemo_gym.config import ConfigError, load_config
+from nemo_gym.console.command import console_command
+from nemo_gym.launch.config import ConfigError, load_config
+from nemo_gym.models.token_ids import TOKEN_ID_FIELDS
 from nemo_gym.response_items import is_model_item
-from nemo_gym.token_ids import TOKEN_ID_FIELDS
 
 __all__ = [
     "INDEX_FIELDS",

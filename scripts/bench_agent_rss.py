@@ -34,7 +34,7 @@ DRIVER = textwrap.dedent(
     """
     import asyncio, sys, time, orjson, uvloop
     sys.path.insert(0, sys.argv[1])
-    from nemo_gym.server_client import ServerClient
+    from nemo_gym.serving.server_client import ServerClient
     head, total, in_flight, agent = sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
     row = orjson.loads(open(sys.argv[1] + "/resources_servers/example_single_tool_call/data/example.jsonl", "rb").readline())
 
@@ -62,8 +62,8 @@ def rss_mib(procs: dict[str, psutil.Process]) -> dict[str, float]:
 
 
 def one_stack(release: bool, args: argparse.Namespace) -> dict[str, Any]:
-    from nemo_gym.config import load_config
-    from nemo_gym.launcher import StackHandle
+    from nemo_gym.launch.config import load_config
+    from nemo_gym.launch.launcher import StackHandle
 
     os.environ["NEMO_GYM_RELEASE_MEMORY_AFTER_BURST"] = "1" if release else "0"
     config = load_config(

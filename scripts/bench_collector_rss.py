@@ -15,7 +15,7 @@ never count. Transports:
 Aggregation is off by default (``+disable_aggregation=true``). ``--aggregate`` turns it on:
 with ``http`` the rows stream to the agent process (its body limit raised: a million stripped
 rows are ~350 MB) and its answer streams to disk; with ``dry`` the call fails and the metrics
-are computed in the collector by ``nemo_gym.streaming_metrics.MetricsAccumulator`` (tens of MB
+are computed in the collector by ``nemo_gym.collection.streaming_metrics.MetricsAccumulator`` (tens of MB
 for a million rows; see scripts/bench_metrics_rss.py).
 ``--resume`` then cuts the results in half, adds a torn line and measures a resumed run.
 
@@ -104,7 +104,7 @@ def run_collector(args: argparse.Namespace) -> None:
     import orjson
 
     from nemo_gym.rollout_collection import RolloutCollectionHelper
-    from nemo_gym.server_client import ServerClient, ServerResponse
+    from nemo_gym.serving.server_client import ServerClient, ServerResponse
 
     class DryClient(ServerClient):
         """Answers /run in-process: the only part of collection not exercised is the socket."""
@@ -162,7 +162,7 @@ def run_collector(args: argparse.Namespace) -> None:
 def serve_agent() -> None:
     """Child mode: a minimal agent server on a free loopback port (printed), answering /run."""
     from nemo_gym.base_responses_api_agent import SimpleResponsesAPIAgent
-    from nemo_gym.server import _loop_factory, bind_socket
+    from nemo_gym.serving.server import _loop_factory, bind_socket
 
     class BenchAgent(SimpleResponsesAPIAgent):
         async def run(self, body: dict[str, Any]) -> dict[str, Any]:

@@ -42,10 +42,10 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from nemo_gym.config import load_config  # noqa: E402
-from nemo_gym.launcher import StackHandle, free_port  # noqa: E402
-from nemo_gym.server import _loop_factory  # noqa: E402
-from nemo_gym.server_client import ServerClient  # noqa: E402
+from nemo_gym.launch.config import load_config  # noqa: E402
+from nemo_gym.launch.launcher import StackHandle, free_port  # noqa: E402
+from nemo_gym.serving.server import _loop_factory  # noqa: E402
+from nemo_gym.serving.server_client import ServerClient  # noqa: E402
 
 HOPS_PER_ROLLOUT = 6  # collector→agent, seed_session, model, get_weather, model, verify
 AGENT = "example_single_tool_call_simple_agent"

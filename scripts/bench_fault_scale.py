@@ -40,7 +40,7 @@ REPEATS = 4
 
 def scenario(rows: int, parallel: int, fd_limit: int | None, kill_at: float) -> dict[str, Any]:
     """One run in this process (its fd limit applies to the whole stack it starts)."""
-    from nemo_gym.collection_io import CollectionPaths
+    from nemo_gym.collection.collection_io import CollectionPaths
     from nemo_gym.testing import collector_argv, distinct_example_rows, running_stack, write_jsonl
 
     if fd_limit is not None:

@@ -35,7 +35,7 @@ from mcp.client.streamable_http import create_mcp_http_client, streamable_http_c
 ROOT = Path(__file__).resolve().parent.parent
 SERVER = """
 import asyncio, sys
-from nemo_gym.server import bind_socket
+from nemo_gym.serving.server import bind_socket
 from resources_servers.example_mcp_weather.app import ExampleMCPWeatherResourcesServer
 sock = bind_socket("127.0.0.1", 0)
 print(sock.getsockname()[1], flush=True)

@@ -42,7 +42,7 @@ CHILD = textwrap.dedent(
     from pathlib import Path
     sys.path.insert(0, sys.argv[1])
     from nemo_gym.rollout_collection import aggregate_results_file
-    from nemo_gym.server_client import ServerClient
+    from nemo_gym.serving.server_client import ServerClient
     results, metrics, head = Path(sys.argv[2]), Path(sys.argv[3]), sys.argv[4]
 
     async def main():
@@ -125,8 +125,8 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
 
-    from nemo_gym.config import load_config
-    from nemo_gym.launcher import StackHandle
+    from nemo_gym.launch.config import load_config
+    from nemo_gym.launch.launcher import StackHandle
 
     report: dict[str, Any] = {"rows": args.rows, "rollouts_per_task": args.repeats}
     with tempfile.TemporaryDirectory(prefix="bench_metrics_") as tmp:

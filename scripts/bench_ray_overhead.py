@@ -24,8 +24,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from nemo_gym.config import load_config  # noqa: E402
-from nemo_gym.launcher import StackHandle  # noqa: E402
+from nemo_gym.launch.config import load_config  # noqa: E402
+from nemo_gym.launch.launcher import StackHandle  # noqa: E402
 
 ENV = "resources_servers/example_single_tool_call"
 CONFIGS = f"+config_paths=[{ENV}/configs/example_single_tool_call.yaml,responses_api_models/scripted_model/configs/scripted_model.yaml]"
@@ -82,7 +82,7 @@ def main() -> None:
     os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
     import ray
 
-    from nemo_gym.ray_backend import RayBackend
+    from nemo_gym.launch.ray_backend import RayBackend
 
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)

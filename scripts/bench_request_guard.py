@@ -32,8 +32,8 @@ sys.path.insert(0, str(ROOT))
 MB = 1024 * 1024
 HEAD_SCRIPT = """
 import asyncio, sys
-from nemo_gym.head_server import HeadServer
-from nemo_gym.server import bind_socket, make_uvicorn_server
+from nemo_gym.launch.head_server import HeadServer
+from nemo_gym.serving.server import bind_socket, make_uvicorn_server
 sock = bind_socket("127.0.0.1", int(sys.argv[1]))
 asyncio.run(make_uvicorn_server(HeadServer({}).build_app()).serve(sockets=[sock]))
 """

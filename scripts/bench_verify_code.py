@@ -25,10 +25,10 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from nemo_gym.config import load_config  # noqa: E402
-from nemo_gym.launcher import StackHandle  # noqa: E402
+from nemo_gym.launch.config import load_config  # noqa: E402
+from nemo_gym.launch.launcher import StackHandle  # noqa: E402
 from nemo_gym.response_items import message_item  # noqa: E402
-from nemo_gym.server_client import ServerClient  # noqa: E402
+from nemo_gym.serving.server_client import ServerClient  # noqa: E402
 
 ENV = ROOT / "resources_servers" / "code_gen"
 

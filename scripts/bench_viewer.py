@@ -30,7 +30,7 @@ from pathlib import Path
 import orjson
 import psutil
 
-from nemo_gym.server import bind_socket, make_uvicorn_server
+from nemo_gym.serving.server import bind_socket, make_uvicorn_server
 from nemo_gym.viewer.app import Viewer, build_app
 from nemo_gym.viewer.collection import Collection
 from nemo_gym.viewer.index import INDEX_SUFFIX

@@ -7,4 +7,4 @@ PYTHON="${PYTHON:-python3}"
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
 "$VENV/bin/python" -m pip install -q --upgrade pip
 "$VENV/bin/python" -m pip install -q -e ".[cpu,verifiers]"
-exec "$VENV/bin/python" -m nemo_gym.main_job "$@"
+exec "$VENV/bin/python" -m nemo_gym.tools.main_job "$@"

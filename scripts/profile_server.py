@@ -35,7 +35,7 @@ DRIVER = textwrap.dedent(
     """
     import asyncio, sys, uuid, orjson, uvloop
     sys.path.insert(0, sys.argv[1])
-    from nemo_gym.server_client import ServerClient
+    from nemo_gym.serving.server_client import ServerClient
     url, total, in_flight = sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
     row = orjson.loads(open(sys.argv[1] + "/resources_servers/example_single_tool_call/data/example.jsonl", "rb").readline())
 
@@ -98,9 +98,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("server.prof"))
     args = parser.parse_args()
 
-    from nemo_gym.config import load_config, server_instances
-    from nemo_gym.launcher import StackHandle
-    from nemo_gym.server import ENV_HEAD_URL, BaseServer, _loop_factory
+    from nemo_gym.launch.config import load_config, server_instances
+    from nemo_gym.launch.launcher import StackHandle
+    from nemo_gym.serving.server import ENV_HEAD_URL, BaseServer, _loop_factory
 
     config = load_config([f"+config_paths=[{args.config_paths}]", "++head_server.port=0"], cwd=ROOT)
     instance = server_instances(config)[args.server]

@@ -11,9 +11,9 @@ import aiohttp
 import orjson
 import pytest
 
-from nemo_gym.aggregate_endpoint import line_layout_chunks
 from nemo_gym.base_resources_server import BaseVerifyRequest, BaseVerifyResponse, SimpleResourcesServer
-from nemo_gym.metrics import compute_aggregate_metrics
+from nemo_gym.collection.aggregate_endpoint import line_layout_chunks
+from nemo_gym.collection.metrics import compute_aggregate_metrics
 from nemo_gym.testing import SyncClient, running_agent, running_server
 from responses_api_models.scripted_model.app import ScriptedModel
 from tests.test_streaming_metrics import mixed_rows
@@ -126,8 +126,8 @@ def test_aggregate_metrics_bodies_get_their_own_upload_deadline() -> None:
     from starlette.applications import Starlette
     from starlette.routing import Route
 
-    from nemo_gym.request_guard import RequestGuard
-    from nemo_gym.server import (
+    from nemo_gym.serving.request_guard import RequestGuard
+    from nemo_gym.serving.server import (
         AGGREGATE_BODY_TIMEOUT_S,
         bind_socket,
         json_error_handlers,

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from nemo_gym.authoring import check_server, format_table
-from nemo_gym.config import ConfigError, project_root
-from nemo_gym.scaffold import init_resources_server, ng_init_resources_server, scaffold_files
+from nemo_gym.launch.config import ConfigError, project_root
+from nemo_gym.tools.authoring import check_server, format_table
+from nemo_gym.tools.scaffold import init_resources_server, ng_init_resources_server, scaffold_files
 
 
 def run_command(module: str, command: str, args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -74,7 +74,7 @@ def test_ng_test_names_bad_rows_and_tools_without_routes(tmp_path: Path):
 
 def test_ng_test_accepts_catch_all_tool_routes():
     # xlam_fc serves any offered tool through one /{tool_name} route: its rows must pass.
-    from nemo_gym.config import project_root
+    from nemo_gym.launch.config import project_root
 
     folder = project_root() / "resources_servers" / "xlam_fc"
     if not folder.exists():
@@ -90,7 +90,7 @@ def test_ng_test_without_entrypoint_runs_every_environment(tmp_path: Path):
     tests = bad / "tests" / "test_app.py"
     tests.write_text(tests.read_text() + "\n\ndef test_fails():\n    assert 1 == 2\n")
 
-    done = run_command("nemo_gym.authoring", "ng_test", [], tmp_path)
+    done = run_command("nemo_gym.tools.authoring", "ng_test", [], tmp_path)
     assert done.returncode == 1, done.stdout + done.stderr
     table = done.stdout[done.stdout.index("ENVIRONMENT") :]
     assert "bad_env" in table and "FAILED" in table and "1 failed, 3 passed" in table
@@ -105,7 +105,9 @@ def test_scaffolded_environment_passes_ng_test_and_collects_rollouts(tmp_path: P
     from nemo_gym.testing import running_stack
 
     init_resources_server("resources_servers/adder_env", cwd=tmp_path)
-    done = run_command("nemo_gym.authoring", "ng_test", ["+entrypoint=resources_servers/adder_env"], tmp_path)
+    done = run_command(
+        "nemo_gym.tools.authoring", "ng_test", ["+entrypoint=resources_servers/adder_env"], tmp_path
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "[adder_env] ok: 5 example rows, tests: 3 passed" in done.stdout
 
@@ -140,8 +142,8 @@ def test_scaffolded_environment_passes_ng_test_and_collects_rollouts(tmp_path: P
     assert sorted(r["extracted_answer"] for r in rollouts) == expected
     assert all(r["reward"] == 1.0 and r["used_tool"] for r in rollouts)
     # The committed statistics match the rows: ng_prepare_data validates them without drift.
-    from nemo_gym.config import load_config
-    from nemo_gym.prepare_data import prepare_data
+    from nemo_gym.launch.config import load_config
+    from nemo_gym.tools.prepare_data import prepare_data
 
     report = io.StringIO()
     argv = [
@@ -185,7 +187,7 @@ def test_tutorial_environment_runs_as_written(tmp_path: Path):
     import importlib.util
 
     from nemo_gym.response_items import function_call_item, message_item
-    from nemo_gym.server_client import ServerClient
+    from nemo_gym.serving.server_client import ServerClient
     from nemo_gym.testing import SyncClient, running_server
     from responses_api_models.scripted_model.app import ScriptedModel
 

@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 import yaml
 
-from nemo_gym.benchmarks import (
+from nemo_gym.launch.config import ConfigError, project_root
+from nemo_gym.tools.benchmarks import (
     SCRIPTED_MODEL_CONFIG,
     Benchmark,
     format_benchmark_table,
@@ -27,7 +28,6 @@ from nemo_gym.benchmarks import (
     ng_list_benchmarks,
     prepare_benchmark,
 )
-from nemo_gym.config import ConfigError, project_root
 
 SHIPPED = {
     "math_arithmetic": "math_with_judge",
@@ -168,7 +168,7 @@ def missing_requirement(benchmark: Benchmark) -> str | None:
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(SHIPPED))
 def test_benchmark_prepares_offline_and_runs_end_to_end(name: str, tmp_path: Path):
-    from nemo_gym.collection_io import PromptConfig
+    from nemo_gym.collection.collection_io import PromptConfig
     from nemo_gym.rollout_collection import RolloutCollectionHelper
     from nemo_gym.testing import running_stack
 

@@ -2,8 +2,8 @@
 
 import pytest
 
-from nemo_gym.chat_backend import ChatBridge
-from nemo_gym.server import HTTPError
+from nemo_gym.models.chat_backend import ChatBridge
+from nemo_gym.serving.server import HTTPError
 
 
 def test_seed_from_metadata_extra_body_reaches_the_chat_request():

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from nemo_gym.collection_io import CollectionPaths
-from nemo_gym.config import project_root
-from nemo_gym.launcher import free_port
+from nemo_gym.collection.collection_io import CollectionPaths
+from nemo_gym.launch.config import project_root
+from nemo_gym.launch.launcher import free_port
 from nemo_gym.rollout_collection import ng_collect_rollouts, ng_e2e_collect_rollouts
 from nemo_gym.testing import running_stack
 

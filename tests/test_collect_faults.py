@@ -25,12 +25,12 @@ from nemo_gym.base_resources_server import (
     BaseVerifyResponse,
     SimpleResourcesServer,
 )
-from nemo_gym.collection_io import CollectionPaths
-from nemo_gym.config import project_root
-from nemo_gym.launcher import free_port
+from nemo_gym.collection.collection_io import CollectionPaths
+from nemo_gym.launch.config import project_root
+from nemo_gym.launch.launcher import free_port
 from nemo_gym.rollout_collection import RolloutCollectionHelper
-from nemo_gym.server import ENV_SERVER_CONFIG, HTTPError
-from nemo_gym.server_client import ServerClient
+from nemo_gym.serving.server import ENV_SERVER_CONFIG, HTTPError
+from nemo_gym.serving.server_client import ServerClient
 from nemo_gym.testing import (
     SyncClient,
     collector_argv,

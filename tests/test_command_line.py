@@ -19,13 +19,13 @@ from typing import Any
 
 import pytest
 
-from nemo_gym.collection_io import CollectionPaths
-from nemo_gym.command_help import COMMANDS
-from nemo_gym.config import ConfigError, head_server_address, load_config, project_root
-from nemo_gym.gym_cli import GROUPS, translate
-from nemo_gym.gym_cli import main as gym_main
-from nemo_gym.launcher import free_port
+from nemo_gym.collection.collection_io import CollectionPaths
+from nemo_gym.console.command_help import COMMANDS
+from nemo_gym.launch.config import ConfigError, head_server_address, load_config, project_root
+from nemo_gym.launch.launcher import free_port
 from nemo_gym.testing import running_stack
+from nemo_gym.tools.gym_cli import GROUPS, translate
+from nemo_gym.tools.gym_cli import main as gym_main
 
 SCRIPTS: dict[str, str] = tomllib.loads((project_root() / "pyproject.toml").read_text())["project"]["scripts"]
 NG_COMMANDS = sorted(name for name in SCRIPTS if name.startswith("ng_"))
@@ -96,7 +96,7 @@ def test_installed_script_answers_help_in_a_fresh_process() -> None:
 
 
 def test_a_command_without_a_help_entry_uses_its_docstring(capsys: pytest.CaptureFixture[str]) -> None:
-    from nemo_gym.cli import console_command
+    from nemo_gym.console.command import console_command
 
     def _body(argv: list[str]) -> int:
         """Frobnicate the rollouts."""
@@ -390,7 +390,7 @@ def test_config_messages(
 
 
 def test_the_main_job_answers_help(capsys: pytest.CaptureFixture[str]) -> None:
-    from nemo_gym.main_job import main
+    from nemo_gym.tools.main_job import main
 
     assert main(["--help"]) == 0
     out = capsys.readouterr().out

@@ -7,7 +7,7 @@ import os
 import orjson
 import pytest
 
-from nemo_gym.config import project_root
+from nemo_gym.launch.config import project_root
 from nemo_gym.testing import compat_dir, compat_root
 
 KEPT = project_root() / "tests" / "compat" / "nemo_gym"

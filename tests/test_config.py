@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from nemo_gym.config import (
+from nemo_gym.launch.config import (
     REDACTED,
     ConfigError,
     dump_yaml,

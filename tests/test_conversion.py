@@ -1,4 +1,4 @@
-"""Tests for nemo_gym.conversion: Responses API <-> Chat Completions on plain dicts."""
+"""Tests for nemo_gym.models.conversion: Responses API <-> Chat Completions on plain dicts."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from openai.types.responses import Response
 from openai.types.responses.response_create_params import ResponseCreateParamsNonStreaming
 from pydantic import TypeAdapter
 
-from nemo_gym.conversion import (
+from nemo_gym.models.conversion import (
     TOKEN_ID_FIELDS,
     chat_completion_to_response,
     chat_request_to_responses_params,

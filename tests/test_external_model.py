@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from nemo_gym.config import load_config
-from nemo_gym.launcher import StackError, StackHandle, free_port
+from nemo_gym.launch.config import load_config
+from nemo_gym.launch.launcher import StackError, StackHandle, free_port
 from nemo_gym.rollout_collection import RolloutCollectionHelper
 from nemo_gym.testing import running_server
 from responses_api_models.scripted_model.app import ScriptedModel

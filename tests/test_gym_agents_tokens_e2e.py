@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
-from nemo_gym.config import project_root
+from nemo_gym.launch.config import project_root
 from nemo_gym.rollout_collection import ng_collect_rollouts
 from nemo_gym.testing import read_jsonl, running_stack
 
@@ -149,7 +149,7 @@ def test_both_agents_under_run_helper_as_a_trainer_starts_them():
     from omegaconf import DictConfig
 
     from nemo_gym.cli import GlobalConfigDictParserConfig, RunHelper
-    from nemo_gym.launcher import free_port
+    from nemo_gym.launch.launcher import free_port
     from nemo_gym.rollout_collection import RolloutCollectionHelper
     from nemo_gym.server_utils import HEAD_SERVER_KEY_NAME, BaseServerConfig
 

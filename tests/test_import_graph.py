@@ -1,4 +1,7 @@
-"""The nemo_gym package has no import cycles, counting imports at module level and inside functions."""
+"""The nemo_gym package's import graph: no cycles and no import running up a layer.
+
+Imports count at module level and inside functions. The layers are docs/ARCHITECTURE.md's.
+"""
 
 from __future__ import annotations
 
@@ -59,10 +62,59 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 def test_graph_sees_imports_inside_functions() -> None:
     graph = import_graph()
-    assert "nemo_gym.launcher" in graph["nemo_gym.cli"]  # cli imports the launcher inside functions
+    assert "nemo_gym.launch.launcher" in graph["nemo_gym.cli"]  # cli imports the launcher inside functions
     assert find_cycle({"a": {"b"}, "b": {"a"}}) == ["a", "b", "a"]
 
 
 def test_nemo_gym_has_no_import_cycles() -> None:
     cycle = find_cycle(import_graph())
     assert cycle is None, " -> ".join(cycle or [])
+
+
+# Subpackages by layer, lowest first. Top-level (public) modules sit above every internal
+# subpackage; tools/ and viewer/ are applications built on the public surface.
+INTERNAL_LAYERS = {
+    "nemo_gym.serving": 0,
+    "nemo_gym.engine": 0,
+    "nemo_gym.agents": 1,
+    "nemo_gym.launch": 1,
+    "nemo_gym.models": 1,
+    "nemo_gym.collection": 2,
+    "nemo_gym.console": 2,
+}
+PUBLIC_LAYER = 3
+APPLICATION_LAYERS = {"nemo_gym.tools": 4, "nemo_gym.viewer": 4}
+
+
+def layer(module: str, graph: dict[str, set[str]]) -> int:
+    """A module's layer; a public module that imports nothing of nemo_gym is a leaf anyone may use."""
+    for prefix, rank in {**INTERNAL_LAYERS, **APPLICATION_LAYERS}.items():
+        if module == prefix or module.startswith(prefix + "."):
+            return rank
+    return PUBLIC_LAYER if graph.get(module) else 0
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    return sorted(
+        f"{source} (layer {layer(source, graph)}) imports {target} (layer {layer(target, graph)})"
+        for source, targets in graph.items()
+        for target in targets
+        if layer(target, graph) > layer(source, graph)
+    )
+
+
+def test_layer_rule_sees_an_upward_import() -> None:
+    graph = {"nemo_gym.serving.server": {"nemo_gym.cli"}, "nemo_gym.cli": {"nemo_gym.serving.server"}}
+    assert upward_imports(graph) == ["nemo_gym.serving.server (layer 0) imports nemo_gym.cli (layer 3)"]
+
+
+def test_no_import_runs_up_a_layer() -> None:
+    assert upward_imports(import_graph()) == []
+
+
+def test_top_level_is_the_public_surface_only() -> None:
+    top = sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__")
+    assert len(top) <= 24, f"{len(top)} top-level modules: move internals into a subpackage ({top})"
+    for path in PACKAGE.glob("*.py"):
+        first_line = (ast.get_docstring(ast.parse(path.read_text())) or "").strip().splitlines()
+        assert first_line and first_line[0], f"{path.name} needs a docstring saying what it is for"

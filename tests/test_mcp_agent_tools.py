@@ -28,9 +28,9 @@ from nemo_gym.base_resources_server import (
     SimpleResourcesServer,
     tool,
 )
-from nemo_gym.launcher import free_port
+from nemo_gym.launch.launcher import free_port
 from nemo_gym.response_items import output_text
-from nemo_gym.server import bind_socket
+from nemo_gym.serving.server import bind_socket
 from nemo_gym.testing import SyncClient, running_agent, running_app
 from responses_api_models.scripted_model.app import ScriptedModel
 

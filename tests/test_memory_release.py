@@ -12,8 +12,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from nemo_gym.memory_release import ReleaseMemoryAfterBurst, release_enabled, release_memory
-from nemo_gym.server import BaseServer, bind_socket, make_uvicorn_server
+from nemo_gym.serving.memory_release import ReleaseMemoryAfterBurst, release_enabled, release_memory
+from nemo_gym.serving.server import BaseServer, bind_socket, make_uvicorn_server
 
 
 async def slow(request: Request) -> Response:

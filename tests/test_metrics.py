@@ -1,4 +1,4 @@
-"""Tests for nemo_gym.metrics: pass@k, the aggregate metrics and stripping heavy fields."""
+"""Tests for nemo_gym.collection.metrics: pass@k, the aggregate metrics and stripping heavy fields."""
 
 import copy
 import itertools
@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nemo_gym.metrics import (
+from nemo_gym.collection.metrics import (
     compute_aggregate_metrics,
     extract_numeric_fields,
     pass_at_k,

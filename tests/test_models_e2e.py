@@ -20,10 +20,10 @@ import torch
 import yaml
 from transformers import AutoModelForCausalLM
 
-from nemo_gym.config import project_root
-from nemo_gym.engine_tiny_model import build_tiny_model
-from nemo_gym.launcher import StackHandle
-from nemo_gym.server_client import ServerClient
+from nemo_gym.engine.tiny_model import build_tiny_model
+from nemo_gym.launch.config import project_root
+from nemo_gym.launch.launcher import StackHandle
+from nemo_gym.serving.server_client import ServerClient
 from nemo_gym.testing import running_stack
 
 pytestmark = pytest.mark.slow

@@ -36,8 +36,8 @@ from nemo_gym.reward_profile import (
     highest_k_metrics,
 )
 from nemo_gym.rollout_collection import RolloutCollectionHelper
-from nemo_gym.server_client import ServerClient as CollectorClient
 from nemo_gym.server_utils import ServerClient
+from nemo_gym.serving.server_client import ServerClient as CollectorClient
 from nemo_gym.testing import running_app
 
 

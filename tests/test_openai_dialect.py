@@ -17,7 +17,7 @@ from collections.abc import Iterator
 import openai
 import pytest
 
-from nemo_gym.streaming import chat_completion_chunks, response_events, text_pieces
+from nemo_gym.models.streaming import chat_completion_chunks, response_events, text_pieces
 from nemo_gym.testing import SyncClient, running_server
 from responses_api_models.local_hf_model.app import LocalHFModel
 from responses_api_models.openai_model.app import OpenAIModel

@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 import yaml
 
-from nemo_gym.config import ConfigError, load_config
-from nemo_gym.prepare_data import (
+from nemo_gym.launch.config import ConfigError, load_config
+from nemo_gym.testing import compat_dir
+from nemo_gym.tools.prepare_data import (
     AgentDataset,
     DatasetConfig,
     check_dataset,
@@ -23,7 +24,6 @@ from nemo_gym.prepare_data import (
     prepare_data,
     validate_row,
 )
-from nemo_gym.testing import compat_dir
 
 COMPAT_ROOT = compat_dir("example_single_tool_call").parent
 
@@ -235,7 +235,7 @@ def test_prompt_config_builds_the_input(tmp_path: Path):
 
 
 def test_bad_dataset_entries_and_arguments_are_config_errors(tmp_path: Path):
-    from nemo_gym.config import ConfigError
+    from nemo_gym.launch.config import ConfigError
 
     write_config(tmp_path, [{"name": "x", "type": "training", "jsonl_fpath": "x.jsonl"}])
     with pytest.raises(ConfigError, match=r"toy_agent.datasets\[0\]: type"):
@@ -265,7 +265,7 @@ def hub_cache_with(tmp_path: Path, repo_id: str, files: dict[str, str]) -> Path:
 def run_offline(tmp_path: Path, cache: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "HF_HUB_CACHE": str(cache), "HF_HUB_OFFLINE": "1"}
     argv = [f"+config_paths=[{tmp_path / 'toy.yaml'}]", f"+output_dirpath={tmp_path / 'out'}", *args]
-    code = f"from nemo_gym.prepare_data import ng_prepare_data; ng_prepare_data({argv!r})"
+    code = f"from nemo_gym.tools.prepare_data import ng_prepare_data; ng_prepare_data({argv!r})"
     return subprocess.run(
         [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
     )

@@ -18,13 +18,13 @@ import orjson
 import psutil
 import pytest
 
-from nemo_gym.config import ConfigError, load_config, project_root
-from nemo_gym.launcher import StackHandle
+from nemo_gym.launch.config import ConfigError, load_config, project_root
+from nemo_gym.launch.launcher import StackHandle
 from nemo_gym.testing import collector_argv, distinct_example_rows, write_jsonl
 
 ray = pytest.importorskip("ray", reason="the Ray backend needs the [ray] extra (pip install -e '.[ray]')")
 
-from nemo_gym.ray_backend import Placement, RayBackend, default_backend, wants_ray  # noqa: E402
+from nemo_gym.launch.ray_backend import Placement, RayBackend, default_backend, wants_ray  # noqa: E402
 
 pytestmark = pytest.mark.slow
 ROOT = project_root()

@@ -9,9 +9,9 @@ from typing import Any
 import orjson
 import pytest
 
-from nemo_gym.reverify import ng_reverify_rollouts
 from nemo_gym.reward_profile import ng_reward_profile, profile_rows
 from nemo_gym.testing import collect_with_stack, read_jsonl
+from nemo_gym.tools.reverify import ng_reverify_rollouts
 
 ENV_CONFIG = "resources_servers/example_single_tool_call/configs/example_single_tool_call.yaml"
 EXAMPLES = "resources_servers/example_single_tool_call/data/example.jsonl"
@@ -184,7 +184,7 @@ def test_reverify_and_profile_run_on_the_main_jobs_output(
 
     output = tmp_path / "main_job_rollouts.jsonl"
     done = subprocess.run(
-        [sys.executable, "-m", "nemo_gym.main_job", f"+output_jsonl_fpath={output}", "+num_repeats=2"],
+        [sys.executable, "-m", "nemo_gym.tools.main_job", f"+output_jsonl_fpath={output}", "+num_repeats=2"],
         cwd=tmp_path,
         capture_output=True,
         text=True,

@@ -20,10 +20,10 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from nemo_gym.base_responses_api_agent import SimpleResponsesAPIAgent
-from nemo_gym.collection_io import CollectionInputError, CollectionPaths
-from nemo_gym.config import ConfigError
-from nemo_gym.launcher import free_port
-from nemo_gym.metrics import pass_at_k
+from nemo_gym.collection.collection_io import CollectionInputError, CollectionPaths
+from nemo_gym.collection.metrics import pass_at_k
+from nemo_gym.launch.config import ConfigError
+from nemo_gym.launch.launcher import free_port
 from nemo_gym.rollout_collection import (
     RolloutCollectionConfig,
     RolloutCollectionHelper,
@@ -31,8 +31,8 @@ from nemo_gym.rollout_collection import (
     classify_error,
     ng_aggregate_rollouts,
 )
-from nemo_gym.server import HTTPError
-from nemo_gym.server_client import ServerClient
+from nemo_gym.serving.server import HTTPError
+from nemo_gym.serving.server_client import ServerClient
 from nemo_gym.testing import running_server
 
 

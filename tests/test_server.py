@@ -14,7 +14,7 @@ from nemo_gym.base_resources_server import (
     SimpleResourcesServer,
     tool,
 )
-from nemo_gym.server import ENV_AUTH_TOKEN, HTTPError, SessionStore
+from nemo_gym.serving.server import ENV_AUTH_TOKEN, HTTPError, SessionStore
 from nemo_gym.testing import SyncClient, running_server
 
 

@@ -6,8 +6,8 @@ import time
 import pytest
 
 from nemo_gym.base_resources_server import BaseResourcesServerConfig, SimpleResourcesServer, tool
-from nemo_gym.launcher import free_port
-from nemo_gym.server_client import ServerCallError, ServerClient
+from nemo_gym.launch.launcher import free_port
+from nemo_gym.serving.server_client import ServerCallError, ServerClient
 from nemo_gym.testing import running_server
 
 

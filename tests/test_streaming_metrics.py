@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nemo_gym.metrics import compute_aggregate_metrics
-from nemo_gym.streaming_metrics import MetricsAccumulator, write_metrics_answer
+from nemo_gym.collection.metrics import compute_aggregate_metrics
+from nemo_gym.collection.streaming_metrics import MetricsAccumulator, write_metrics_answer
 
 
 def streamed(rows: list[dict[str, Any]], **kwargs: Any) -> dict[str, Any]:

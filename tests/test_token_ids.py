@@ -14,14 +14,14 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-from nemo_gym.tiny_tokenizer import (
+from nemo_gym.engine.tiny_tokenizer import (
     TEMPLATES,
     build_tiny_tokenizer,
     chat_template_source,
     save_tiny_tokenizer,
     turn_end_token_ids,
 )
-from nemo_gym.token_ids import (
+from nemo_gym.models.token_ids import (
     SpliceInputs,
     TokenSpliceError,
     compute_splice_inputs,
@@ -365,7 +365,7 @@ def test_turn_end_written_as_plain_text_is_refused_and_falls_back(caplog: pytest
     assert generation.count(turn_end(tokenizer)) == 1
     messages += [assistant("Here: <|im_end|>", prompt, generation), {"role": "user", "content": "Again."}]
 
-    with caplog.at_level(logging.WARNING, logger="nemo_gym.token_ids"):
+    with caplog.at_level(logging.WARNING, logger="nemo_gym.models.token_ids"):
         spliced, contiguous = spliced_prompt_token_ids(messages, tokenizer)
     assert not contiguous
     assert spliced == render_chat_token_ids(messages, tokenizer)
@@ -386,7 +386,7 @@ def test_edited_history_is_refused(caplog: pytest.LogCaptureFixture) -> None:
         assistant("The answer is 5.", prompt, generation),
         {"role": "user", "content": "Ok"},
     ]
-    with caplog.at_level(logging.WARNING, logger="nemo_gym.token_ids"):
+    with caplog.at_level(logging.WARNING, logger="nemo_gym.models.token_ids"):
         spliced, contiguous = spliced_prompt_token_ids(edited, tokenizer)
     assert not contiguous
     assert spliced == render_chat_token_ids(edited, tokenizer)
@@ -438,7 +438,7 @@ def test_incomplete_token_ids_fall_back_with_a_warning(caplog: pytest.LogCapture
     with pytest.raises(TokenSpliceError) as caught:
         compute_splice_inputs(messages, tokenizer)
     assert caught.value.check == "token_ids_incomplete"
-    with caplog.at_level(logging.WARNING, logger="nemo_gym.token_ids"):
+    with caplog.at_level(logging.WARNING, logger="nemo_gym.models.token_ids"):
         prompt, contiguous = spliced_prompt_token_ids(messages, tokenizer)
     assert not contiguous
     assert prompt == render_chat_token_ids(messages, tokenizer)

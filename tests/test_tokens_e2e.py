@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from nemo_gym.config import project_root
-from nemo_gym.server_client import ServerClient
+from nemo_gym.launch.config import project_root
+from nemo_gym.serving.server_client import ServerClient
 from nemo_gym.testing import running_stack
 
 pytestmark = pytest.mark.slow

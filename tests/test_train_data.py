@@ -1,8 +1,8 @@
 """Training sequences from rollouts whose token IDs come from a real tokenizer and the real splice.
 
 Each simulated rollout goes the way a real one does: the agent's items are converted to Chat
-Completions messages (``nemo_gym.conversion``), the engine's prompt is the splice of those
-messages (``nemo_gym.token_ids``) over a tiny locally built tokenizer, the "sampled" IDs are a
+Completions messages (``nemo_gym.models.conversion``), the engine's prompt is the splice of those
+messages (``nemo_gym.models.token_ids``) over a tiny locally built tokenizer, the "sampled" IDs are a
 text encoded in pieces (so they drift from what the template would re-tokenize), and the IDs
 ride on the last output item of each call, as model servers return them.
 """
@@ -20,15 +20,15 @@ import orjson
 import pytest
 from transformers import PreTrainedTokenizerFast
 
-from nemo_gym.conversion import responses_to_chat_request
+from nemo_gym.engine.tiny_tokenizer import build_tiny_tokenizer, turn_end_token_ids
+from nemo_gym.models.conversion import responses_to_chat_request
+from nemo_gym.models.token_ids import render_chat_token_ids, spliced_prompt_token_ids
 from nemo_gym.response_items import (
     build_response,
     function_call_item,
     function_call_output_item,
     message_item,
 )
-from nemo_gym.tiny_tokenizer import build_tiny_tokenizer, turn_end_token_ids
-from nemo_gym.token_ids import render_chat_token_ids, spliced_prompt_token_ids
 from nemo_gym.train_data import (
     TrainingDataError,
     build_training_sequence,

@@ -10,9 +10,9 @@ import textwrap
 import pytest
 from omegaconf import DictConfig
 
-from nemo_gym.launcher import StackError, StackHandle, free_port
+from nemo_gym.launch.launcher import StackError, StackHandle, free_port
 from nemo_gym.rollout_collection import RolloutFailedError
-from nemo_gym.server import bind_socket_in_range
+from nemo_gym.serving.server import bind_socket_in_range
 
 
 def test_trainer_names_import_from_nemo_gym_paths() -> None:
@@ -91,12 +91,12 @@ def test_unlaunched_instance_needs_host_and_port() -> None:
     }
 
     def no_process_hooks():
-        from nemo_gym.launch_hooks import LaunchHooks
+        from nemo_gym.launch.launch_hooks import LaunchHooks
 
         return LaunchHooks(setup_env_command=lambda *a: "true", run_command=lambda *a: object())
 
-    from nemo_gym.config import ConfigError
-    from nemo_gym.launcher import LocalProcessBackend
+    from nemo_gym.launch.config import ConfigError
+    from nemo_gym.launch.launcher import LocalProcessBackend
 
     with pytest.raises(ConfigError, match="'policy_model': its launch started no process.*host and port"):
         StackHandle.start(config, backend=LocalProcessBackend(no_process_hooks()))

@@ -1,6 +1,6 @@
 """[VIEWER] ng_viewer over HTTP: every page's API on a collection the main job made.
 
-The main job (``python -m nemo_gym.main_job``, the README's path: CPU engine, tiny model, token
+The main job (``python -m nemo_gym.tools.main_job``, the README's path: CPU engine, tiny model, token
 IDs on) collects the example environment with forced completions (a tool call, then an answer:
 reward 1, two model calls per rollout). ``ng_viewer`` runs as a real process over it and over
 a copy whose rewards were edited (for Compare); the other tests serve the app on loopback in a
@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 import yaml
 
-from nemo_gym.server import bind_socket, make_uvicorn_server
+from nemo_gym.serving.server import bind_socket, make_uvicorn_server
 from nemo_gym.viewer.app import TOKEN_COOKIE, Viewer, build_app
 from nemo_gym.viewer.collection import Collection
 from nemo_gym.viewer.index import INDEX_SUFFIX, RowIndex
@@ -52,7 +52,7 @@ def run_main_job(output: Path, *overrides: str) -> str:
         [
             sys.executable,
             "-m",
-            "nemo_gym.main_job",
+            "nemo_gym.tools.main_job",
             f"+output_jsonl_fpath={output}",
             "+num_repeats=2",
             f"+config_paths=[{forced}]",

@@ -32,7 +32,7 @@ import aiohttp
 import pytest
 import yaml
 
-from nemo_gym.config import project_root
+from nemo_gym.launch.config import project_root
 
 pytestmark = pytest.mark.slow
 
@@ -155,7 +155,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
         yaml.safe_dump({"local_hf_engine": {"responses_api_models": {"local_hf_model": engine}}})
     )
     job = subprocess.run(
-        [sys.executable, "-m", "nemo_gym.main_job", f"+output_jsonl_fpath={a}", "+num_repeats=2",
+        [sys.executable, "-m", "nemo_gym.tools.main_job", f"+output_jsonl_fpath={a}", "+num_repeats=2",
          f"+config_paths=[{forced}]"],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from nemo_gym.config import load_config
-from nemo_gym.launcher import StackHandle
+from nemo_gym.launch.config import load_config
+from nemo_gym.launch.launcher import StackHandle
 from nemo_gym.rollout_collection import RolloutCollectionHelper
 
 COUNTER_APP = """

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from nemo_gym.benchmarks import write_prepared_rows
+from nemo_gym.tools.benchmarks import write_prepared_rows
 
 NAME = "code_gen_procedural"
 SEED = 20240603

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from nemo_gym.benchmarks import write_prepared_rows
+from nemo_gym.tools.benchmarks import write_prepared_rows
 
 NAME = "instruction_following_procedural"
 SEED = 20240605

@@ -15,7 +15,7 @@ from fractions import Fraction
 from math import lcm
 from pathlib import Path
 
-from nemo_gym.benchmarks import write_prepared_rows
+from nemo_gym.tools.benchmarks import write_prepared_rows
 
 NAME = "math_arithmetic"
 SEED = 20240601

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from fractions import Fraction
 from pathlib import Path
 
-from nemo_gym.benchmarks import write_prepared_rows
+from nemo_gym.tools.benchmarks import write_prepared_rows
 
 NAME = "mcqa_procedural"
 SEED = 20240602

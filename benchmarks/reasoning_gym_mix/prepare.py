@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from nemo_gym.benchmarks import write_prepared_rows
+from nemo_gym.tools.benchmarks import write_prepared_rows
 
 NAME = "reasoning_gym_mix"
 SEED = 20240604

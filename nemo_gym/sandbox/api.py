@@ -52,7 +52,7 @@ def _provider_name(provider: Any) -> str:
 
 def _default_ttl_s() -> float:
     """No rollout lasts longer than the rollout deadline, so neither does its sandbox."""
-    from nemo_gym.agent_hops import rollout_timeout_s
+    from nemo_gym.agents.agent_hops import rollout_timeout_s
 
     return rollout_timeout_s()
 

@@ -38,9 +38,9 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from nemo_gym.access_guard import AccessGuard
-from nemo_gym.cli import console_command
-from nemo_gym.config import ConfigError, load_config
-from nemo_gym.protocol import AUTH_HEADER, auth_token
+from nemo_gym.console.command import console_command
+from nemo_gym.launch.config import ConfigError, load_config
+from nemo_gym.serving.protocol import AUTH_HEADER, auth_token
 from nemo_gym.viewer.collection import Collection, ViewerInputError, compare
 from nemo_gym.viewer.tokens import TokenDecoder, load_tokenizer, token_view
 
@@ -274,7 +274,7 @@ def _inputs(config: dict[str, Any]) -> list[Path]:
 
 def _main(argv: list[str]) -> int:
     """Serve the viewer over ``+input``; its options are in ``ng_viewer --help``."""
-    from nemo_gym.server import bind_socket, make_uvicorn_server
+    from nemo_gym.serving.server import bind_socket, make_uvicorn_server
 
     config = load_config(argv)
     paths = _inputs(config)

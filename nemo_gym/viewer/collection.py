@@ -9,7 +9,7 @@ them: :meth:`Collection.overview`, :meth:`Collection.tasks`, :meth:`Collection.r
 
 A task is *solved* by a rollout whose reward is at least ``solved_threshold`` (1.0 by
 default: NeMo Gym's binary rewards). pass@k uses the unbiased estimator of
-:func:`nemo_gym.metrics.pass_at_k` over each task's repeats.
+:func:`nemo_gym.collection.metrics.pass_at_k` over each task's repeats.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from typing import Any, Final
 
 import orjson
 
-from nemo_gym.collection_io import ERROR_KEY, FAILURE_CLASS_KEY, CollectionPaths
-from nemo_gym.metrics import pass_at_k
+from nemo_gym.collection.collection_io import ERROR_KEY, FAILURE_CLASS_KEY, CollectionPaths
+from nemo_gym.collection.metrics import pass_at_k
 from nemo_gym.viewer.index import FLAG_BAD_LINE, FLAG_TOKEN_IDS, RowIndex
 
 __all__ = ["Collection", "TaskStats", "ViewerInputError", "compare", "TASK_STATUSES"]

@@ -19,7 +19,7 @@ from nemo_gym.base_resources_server import (
     SimpleResourcesServer,
 )
 from nemo_gym.response_items import content_text
-from nemo_gym.server import HTTPError
+from nemo_gym.serving.server import HTTPError
 from resources_servers.code_gen.judge import UnitTests, extract_python_code, grade
 from resources_servers.code_gen.sandbox import CodeSandbox, SandboxLimits
 

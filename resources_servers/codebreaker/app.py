@@ -20,7 +20,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from nemo_gym.gymnasium_server import GymnasiumServer, StepResult, extract_text
-from nemo_gym.server import HTTPError, validation_error_body
+from nemo_gym.serving.server import HTTPError, validation_error_body
 
 GUESS = re.compile(r"<guess>\s*([^<]*?)\s*</guess>", re.IGNORECASE)
 

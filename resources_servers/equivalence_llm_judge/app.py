@@ -33,7 +33,7 @@ from nemo_gym.base_resources_server import (
     BaseVerifyResponse,
     SimpleResourcesServer,
 )
-from nemo_gym.config import project_root
+from nemo_gym.launch.config import project_root
 from nemo_gym.llm_judge import (
     JudgeSettings,
     ask_judge,
@@ -41,7 +41,7 @@ from nemo_gym.llm_judge import (
     judge_messages,
 )
 from nemo_gym.response_items import input_items
-from nemo_gym.server import ServerRef
+from nemo_gym.serving.server import ServerRef
 
 HERE = Path(__file__).resolve().parent
 

@@ -23,7 +23,7 @@ from nemo_gym.base_resources_server import (
     tool,
 )
 from nemo_gym.response_items import function_calls, output_text
-from nemo_gym.server import HTTPError
+from nemo_gym.serving.server import HTTPError
 
 COUNTER_KEY = "count"
 

@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from nemo_gym.base_resources_server import BaseResourcesServerConfig
 from nemo_gym.gymnasium_server import GymnasiumServer, StepResult, extract_text
-from nemo_gym.server import HTTPError, validation_error_body
+from nemo_gym.serving.server import HTTPError, validation_error_body
 
 ANSI = re.compile(r"\x1b\[([0-9;]*)m(.*?)\x1b\[0m", re.DOTALL)
 STRAY_ANSI = re.compile(r"\x1b\[[0-9;]*m")

@@ -18,7 +18,7 @@ from nemo_gym.base_resources_server import (
     SimpleResourcesServer,
 )
 from nemo_gym.response_items import output_text
-from nemo_gym.server import HTTPError
+from nemo_gym.serving.server import HTTPError
 from resources_servers.instruction_following.checks import evaluate
 
 GradingMode = Literal["binary", "fraction"]

@@ -31,7 +31,7 @@ from nemo_gym.llm_judge import (
     judge_messages,
 )
 from nemo_gym.response_items import all_output_text, content_text, input_items
-from nemo_gym.server import HTTPError, ServerRef
+from nemo_gym.serving.server import HTTPError, ServerRef
 from resources_servers.math_with_judge.symbolic_pool import SymbolicCheckPool, SymbolicResult
 
 VERIFIER_TIMEOUT = "verifier_timeout"

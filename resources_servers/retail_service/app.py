@@ -25,7 +25,7 @@ from nemo_gym.base_resources_server import (
     tool,
 )
 from nemo_gym.response_items import function_calls
-from nemo_gym.server import HTTPError
+from nemo_gym.serving.server import HTTPError
 
 ORDERS_KEY = "orders"
 

@@ -37,9 +37,9 @@ from nemo_gym.base_resources_server import (
     BaseVerifyResponse,
     SimpleResourcesServer,
 )
-from nemo_gym.request_guard import json_nesting_depth
 from nemo_gym.response_items import all_output_text, function_calls
-from nemo_gym.server import SESSION_COOKIE, json_response
+from nemo_gym.serving.request_guard import json_nesting_depth
+from nemo_gym.serving.server import SESSION_COOKIE, json_response
 
 SchemaType = Literal["json", "yaml", "xml", "toml", "csv"]
 # NeMo Gym's names, plus too_large / too_deep for answers past this server's work budget.

@@ -36,7 +36,7 @@ from nemo_gym.base_resources_server import (
     SimpleResourcesServer,
 )
 from nemo_gym.response_items import function_calls
-from nemo_gym.server import HTTPError
+from nemo_gym.serving.server import HTTPError
 
 _TOOL_NAME: contextvars.ContextVar[str] = contextvars.ContextVar("tool_call_match_tool_name", default="")
 _REQUIRED = re.compile(r"^'(.+)' is a required property$")

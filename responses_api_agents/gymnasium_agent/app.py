@@ -14,17 +14,17 @@ from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
-from nemo_gym.agent_hops import call_json, call_model, rollout_deadline
+from nemo_gym.agents.agent_hops import call_json, call_model, rollout_deadline
+from nemo_gym.agents.hop_faults import HopFault
 from nemo_gym.base_responses_api_agent import (
     BaseResponsesAPIAgentConfig,
     SimpleResponsesAPIAgent,
     row_create_params,
 )
 from nemo_gym.gymnasium_server import EnvResetResponse, EnvStepResponse
-from nemo_gym.hop_faults import HopFault
 from nemo_gym.response_items import add_usage, function_call_output_item, input_items
-from nemo_gym.server import ServerRef
-from nemo_gym.server_client import Rollout
+from nemo_gym.serving.server import ServerRef
+from nemo_gym.serving.server_client import Rollout
 
 logger = logging.getLogger("nemo_gym")
 
@@ -35,7 +35,7 @@ class GymnasiumAgentConfig(BaseResponsesAPIAgentConfig):
     ``hop_timeout_s`` is the deadline of one model call or ``/reset``, ``/step``, ``/close``
     (default ``NEMO_GYM_HOP_TIMEOUT_S``, 300 s), ``rollout_timeout_s`` of a whole episode
     (default ``NEMO_GYM_ROLLOUT_TIMEOUT_S``, 1,200 s). An infrastructure fault in any hop fails
-    the rollout with a failure class (see :mod:`nemo_gym.agent_hops`), never a reward.
+    the rollout with a failure class (see :mod:`nemo_gym.agents.agent_hops`), never a reward.
     """
 
     resources_server: ServerRef

@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import Field
 
-from nemo_gym.agent_hops import (
+from nemo_gym.agents.agent_hops import (
     call_json,
     call_model,
     execute_tool_call,
@@ -33,8 +33,8 @@ from nemo_gym.response_items import (
     function_calls,
     input_items,
 )
-from nemo_gym.server import HTTPError, ServerRef
-from nemo_gym.server_client import Rollout
+from nemo_gym.serving.server import HTTPError, ServerRef
+from nemo_gym.serving.server_client import Rollout
 
 
 class SimpleAgentConfig(BaseResponsesAPIAgentConfig):
@@ -45,12 +45,12 @@ class SimpleAgentConfig(BaseResponsesAPIAgentConfig):
 
     A model may call only the tools its row offers (``responses_create_params.tools``) plus
     ``allowed_tools``; any other name (``verify``, ``seed_session``, a tool not offered) is "no
-    such tool" to it (see :mod:`nemo_gym.agent_hops`).
+    such tool" to it (see :mod:`nemo_gym.agents.agent_hops`).
 
     ``hop_timeout_s`` is the deadline of one model or tool call (default ``NEMO_GYM_HOP_TIMEOUT_S``,
     300 s), ``rollout_timeout_s`` of a whole rollout (default ``NEMO_GYM_ROLLOUT_TIMEOUT_S``, 1,200 s).
     An infrastructure fault in any call fails the rollout with a failure class (see
-    :mod:`nemo_gym.agent_hops`); it is never shown to the model or verified.
+    :mod:`nemo_gym.agents.agent_hops`); it is never shown to the model or verified.
 
     ``mcp_servers`` (by name) adds the tools of MCP servers to every model call: streamable
     HTTP (``url``), stdio (``command``) or the resources server's own (``from_seed_session``);

@@ -10,7 +10,7 @@ It is what tests and laptops use in place of vLLM. It serves:
   (``return_token_ids`` → ``prompt_token_ids`` and ``choices[0].token_ids``;
   ``return_tokens_as_token_ids`` → logprob tokens spelled ``token_id:<id>``).
 - The token-ID splice: when messages carry ``prompt_token_ids``/``generation_token_ids`` from
-  earlier calls, the prompt is built by :func:`nemo_gym.token_ids.spliced_prompt_token_ids`;
+  earlier calls, the prompt is built by :func:`nemo_gym.models.token_ids.spliced_prompt_token_ids`;
   when that splice is refused the answer carries ``token_ids_contiguous: false``.
 - ``POST /tokenize`` (vLLM's), ``GET /v1/models``, ``GET /health``, and ``POST /v1/responses``
   (the Responses API through the same conversion ``vllm_model`` uses, in-process).
@@ -40,9 +40,9 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from nemo_gym.base_responses_api_model import BaseResponsesAPIModelConfig, SimpleResponsesAPIModel
-from nemo_gym.chat_backend import ChatBridge, is_context_length_error, template_messages
-from nemo_gym.server import HTTPError
-from nemo_gym.token_ids import TOKEN_ID_FIELDS, render_chat_token_ids, spliced_prompt_token_ids
+from nemo_gym.models.chat_backend import ChatBridge, is_context_length_error, template_messages
+from nemo_gym.models.token_ids import TOKEN_ID_FIELDS, render_chat_token_ids, spliced_prompt_token_ids
+from nemo_gym.serving.server import HTTPError
 from responses_api_models.local_hf_model.engine import Generation, HFCausalLM, SamplingSettings
 from responses_api_models.local_hf_model.streaming import stream_chat_completion_live, stream_responses_live
 
@@ -114,7 +114,7 @@ class LocalHFModel(SimpleResponsesAPIModel):
             torch.set_num_threads(config.torch_num_threads)
         path = config.model
         if config.tiny:
-            from nemo_gym.engine_tiny_model import build_tiny_model
+            from nemo_gym.engine.tiny_model import build_tiny_model
 
             path = str(build_tiny_model(template=config.tiny_template, seed=config.tiny_seed))
         assert path is not None

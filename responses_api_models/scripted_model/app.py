@@ -30,7 +30,7 @@ from nemo_gym.response_items import (
     new_id,
     usage_dict,
 )
-from nemo_gym.server import HTTPError
+from nemo_gym.serving.server import HTTPError
 
 
 class ScriptTurn(BaseModel):

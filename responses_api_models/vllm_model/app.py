@@ -1,6 +1,6 @@
 """vllm_model: the Responses API in front of one or more vLLM OpenAI-compatible servers.
 
-Each ``POST /v1/responses`` is converted to a Chat Completions request (:mod:`nemo_gym.conversion`),
+Each ``POST /v1/responses`` is converted to a Chat Completions request (:mod:`nemo_gym.models.conversion`),
 sent to one backend replica, and the completion converted back. ``POST /v1/chat/completions``
 is passed through to the same replica.
 
@@ -33,26 +33,26 @@ from typing import Any
 from pydantic import Field, field_validator, model_validator
 from starlette.responses import Response
 
+from nemo_gym.agents.hop_faults import chat_completion_problem, status_failure_class
 from nemo_gym.base_responses_api_model import (
     BaseResponsesAPIModelConfig,
     SimpleResponsesAPIModel,
     without_stream,
 )
-from nemo_gym.chat_backend import (
+from nemo_gym.chat_stream import ChatCompletionAccumulator, ResponsesEventStream
+from nemo_gym.models.chat_backend import (
     ChatBridge,
     is_context_length_error,
 )
-from nemo_gym.chat_stream import ChatCompletionAccumulator, ResponsesEventStream
-from nemo_gym.hop_faults import chat_completion_problem, status_failure_class
-from nemo_gym.server import HTTPError, ServerRef
-from nemo_gym.sse import EventStreamResponse, SSEParser, relay_events, sse_bytes
-from nemo_gym.streaming import stream_chat_completion, stream_responses
-from nemo_gym.upstream import (
+from nemo_gym.models.streaming import stream_chat_completion, stream_responses
+from nemo_gym.serving.server import HTTPError, ServerRef
+from nemo_gym.serving.upstream import (
     UpstreamError,
     UpstreamHTTP,
     UpstreamResponse,
     error_message,
 )
+from nemo_gym.sse import EventStreamResponse, SSEParser, relay_events, sse_bytes
 
 logger = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from nemo_gym.config import project_root
+from nemo_gym.launch.config import project_root
 from nemo_gym.testing import running_stack
 
 AGENT = "example_single_tool_call_simple_agent"

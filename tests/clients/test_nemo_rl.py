@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from nemo_gym.launcher import free_port
+from nemo_gym.launch.launcher import free_port
 from nemo_gym.rollout_collection import RolloutFailedError
 
 from .conftest import AGENT, ENV_CONFIG, TRAINING_MODEL_CONFIG, assert_contiguous, example_rows
@@ -72,7 +72,7 @@ class NemoGymActor:
         return {"node_ip": node_ip, "head_port": head_port}
 
     async def server_instances(self) -> list[dict[str, Any]]:
-        from nemo_gym.server_client import ServerClient
+        from nemo_gym.serving.server_client import ServerClient
 
         client = ServerClient(f"http://{self.head_server_config.host}:{self.head_server_config.port}")
         try:

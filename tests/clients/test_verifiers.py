@@ -23,7 +23,7 @@ import pytest
 from aiohttp import web
 from omegaconf import OmegaConf
 
-from nemo_gym.launcher import free_port
+from nemo_gym.launch.launcher import free_port
 from nemo_gym.testing import running_stack
 
 from .conftest import AGENT, ENV_CONFIG, example_rows
@@ -108,12 +108,12 @@ async def test_verifiers_harness_pattern() -> None:
     from nemo_gym import server_utils as nemo_server_utils
     from nemo_gym.global_config import GlobalConfigDictParserConfig
     from nemo_gym.rollout_collection import RolloutCollectionHelper
-    from nemo_gym.server_client import fd_connection_cap
     from nemo_gym.server_utils import (
         GlobalAIOHTTPAsyncClientConfig,
         is_global_aiohttp_client_setup,
         set_global_aiohttp_client,
     )
+    from nemo_gym.serving.server_client import fd_connection_cap
 
     with running_stack(["responses_api_models/scripted_model/configs/scripted_model.yaml"]) as upstream:
         (replica,) = upstream.stack.head.registry.replicas[POLICY]

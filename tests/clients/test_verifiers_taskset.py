@@ -41,7 +41,7 @@ from mcp.client.streamable_http import create_mcp_http_client, streamable_http_c
 from mcp.types import CallToolResult, TextContent, Tool
 
 from nemo_gym.base_resources_server import SimpleResourcesServer
-from nemo_gym.config import project_root
+from nemo_gym.launch.config import project_root
 from nemo_gym.testing import read_jsonl
 
 pytestmark = [

@@ -16,8 +16,8 @@ import threading
 import pytest
 from omegaconf import DictConfig
 
-from nemo_gym.config import project_root
-from nemo_gym.launcher import free_port
+from nemo_gym.launch.config import project_root
+from nemo_gym.launch.launcher import free_port
 
 from .conftest import AGENT, ENV_CONFIG, TRAINING_MODEL_CONFIG, example_rows
 

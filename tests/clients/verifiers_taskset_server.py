@@ -1,4 +1,4 @@
-"""Host one resources server class as verifiers' NeMo Gym taskset does (``verifiers/v1/tasksets/nemo_gym/server.py``).
+"""Host one resources server class as verifiers' NeMo Gym taskset does (``verifiers/v1/tasksets/nemo_gym/serving/server.py``).
 
 Its steps, in its order: bind a socket on 127.0.0.1 port 0; import the class named by
 ``NEMO_GYM_RESOURCE_SERVER`` (``module:Class``); read the config class from the server class's

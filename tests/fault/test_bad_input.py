@@ -13,10 +13,10 @@ from urllib.parse import urlsplit
 import orjson
 import pytest
 
-from nemo_gym.head_server import HeadServer
-from nemo_gym.request_guard import MAX_JSON_DEPTH, json_nesting_depth
-from nemo_gym.server import BaseServer, BaseServerConfig, ServerRef
-from nemo_gym.server_client import ServerClient
+from nemo_gym.launch.head_server import HeadServer
+from nemo_gym.serving.request_guard import MAX_JSON_DEPTH, json_nesting_depth
+from nemo_gym.serving.server import BaseServer, BaseServerConfig, ServerRef
+from nemo_gym.serving.server_client import ServerClient
 from nemo_gym.testing import running_app, running_server
 from resources_servers.example_single_tool_call.app import ExampleSingleToolCallServer
 

@@ -16,16 +16,16 @@ import time
 import orjson
 import pytest
 
-from nemo_gym.launcher import free_port
-from nemo_gym.server import BaseServerConfig
+from nemo_gym.launch.launcher import free_port
+from nemo_gym.serving.server import BaseServerConfig
 from nemo_gym.testing import SyncClient
 
 MB = 1024 * 1024
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HEAD_SCRIPT = """
 import asyncio, sys
-from nemo_gym.head_server import HeadServer
-from nemo_gym.server import bind_socket, make_uvicorn_server
+from nemo_gym.launch.head_server import HeadServer
+from nemo_gym.serving.server import bind_socket, make_uvicorn_server
 sock = bind_socket("127.0.0.1", int(sys.argv[1]))
 asyncio.run(make_uvicorn_server(HeadServer({}).build_app()).serve(sockets=[sock]))
 """

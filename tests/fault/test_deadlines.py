@@ -1,7 +1,7 @@
 """The deadlines a user gets without configuring anything, and the environment that changes them.
 
 Each case runs in a fresh Python process (the deadlines are read once, when
-``nemo_gym.agent_hops`` is imported), against a real hung server on 127.0.0.1.
+``nemo_gym.agents.agent_hops`` is imported), against a real hung server on 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 DEFAULTS = """
-from nemo_gym import agent_hops
+from nemo_gym.agents import agent_hops
 from nemo_gym.rollout_collection import RolloutCollectionHelper
-from nemo_gym.server_client import ServerClient
+from nemo_gym.serving.server_client import ServerClient
 print(agent_hops.hop_timeout_s(), agent_hops.rollout_timeout_s())
 """
 
@@ -29,9 +29,9 @@ import asyncio, time
 from starlette.applications import Starlette
 from starlette.responses import Response
 from starlette.routing import Route
-from nemo_gym.agent_hops import execute_tool_call, rollout_deadline
-from nemo_gym.hop_faults import HopFault
-from nemo_gym.server_client import ServerClient
+from nemo_gym.agents.agent_hops import execute_tool_call, rollout_deadline
+from nemo_gym.agents.hop_faults import HopFault
+from nemo_gym.serving.server_client import ServerClient
 from nemo_gym.testing import running_app
 
 async def hang(request):  # never answers, but lets go when its caller hangs up

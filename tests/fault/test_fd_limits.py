@@ -11,8 +11,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from nemo_gym.collection_io import CollectionPaths
-from nemo_gym.config import project_root
+from nemo_gym.collection.collection_io import CollectionPaths
+from nemo_gym.launch.config import project_root
 from nemo_gym.testing import read_jsonl, running_stack
 
 ENV = "resources_servers/example_single_tool_call"
@@ -33,7 +33,7 @@ def test_the_soft_limit_is_raised_to_the_hard_limit():
         pytest.skip(f"the hard limit here is only {hard}")
     code = (
         "import json, resource\n"
-        "from nemo_gym.server_client import default_connection_limit\n"
+        "from nemo_gym.serving.server_client import default_connection_limit\n"
         "cap = default_connection_limit()\n"
         "print(json.dumps([resource.getrlimit(resource.RLIMIT_NOFILE)[0], cap]))"
     )

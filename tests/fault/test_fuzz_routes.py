@@ -25,9 +25,9 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nemo_gym.head_server import HeadServer
-from nemo_gym.server import BaseServer
-from nemo_gym.server_client import ServerClient
+from nemo_gym.launch.head_server import HeadServer
+from nemo_gym.serving.server import BaseServer
+from nemo_gym.serving.server_client import ServerClient
 from nemo_gym.testing import running_app, running_server
 
 ROOT = Path(__file__).resolve().parents[2]

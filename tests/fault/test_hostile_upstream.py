@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 import pytest
 
-from nemo_gym.server_client import ServerClient
+from nemo_gym.serving.server_client import ServerClient
 from nemo_gym.testing import SyncClient, running_server
 from resources_servers.example_single_tool_call.app import ExampleSingleToolCallServer
 from responses_api_agents.simple_agent.app import SimpleAgent

@@ -20,12 +20,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from nemo_gym.agent_hops import execute_tool_call, rollout_deadline
-from nemo_gym.hop_faults import HopFault
-from nemo_gym.launcher import free_port
-from nemo_gym.protocol import ROLLOUT_PREFIX
+from nemo_gym.agents.agent_hops import execute_tool_call, rollout_deadline
+from nemo_gym.agents.hop_faults import HopFault
+from nemo_gym.launch.launcher import free_port
 from nemo_gym.rollout_collection import RolloutCollectionHelper
-from nemo_gym.server_client import ServerClient
+from nemo_gym.serving.protocol import ROLLOUT_PREFIX
+from nemo_gym.serving.server_client import ServerClient
 from nemo_gym.testing import read_jsonl, running_app, running_server
 from responses_api_agents.simple_agent.app import SimpleAgent
 

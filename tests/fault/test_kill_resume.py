@@ -19,9 +19,9 @@ from typing import Any
 import orjson
 import pytest
 
-from nemo_gym.collection_io import CollectionPaths
+from nemo_gym.collection.collection_io import CollectionPaths
 from nemo_gym.rollout_collection import RolloutCollectionHelper
-from nemo_gym.server_client import ServerClient
+from nemo_gym.serving.server_client import ServerClient
 from nemo_gym.testing import read_jsonl, running_stack
 
 ENV = "resources_servers/example_single_tool_call"

@@ -22,10 +22,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from nemo_gym.hop_faults import chat_completion_problem, responses_object_problem
-from nemo_gym.launcher import free_port
+from nemo_gym.agents.hop_faults import chat_completion_problem, responses_object_problem
+from nemo_gym.launch.launcher import free_port
 from nemo_gym.rollout_collection import RolloutCollectionHelper
-from nemo_gym.server_client import ServerClient
+from nemo_gym.serving.server_client import ServerClient
 from nemo_gym.testing import SyncClient, read_jsonl, running_app, running_server
 from resources_servers.example_single_tool_call.app import ExampleSingleToolCallServer
 from responses_api_agents.simple_agent.app import SimpleAgent

@@ -17,9 +17,9 @@ from pathlib import Path
 import orjson
 import pytest
 
-from nemo_gym.collection_io import CollectionPaths
-from nemo_gym.config import project_root
-from nemo_gym.output_lock import OutputLockedError, lock_path, output_lock
+from nemo_gym.collection.collection_io import CollectionPaths
+from nemo_gym.collection.output_lock import OutputLockedError, lock_path, output_lock
+from nemo_gym.launch.config import project_root
 from nemo_gym.rollout_collection import (
     EXIT_TOO_MANY_FAILURES,
     CollectionSummary,
@@ -71,7 +71,7 @@ def test_the_lock_of_a_killed_collector_is_released(tmp_path: Path):
         [
             sys.executable,
             "-c",
-            "import sys, time; from pathlib import Path; from nemo_gym.output_lock import output_lock\n"
+            "import sys, time; from pathlib import Path; from nemo_gym.collection.output_lock import output_lock\n"
             "with output_lock(Path(sys.argv[1])):\n    print('locked', flush=True); time.sleep(60)",
             str(out),
         ],

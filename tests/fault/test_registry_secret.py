@@ -10,8 +10,8 @@ import os
 
 import pytest
 
-from nemo_gym.launcher import ENV_LAUNCH_PAYLOAD
-from nemo_gym.protocol import ENV_AUTH_TOKEN, REGISTRATION_SECRET_HEADER
+from nemo_gym.launch.launcher import ENV_LAUNCH_PAYLOAD
+from nemo_gym.serving.protocol import ENV_AUTH_TOKEN, REGISTRATION_SECRET_HEADER
 from nemo_gym.testing import SyncClient, running_stack
 
 ONLY_ENV = """

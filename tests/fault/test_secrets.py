@@ -20,11 +20,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from nemo_gym.config import load_config
-from nemo_gym.launcher import StackHandle
-from nemo_gym.protocol import ENV_AUTH_TOKEN
+from nemo_gym.launch.config import load_config
+from nemo_gym.launch.launcher import StackHandle
 from nemo_gym.rollout_collection import RolloutCollectionHelper
-from nemo_gym.secrets import (
+from nemo_gym.serving.protocol import ENV_AUTH_TOKEN
+from nemo_gym.serving.secrets import (
     REDACTED,
     RedactingFilter,
     redact,
@@ -32,7 +32,7 @@ from nemo_gym.secrets import (
     remember_secret_values,
     secret_values,
 )
-from nemo_gym.server import BaseServer, BaseServerConfig, HTTPError
+from nemo_gym.serving.server import BaseServer, BaseServerConfig, HTTPError
 from nemo_gym.testing import SyncClient, running_app, running_server
 
 API_KEY = "sk-test-0123456789abcdefghij"

@@ -18,7 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from nemo_gym.protocol import ENV_AUTH_TOKEN
+from nemo_gym.serving.protocol import ENV_AUTH_TOKEN
 from nemo_gym.testing import http_call as call
 from nemo_gym.testing import ng_run_process
 

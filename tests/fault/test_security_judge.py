@@ -13,7 +13,7 @@ from typing import Any
 from nemo_gym.base_responses_api_model import SimpleResponsesAPIModel
 from nemo_gym.llm_judge import fill_template
 from nemo_gym.response_items import build_response, content_text, input_items, message_item
-from nemo_gym.server_client import ServerClient
+from nemo_gym.serving.server_client import ServerClient
 from nemo_gym.testing import running_server, verify_text
 from resources_servers.equivalence_llm_judge.app import EquivalenceLLMJudgeServer
 from resources_servers.math_with_judge.app import MathWithJudgeServer

@@ -14,7 +14,7 @@ import pytest
 from nemo_gym.base_responses_api_model import SimpleResponsesAPIModel
 from nemo_gym.llm_judge import parse_verdict
 from nemo_gym.response_items import build_response, message_item
-from nemo_gym.server_client import ServerClient
+from nemo_gym.serving.server_client import ServerClient
 from nemo_gym.testing import (
     collect_examples,
     compat_dir,

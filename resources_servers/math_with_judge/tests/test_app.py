@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 from nemo_gym.response_items import message_item
-from nemo_gym.server_client import ServerClient
+from nemo_gym.serving.server_client import ServerClient
 from nemo_gym.testing import (
     collect_examples,
     compat_dir,

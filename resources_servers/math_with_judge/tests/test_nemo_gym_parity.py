@@ -2,7 +2,7 @@
 
 import pytest
 
-from nemo_gym.server_client import ServerClient
+from nemo_gym.serving.server_client import ServerClient
 from nemo_gym.testing import ParityCase, check_parity, lazy_servers, parity_cases, running_server
 from resources_servers.math_with_judge.app import MathWithJudgeServer
 from resources_servers.math_with_judge.tests.nemo_gym_cases import CASES, JUDGE_SCRIPTS

@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from nemo_gym.gymnasium_server import GymnasiumServer, StepResult, extract_text, tool_output
 from nemo_gym.response_items import count_model_turns, function_calls, input_items
-from nemo_gym.server import HTTPError
+from nemo_gym.serving.server import HTTPError
 from nemo_gym.testing import SyncClient, running_agent
 from responses_api_agents.gymnasium_agent.app import GymnasiumAgent, GymnasiumAgentConfig
 from responses_api_models.scripted_model.app import ScriptedModel

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from nemo_gym.config import project_root
-from nemo_gym.launcher import free_port
+from nemo_gym.launch.config import project_root
+from nemo_gym.launch.launcher import free_port
 
 pytestmark = pytest.mark.slow
 

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 import yaml
 
-from nemo_gym.config import project_root
-from nemo_gym.launcher import free_port
+from nemo_gym.launch.config import project_root
+from nemo_gym.launch.launcher import free_port
 from nemo_gym.testing import SyncClient, read_jsonl, running_agent, running_server
 from resources_servers.example_session_state_mgmt.app import ExampleSessionStateMgmtServer
 from responses_api_agents.harness_agent.app import HarnessAgent
@@ -83,7 +83,7 @@ def test_the_output_cap_is_enforced():
 def test_a_policy_model_that_is_down_is_a_classified_failure_not_a_reward():
     env = ExampleSessionStateMgmtServer({"name": "env"})
     dead = f"http://127.0.0.1:{free_port()}"
-    from nemo_gym.server_client import ServerClient
+    from nemo_gym.serving.server_client import ServerClient
 
     with running_server(env) as env_url:
         harness = HarnessAgent(

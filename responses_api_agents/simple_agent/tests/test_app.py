@@ -139,7 +139,7 @@ def test_execute_tool_calls_false_stops_after_the_first_call():
 def test_verifier_failure_class_is_relayed():
     class JudgeDown(Env):
         async def verify(self, body: BaseVerifyRequest) -> BaseVerifyResponse:
-            from nemo_gym.server import HTTPError
+            from nemo_gym.serving.server import HTTPError
 
             raise HTTPError(502, "judge unreachable", failure_class="judge_failed")
 

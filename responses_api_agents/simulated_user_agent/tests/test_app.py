@@ -5,10 +5,10 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from typing import Any
 
-from nemo_gym.config import project_root
-from nemo_gym.launcher import free_port
+from nemo_gym.launch.config import project_root
+from nemo_gym.launch.launcher import free_port
 from nemo_gym.response_items import function_call_item, function_call_output_item, message_item
-from nemo_gym.server_client import ServerClient
+from nemo_gym.serving.server_client import ServerClient
 from nemo_gym.testing import SyncClient, read_jsonl, running_server
 from resources_servers.retail_service.app import RetailServiceServer
 from responses_api_agents.simulated_user_agent.app import SimulatedUserAgent, user_view

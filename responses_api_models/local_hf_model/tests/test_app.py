@@ -18,7 +18,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from nemo_gym.engine_tiny_model import build_tiny_model
+from nemo_gym.engine.tiny_model import build_tiny_model
 from nemo_gym.testing import SyncClient, running_server
 from responses_api_models.local_hf_model.app import LocalHFModel, parse_tool_calls
 

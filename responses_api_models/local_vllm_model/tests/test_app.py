@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from nemo_gym import vllm_compat
+from nemo_gym.models import vllm_compat
 from nemo_gym.testing import SyncClient, running_server
 from responses_api_models.local_vllm_model.app import LocalVLLMModel, LocalVLLMModelConfig
 
@@ -55,7 +55,7 @@ def test_serve_command_carries_the_splice_and_the_flags() -> None:
     command = vllm_compat.vllm_serve_command(
         config.model, host="127.0.0.1", port=8123, serve_args=config.serve_args(), turn_end_token_ids=[151645]
     )
-    assert command[1:3] == ["-m", "nemo_gym.vllm_compat"]
+    assert command[1:3] == ["-m", "nemo_gym.models.vllm_compat"]
     separator = command.index("--")
     assert command[3:separator] == ["--splice-model", "Qwen/Qwen3-8B", "--turn-end-token-ids", "151645"]
     vllm_args = command[separator + 1 :]
@@ -127,7 +127,7 @@ def _gpu_available() -> bool:
     reason="needs vLLM and a GPU",
 )
 def test_vllm_serves_responses_with_spliced_token_ids(tmp_path: Any) -> None:  # pragma: no cover - GPU only
-    from nemo_gym.engine_tiny_model import build_tiny_model
+    from nemo_gym.engine.tiny_model import build_tiny_model
 
     model = str(build_tiny_model(tmp_path / "tiny"))
     server = LocalVLLMModel(

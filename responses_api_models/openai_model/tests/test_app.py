@@ -18,7 +18,7 @@ import openai
 import pytest
 from aiohttp import web
 
-from nemo_gym.launcher import free_port
+from nemo_gym.launch.launcher import free_port
 from nemo_gym.testing import SyncClient, running_server
 from responses_api_models.openai_model.app import OpenAIModel
 

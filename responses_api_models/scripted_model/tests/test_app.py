@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from nemo_gym.config import project_root
+from nemo_gym.launch.config import project_root
 from nemo_gym.testing import SyncClient, running_server
 from responses_api_models.scripted_model.app import ScriptedModel
 

@@ -17,7 +17,7 @@ import openai
 import pytest
 from aiohttp import web
 
-from nemo_gym.launcher import free_port
+from nemo_gym.launch.launcher import free_port
 from nemo_gym.testing import SyncClient, running_server
 from responses_api_models.local_hf_model.app import LocalHFModel
 from responses_api_models.vllm_model.app import VLLMModel, VLLMModelConfig

@@ -1,0 +1,40 @@
+"""Wrap a command body ``(argv) -> exit code`` as a console script: ``--help``, config errors, exit codes."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Sequence
+
+from nemo_gym.console.command_help import help_text, wants_help
+from nemo_gym.launch.config import ConfigError
+
+
+def console_command(
+    body: Callable[[list[str]], int], name: str | None = None
+) -> Callable[[Sequence[str] | None], None]:
+    """Wrap ``body(argv) -> exit code`` as console script ``name``.
+
+    ``--help``, ``-h`` or ``help`` print the command's help (see :mod:`nemo_gym.console.command_help`;
+    without an entry there, ``body``'s docstring) and exit 0. Config errors print cleanly, exit 2.
+    """
+
+    def entry(argv: Sequence[str] | None = None) -> None:
+        args = list(sys.argv[1:] if argv is None else argv)
+        if wants_help(args):
+            prog = name or os.path.basename(sys.argv[0]) or None
+            sys.stdout.write(help_text(name, body.__doc__, prog))
+            sys.exit(0)
+        try:
+            code = body(args)
+        except ConfigError as exc:
+            sys.stderr.write(f"config error: {exc}\n")
+            if name:
+                sys.stderr.write(f"(run '{name} --help' for its options)\n")
+            code = 2
+        except KeyboardInterrupt:
+            code = 130
+        sys.exit(code)
+
+    entry.command_name = name  # type: ignore[attr-defined]
+    return entry

@@ -1,0 +1,148 @@
+"""Shape checks of the OpenAI requests a model server accepts: a wrong shape is a 400 naming the field.
+
+Every model server runs these before its handler, so a malformed request (a message whose
+``content`` is a number, a tool that is not an object) gets a clear 4xx instead of failing deep
+inside a conversion with a 500. Only the structure the servers rely on is checked; values an
+engine judges (a model name it does not serve, a temperature it cannot honour) are left to it.
+Token-ID arrays are checked to be lists, not element by element, so large ones stay cheap.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nemo_gym.serving.server import HTTPError
+
+_TOKEN_ID_LISTS = ("prompt_token_ids", "generation_token_ids", "generation_log_probs")
+
+
+def _fail(message: str) -> HTTPError:
+    return HTTPError(400, message)
+
+
+def _kind(value: Any) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _check_optional(body: dict[str, Any], key: str, check: Any, wanted: str, where: str = "") -> None:
+    if body.get(key) is not None and not check(body[key]):
+        raise _fail(f"{where}{key} must be {wanted}, got {_kind(body[key])}")
+
+
+def _check_text_field(item: dict[str, Any], key: str, where: str) -> None:
+    if key in item and item[key] is not None and not isinstance(item[key], str):
+        raise _fail(f"{where}.{key} must be a string, got {_kind(item[key])}")
+
+
+def _check_content(content: Any, where: str) -> None:
+    if content is None or isinstance(content, str):
+        return
+    if not isinstance(content, list):
+        raise _fail(f"{where}.content must be a string or a list of content parts, got {_kind(content)}")
+    for index, part in enumerate(content):
+        if not isinstance(part, dict) or not isinstance(part.get("type"), str):
+            raise _fail(f"{where}.content[{index}] must be an object with a 'type'")
+        for key in ("text", "refusal"):
+            _check_text_field(part, key, f"{where}.content[{index}]")
+
+
+def _check_common(body: Any) -> dict[str, Any]:
+    if not isinstance(body, dict):
+        raise _fail(f"the request body must be a JSON object, got {_kind(body)}")
+    if body.get("stream") is not None and not isinstance(body["stream"], bool):
+        raise _fail(f"stream must be true or false, got {body['stream']!r}")
+    _check_optional(body, "model", lambda v: isinstance(v, str), "a string")
+    _check_optional(body, "metadata", lambda v: isinstance(v, dict), "an object")
+    _check_optional(body, "temperature", _is_number, "a number")
+    _check_optional(body, "top_p", _is_number, "a number")
+    tools = body.get("tools")
+    if tools is not None:
+        if not isinstance(tools, list):
+            raise _fail(f"tools must be a list, got {_kind(tools)}")
+        for index, tool in enumerate(tools):
+            if not isinstance(tool, dict):
+                raise _fail(f"tools[{index}] must be an object, got {_kind(tool)}")
+    return body
+
+
+def check_responses_request(body: Any) -> None:
+    """Raise ``HTTPError`` 400 naming the field when a Responses create request has the wrong shape."""
+    body = _check_common(body)
+    _check_optional(
+        body, "max_output_tokens", lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer"
+    )
+    for index, tool in enumerate(body.get("tools") or []):
+        if tool.get("type", "function") == "function" and not isinstance(tool.get("name"), str):
+            raise _fail(f"tools[{index}].name must be a string (a function tool's name)")
+    value = body.get("input")
+    if value is None:
+        # OpenAI can continue a stored conversation without input; no server here stores one.
+        raise _fail("input is missing: a Responses request needs 'input' (a string or a list of items)")
+    if isinstance(value, str):
+        return
+    if not isinstance(value, list):
+        raise _fail(f"input must be a string or a list of items, got {_kind(value)}")
+    for index, item in enumerate(value):
+        where = f"input[{index}]"
+        if not isinstance(item, dict):
+            raise _fail(f"{where} must be an object, got {_kind(item)}")
+        kind = item.get("type", "message")
+        if not isinstance(kind, str):
+            raise _fail(f"{where}.type must be a string, got {_kind(kind)}")
+        if kind == "message":
+            if not isinstance(item.get("role"), str):
+                raise _fail(f"{where}.role must be a string (user, assistant, system, developer)")
+            _check_content(item.get("content"), where)
+        elif kind == "function_call":
+            for key in ("name", "arguments"):
+                if not isinstance(item.get(key), str):
+                    raise _fail(
+                        f"{where}.{key} must be a string (a function_call item), got {_kind(item.get(key))}"
+                    )
+            _check_text_field(item, "call_id", where)
+        elif kind == "function_call_output":
+            _check_text_field(item, "call_id", where)
+            if "output" in item and not isinstance(item["output"], str | list):
+                raise _fail(f"{where}.output must be a string or a list, got {_kind(item['output'])}")
+        elif kind == "reasoning" and "summary" in item and not isinstance(item["summary"], list):
+            raise _fail(f"{where}.summary must be a list, got {_kind(item['summary'])}")
+        for key in _TOKEN_ID_LISTS:
+            if key in item and item[key] is not None and not isinstance(item[key], list):
+                raise _fail(f"{where}.{key} must be a list, got {_kind(item[key])}")
+
+
+def check_chat_request(body: Any) -> None:
+    """Raise ``HTTPError`` 400 naming the field when a Chat Completions request has the wrong shape."""
+    body = _check_common(body)
+    for key in ("max_tokens", "max_completion_tokens"):
+        _check_optional(body, key, lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer")
+    for index, tool in enumerate(body.get("tools") or []):
+        if tool.get("type", "function") == "function" and not (
+            isinstance(tool.get("function"), dict) and isinstance(tool["function"].get("name"), str)
+        ):
+            raise _fail(f"tools[{index}].function must be an object with a string 'name'")
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        raise _fail(f"messages must be a list of messages, got {_kind(messages)}")
+    for index, message in enumerate(messages):
+        where = f"messages[{index}]"
+        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+            raise _fail(f"{where} must be an object with a string 'role'")
+        _check_content(message.get("content"), where)
+        calls = message.get("tool_calls")
+        if calls is None:
+            continue
+        if not isinstance(calls, list):
+            raise _fail(f"{where}.tool_calls must be a list, got {_kind(calls)}")
+        for number, call in enumerate(calls):
+            at = f"{where}.tool_calls[{number}]"
+            if not isinstance(call, dict) or not isinstance(call.get("function"), dict):
+                raise _fail(f"{at} must be an object with a 'function' object")
+            function = call["function"]
+            if not isinstance(function.get("name"), str):
+                raise _fail(f"{at}.function.name must be a string")
+            _check_text_field(function, "arguments", f"{at}.function")

@@ -1,0 +1,333 @@
+"""What every server checks about a request before a handler sees it.
+
+- The body size is counted while it is read: past the limit the answer is a JSON 413 at once
+  (a declared ``Content-Length`` over the limit is refused before a byte of the body is read),
+  so an oversized body, chunked or not, never sits in memory.
+- A client that sends its headers or its body too slowly is cut: headers must be complete
+  ``header_timeout_s`` after the connection opens (or after the first byte of a following
+  request on a kept-alive connection), the whole body ``body_timeout_s`` after the headers.
+- JSON bodies are parsed by :func:`parse_json_object`: a body that is not JSON, not an object,
+  or nested deeper than :data:`MAX_JSON_DEPTH` is a 400/422 naming the problem (a cheap scan of
+  the raw bytes, before parsing).
+- Error answers (status >= 400) have secrets hidden (:mod:`nemo_gym.serving.secrets`) before they leave.
+- An exception no handler caught becomes a JSON 500 naming the server, never a plain-text one,
+  and an exception raised after the answer was sent keeps the connection usable.
+
+:class:`RequestGuard` is the ASGI part; :func:`header_timeout_protocol` the socket part (the ASGI
+app is only called once the headers are complete, so a half-sent header is the protocol's job).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from nemo_gym.serving.secrets import redact_bytes
+
+logger = logging.getLogger("nemo_gym")
+
+# orjson cannot serialize more than 254 levels; answers echo the request (plus a few levels of
+# wrapping), so requests are held well below that.
+MAX_JSON_DEPTH = 200
+DEFAULT_HEADER_TIMEOUT_S = 15.0
+DEFAULT_BODY_TIMEOUT_S = 60.0
+
+_STRINGS = re.compile(rb'"[^"]*"')
+_NOT_STRUCTURE = bytes(b for b in range(256) if b not in b'[]{}"')
+
+
+class HTTPError(Exception):
+    """Raise from a handler to answer with a status code and a JSON error body.
+
+    ``extra`` fields are added to the body, e.g. ``failure_class="judge_failed"`` (the collector
+    files the rollout under that class) or ``detail=[{"field": ..., "message": ...}]``.
+    """
+
+    def __init__(self, status_code: int, message: str, **extra: Any) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+        self.message = message
+        self.extra = extra
+
+
+class BodyTooLarge(HTTPError):
+    """The request body passed the server's limit while it was being read (413)."""
+
+
+class BodyTimeout(HTTPError):
+    """The request body did not arrive in time (408)."""
+
+
+def json_nesting_depth(raw: bytes) -> int:
+    """How deeply the arrays and objects of a JSON text nest (0 for a scalar).
+
+    Works on the raw bytes without parsing: escaped backslashes and quotes are dropped, then
+    strings, then everything but brackets, all at C speed; only the brackets are walked.
+    """
+    if raw.count(b"[") + raw.count(b"{") <= 1:
+        return raw.count(b"[") + raw.count(b"{")
+    text = raw.replace(b"\\\\", b"").replace(b'\\"', b"").translate(None, _NOT_STRUCTURE)
+    brackets = _STRINGS.sub(b"", text)
+    depth = deepest = 0
+    for byte in brackets:
+        if byte in (91, 123):  # [ {
+            depth += 1
+            if depth > deepest:
+                deepest = depth
+        else:
+            depth -= 1
+    return deepest
+
+
+def parse_json_object(raw: bytes, where: str = "request body") -> dict[str, Any]:
+    """The JSON object in ``raw`` (empty → ``{}``), or :class:`HTTPError` naming the problem.
+
+    400: not JSON, or nested deeper than :data:`MAX_JSON_DEPTH`; 422: JSON but not an object.
+    """
+    if not raw.strip():
+        return {}
+    if raw.count(b"[") + raw.count(b"{") > MAX_JSON_DEPTH:
+        depth = json_nesting_depth(raw)
+        if depth > MAX_JSON_DEPTH:
+            raise HTTPError(
+                400, f"{where} nests {depth} levels deep; at most {MAX_JSON_DEPTH} levels are accepted"
+            )
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise HTTPError(400, f"{where} is not valid JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise HTTPError(
+            422,
+            f"{where} must be a JSON object, got {_json_type(data)}",
+            detail=[{"field": "body", "message": f"expected an object, got {_json_type(data)}"}],
+        )
+    return data
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    return type(value).__name__
+
+
+def _expects_body(scope: Scope) -> bool:
+    for name, value in scope.get("headers") or ():
+        if name == b"content-length":
+            return value.strip() not in (b"0", b"")
+        if name == b"transfer-encoding":
+            return True
+    return False
+
+
+def _declared_length(scope: Scope) -> int | None:
+    for name, value in scope.get("headers") or ():
+        if name == b"content-length":
+            text = value.strip()
+            return int(text) if text.isdigit() else None
+    return None
+
+
+async def send_json_error(
+    send: Send, status: int, message: str, server: str, close: bool = False, **extra: Any
+) -> None:
+    """Send a complete JSON error answer ``{"error", "server", ...}`` straight over ASGI."""
+    body = redact_bytes(orjson.dumps({"error": message, "server": server, **extra}))
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    if close:
+        headers.append((b"connection", b"close"))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+class RequestGuard:
+    """ASGI middleware: body size counted while reading (413), body deadline (408), JSON 500s.
+
+    ``path_limits`` gives some paths their own limit (``/aggregate_metrics`` spools its body to
+    disk, so it may take far more than a body parsed in memory), ``path_body_timeouts`` their
+    own body deadline (a million rows take longer to upload than one request body).
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        server_name: str,
+        max_body_bytes: int,
+        body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S,
+        path_limits: Mapping[str, int] | None = None,
+        path_body_timeouts: Mapping[str, float] | None = None,
+    ) -> None:
+        self.app = app
+        self.server_name = server_name
+        self.max_body_bytes = max_body_bytes
+        self.body_timeout_s = body_timeout_s
+        self.path_limits = dict(path_limits or {})
+        self.path_body_timeouts = dict(path_body_timeouts or {})
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        limit = self.path_limits.get(scope.get("path", ""), self.max_body_bytes)
+        body_timeout_s = self.path_body_timeouts.get(scope.get("path", ""), self.body_timeout_s)
+        declared = _declared_length(scope)
+        if declared is not None and declared > limit:
+            await send_json_error(
+                send,
+                413,
+                f"request body of {declared} bytes exceeds the limit of {limit} bytes",
+                self.server_name,
+                close=True,
+            )
+            return
+
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + body_timeout_s
+        body_done = not _expects_body(scope)
+        received = 0
+        started = complete = False
+
+        async def guarded_receive() -> Message:
+            nonlocal body_done, received
+            if body_done:
+                return await receive()
+            remaining = deadline - loop.time()
+            try:
+                if remaining <= 0:
+                    raise TimeoutError
+                async with asyncio.timeout(remaining):
+                    message = await receive()
+            except TimeoutError:
+                raise BodyTimeout(408, f"request body not received within {body_timeout_s:g}s") from None
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > limit:
+                    raise BodyTooLarge(413, f"request body exceeds the limit of {limit} bytes")
+                body_done = not message.get("more_body", False)
+            else:
+                body_done = True
+            return message
+
+        held: list[Message] = []
+        held_body: list[bytes] = []
+
+        async def guarded_send(message: Message) -> None:
+            nonlocal started, complete
+            if message["type"] == "http.response.start":
+                started = True
+                if not body_done:
+                    # Answered before the body was read (413, 408, an early error): the rest of
+                    # the body must not be taken for the next request on this connection.
+                    message = {**message, "headers": [*message.get("headers", []), (b"connection", b"close")]}
+                if message["status"] >= 400:
+                    held.append(message)  # an error text may quote a secret: hidden before it leaves
+                    return
+            elif message["type"] == "http.response.body":
+                last = not message.get("more_body", False)
+                complete = complete or last
+                if held:
+                    held_body.append(message.get("body", b""))
+                    if last:
+                        await _send_redacted(send, held[0], b"".join(held_body))
+                    return
+            await send(message)
+
+        try:
+            await self.app(scope, guarded_receive, guarded_send)
+        except HTTPError as exc:
+            if started:
+                raise
+            await send_json_error(
+                send, exc.status_code, exc.message, self.server_name, close=True, **exc.extra
+            )
+        except Exception as exc:
+            if complete:
+                # The answer is out; re-raising would make uvicorn drop a healthy keep-alive connection.
+                logger.exception(
+                    "%s: error after answering %s %s",
+                    self.server_name,
+                    scope.get("method"),
+                    scope.get("path"),
+                )
+                return
+            if started:
+                raise
+            logger.exception("%s: %s %s failed", self.server_name, scope.get("method"), scope.get("path"))
+            await send_json_error(send, 500, f"{type(exc).__name__}: {exc}", self.server_name)
+
+
+async def _send_redacted(send: Send, start: Message, raw: bytes) -> None:
+    hidden = redact_bytes(raw)
+    headers = start.get("headers", [])
+    if hidden is not raw:
+        headers = [(k, v) for k, v in headers if k.lower() != b"content-length"]
+        headers.append((b"content-length", str(len(hidden)).encode()))
+    await send({**start, "headers": headers})
+    await send({"type": "http.response.body", "body": hidden, "more_body": False})
+
+
+def header_timeout_protocol(base: type[asyncio.Protocol], header_timeout_s: float) -> type[asyncio.Protocol]:
+    """A subclass of uvicorn's HTTP protocol ``base`` that closes connections whose headers are late.
+
+    The clock starts when the connection opens, and again at the first byte of each following
+    request; it stops when the request's headers are complete (uvicorn then starts a request
+    cycle). Idle kept-alive connections stay under uvicorn's own keep-alive timeout.
+    """
+
+    class HeaderTimeoutProtocol(base):  # type: ignore[valid-type, misc]
+        _ng_header_timer: asyncio.TimerHandle | None = None
+
+        def connection_made(self, transport: Any) -> None:
+            super().connection_made(transport)
+            self._ng_arm()
+
+        def data_received(self, data: bytes) -> None:
+            before = self.cycle
+            if self._ng_header_timer is None and (before is None or before.response_complete):
+                self._ng_arm()
+            super().data_received(data)
+            if self.cycle is not before:
+                self._ng_disarm()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._ng_disarm()
+            super().connection_lost(exc)
+
+        def _ng_arm(self) -> None:
+            self._ng_header_timer = self.loop.call_later(header_timeout_s, self._ng_headers_late)
+
+        def _ng_disarm(self) -> None:
+            if self._ng_header_timer is not None:
+                self._ng_header_timer.cancel()
+                self._ng_header_timer = None
+
+        def _ng_headers_late(self) -> None:
+            self._ng_header_timer = None
+            if self.transport.is_closing():
+                return
+            body = orjson.dumps({"error": f"request headers not received within {header_timeout_s:g}s"})
+            self.transport.write(
+                b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\nconnection: close\r\n"
+                + b"content-length: "
+                + str(len(body)).encode()
+                + b"\r\n\r\n"
+                + body
+            )
+            self.transport.close()
+
+    HeaderTimeoutProtocol.__name__ = f"HeaderTimeout{base.__name__}"
+    return HeaderTimeoutProtocol

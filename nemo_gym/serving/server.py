@@ -1,0 +1,762 @@
+"""The server base: turns a server class into a starlette app run by uvicorn.
+
+Every nemo_gym server (resources, model, agent) is a ``BaseServer`` subclass. The base gives it:
+liveness ``GET /``, JSON error bodies naming the server, 422 answers with field paths, a body
+size limit, the ``/ng-rollout/<id>`` prefix stripped, an optional shared auth token, per-rollout
+session cookies with a TTL store, and start-up that binds a socket first and registers the port
+it really got with the head server (no bind-then-release race).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import errno
+import inspect
+import logging
+import os
+import random
+import socket
+import sys
+import time
+import typing
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any, ClassVar
+
+import orjson
+from pydantic import BaseModel, ConfigDict, ValidationError
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from nemo_gym.access_guard import AccessGuard
+
+# The shared wire names are re-exported here: servers and tests import them from nemo_gym.serving.server.
+from nemo_gym.serving.protocol import (  # noqa: F401
+    AUTH_HEADER,
+    ENV_AUTH_TOKEN,
+    ENV_HEAD_URL,
+    ENV_INSTANCE_NAME,
+    ENV_LAUNCH_PAYLOAD,
+    ENV_NODE_ID,
+    ENV_NODE_IP,
+    ENV_SERVER_CONFIG,
+    REGISTRATION_SECRET_HEADER,
+    ROLLOUT_PREFIX,
+    SESSION_COOKIE,
+    auth_headers,
+    auth_token,
+    raise_fd_limit,
+    registration_secret,
+    set_process_secrets,
+)
+from nemo_gym.serving.request_guard import (  # noqa: F401 - HTTPError is part of this module's API
+    DEFAULT_BODY_TIMEOUT_S,
+    DEFAULT_HEADER_TIMEOUT_S,
+    HTTPError,
+    RequestGuard,
+    header_timeout_protocol,
+    parse_json_object,
+)
+from nemo_gym.serving.secrets import RedactingFilter, remember_secret_values, secret_values
+from nemo_gym.serving.server_client import ServerCallError, ServerClient
+
+logger = logging.getLogger("nemo_gym")
+# An /aggregate_metrics body of millions of rows streams for minutes: its own deadline.
+AGGREGATE_BODY_TIMEOUT_S = 3600.0
+
+
+_current_session_id: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "nemo_gym_session_id", default=None
+)
+_current_rollout_id: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "nemo_gym_rollout_id", default=None
+)
+
+
+class ClientGone(Exception):
+    """The caller closed its connection while the handler ran; the handler was cancelled."""
+
+
+async def _await_disconnect(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+async def until_disconnect(receive: Receive, awaitable: Awaitable[Any]) -> Any:
+    """Await ``awaitable`` (a handler), cancelling it if the caller disconnects first.
+
+    A caller that gave up (its deadline passed, it was killed) must not leave work running here:
+    a model server would otherwise keep retrying its upstream for minutes for nobody. Raises
+    :class:`ClientGone` when that happened. Call only once the request body has been read.
+    """
+    task = asyncio.current_task()
+    state = {"gone": False, "finished": False}
+
+    def on_disconnect(watcher: asyncio.Future[None]) -> None:
+        if state["finished"] or watcher.cancelled() or watcher.exception() is not None or task is None:
+            return
+        state["gone"] = True
+        task.cancel()
+
+    watcher = asyncio.ensure_future(_await_disconnect(receive))
+    watcher.add_done_callback(on_disconnect)
+    try:
+        return await awaitable
+    except asyncio.CancelledError:
+        if not state["gone"] or task is None:
+            raise
+        task.uncancel()
+        raise ClientGone from None
+    finally:
+        state["finished"] = True
+        watcher.cancel()
+
+
+class ServerRef(BaseModel):
+    """A reference to another configured server instance by kind and name."""
+
+    type: str
+    name: str
+
+
+class BaseServerConfig(BaseModel):
+    """Fields every server accepts. Unknown fields are kept (server-specific settings)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    name: str = ""
+    host: str = "127.0.0.1"
+    port: int = 0
+    entrypoint: str = "app.py"
+    domain: str | None = None
+    # Bodies are parsed in memory: the limit bounds what one request can make a server hold
+    # (counted while reading, so a larger body is refused before it is buffered).
+    max_body_bytes: int = 64 * 1024 * 1024
+    header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S
+    body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S
+    session_ttl_s: float = 3600.0
+    max_sessions: int = 1_000_000
+    # Bounds for the port this server picks when ``port`` is 0 (NeMo Gym's port_range_low/high).
+    port_range_low: int | None = None
+    port_range_high: int | None = None
+    # Host names (besides its addresses, localhost and this machine's name) this server answers
+    # to; any other Host header is refused (DNS rebinding). ["*"] accepts any.
+    allowed_hosts: list[str] = []
+
+
+def dumps(value: Any) -> bytes:
+    """Serialize a JSON answer; pydantic models are dumped first."""
+    if isinstance(value, BaseModel):
+        value = value.model_dump(mode="json", exclude_unset=False)
+    return orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
+
+
+def json_response(value: Any, status_code: int = 200) -> Response:
+    """A JSON response serialized with orjson."""
+    return Response(dumps(value), status_code=status_code, media_type="application/json")
+
+
+# How an upstream failure is classified when a handler lets a ServerCallError escape.
+UPSTREAM_FAILURE_CLASSES = {"unreachable": "unreachable", "not_found": "unreachable", "timeout": "timeout"}
+# Statuses from a downstream server that mean the request it got was malformed (the caller's
+# input passed through), answered as such instead of as an infrastructure 502.
+CALLER_FAULT_STATUSES = frozenset({400, 413, 422})
+
+# Process-wide extras that code running inside a server process adds (the sandbox ledger):
+# counters shown in the liveness answer, and cleanups run when it stops, of a server that is its own process
+# (uvicorn re-raises SIGTERM after its graceful shutdown, so atexit handlers never run;
+# an embedded server leaves them to its host process).
+LIVENESS_METRICS: dict[str, Callable[[], Any]] = {}
+SHUTDOWN_CLEANUPS: dict[str, Callable[[], None]] = {}
+
+
+class SessionStore:
+    """Per-rollout state by session id, with a TTL and a size bound.
+
+    Entries expire ``ttl_s`` after their last use; the oldest are evicted past ``max_sessions``
+    so an agent that never calls verify cannot grow memory without bound.
+    """
+
+    def __init__(self, ttl_s: float = 3600.0, max_sessions: int = 1_000_000) -> None:
+        self.ttl_s = ttl_s
+        self.max_sessions = max_sessions
+        self._data: dict[str, tuple[float, dict[str, Any]]] = {}
+        self._last_sweep = time.monotonic()
+
+    def get(self, session_id: str, create: bool = True) -> dict[str, Any] | None:
+        """The state dict of a session, created empty when ``create`` and absent or expired."""
+        now = time.monotonic()
+        self._sweep(now)
+        entry = self._data.pop(session_id, None)
+        if entry is not None and now - entry[0] > self.ttl_s:
+            entry = None
+        if entry is None:
+            if not create:
+                return None
+            entry = (now, {})
+        # Re-inserting keeps the dict in last-used order, so eviction takes the oldest first.
+        self._data[session_id] = (now, entry[1])
+        while len(self._data) > self.max_sessions:
+            self._data.pop(next(iter(self._data)))
+        return entry[1]
+
+    def free(self, session_id: str) -> None:
+        """Drop a session's state (after verify)."""
+        self._data.pop(session_id, None)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __contains__(self, session_id: object) -> bool:
+        return session_id in self._data
+
+    def _sweep(self, now: float) -> None:
+        if now - self._last_sweep < min(self.ttl_s, 60.0):
+            return
+        self._last_sweep = now
+        for key, (used, _) in list(self._data.items()):
+            if now - used > self.ttl_s:
+                del self._data[key]
+
+
+def body_model(handler: Callable[..., Any]) -> type[BaseModel] | None:
+    """The pydantic model a handler takes as its body, from its type hints (None → plain JSON).
+
+    An override without annotations inherits the body model of the method it overrides, so
+    ``async def verify(self, body)`` still gets a validated ``BaseVerifyRequest``.
+    """
+    owner = getattr(handler, "__self__", None)
+    func = getattr(handler, "__func__", handler)
+    candidates = [func]
+    if owner is not None:
+        candidates += [vars(k)[func.__name__] for k in type(owner).__mro__ if func.__name__ in vars(k)]
+    for candidate in candidates:
+        try:
+            hints = typing.get_type_hints(candidate)
+        except Exception:  # noqa: BLE001 - unresolvable forward refs: try the next candidate
+            continue
+        params = [p for p in inspect.signature(candidate).parameters.values() if p.name != "self"]
+        hint = hints.get(params[0].name) if params else None
+        if inspect.isclass(hint) and issubclass(hint, BaseModel):
+            return hint
+        if params and params[0].name in hints:
+            return None  # explicitly annotated as something else (dict, Any): plain JSON
+    return None
+
+
+def validation_error_body(exc: ValidationError, server: str, where: str = "body") -> dict[str, Any]:
+    """A 422 body listing each invalid field by its path."""
+    errors = [
+        {"field": ".".join(str(p) for p in err["loc"]) or where, "message": err["msg"], "type": err["type"]}
+        for err in exc.errors()
+    ]
+    summary = "; ".join(f"{e['field']}: {e['message']}" for e in errors[:5])
+    return {"error": f"invalid {where}: {summary}", "server": server, "detail": errors}
+
+
+class BaseServer:
+    """Base of every nemo_gym server.
+
+    Subclasses set ``server_type``, declare ``config: <their config class>``, and extend
+    :meth:`routes`. Handlers take one body argument (a pydantic model, validated, or anything
+    else for plain JSON) and return a JSON-ready value or a pydantic model.
+    """
+
+    server_type: ClassVar[str] = "server"
+    config: BaseServerConfig
+
+    def __init__(self, config: BaseServerConfig | dict[str, Any], server_client: Any = None) -> None:
+        config_class = self.config_class()
+        self.config = config if isinstance(config, config_class) else config_class.model_validate(config)
+        self._server_client = server_client
+        self.sessions = SessionStore(self.config.session_ttl_s, self.config.max_sessions)
+
+    # ---- what subclasses use -------------------------------------------------------------
+    @classmethod
+    def config_class(cls) -> type[BaseServerConfig]:
+        """The config model, read from the subclass's ``config:`` annotation."""
+        hint = typing.get_type_hints(cls).get("config", BaseServerConfig)
+        return hint if inspect.isclass(hint) and issubclass(hint, BaseServerConfig) else BaseServerConfig
+
+    @property
+    def name(self) -> str:
+        """This instance's configured name (used in errors and logs)."""
+        return self.config.name or type(self).__name__
+
+    @property
+    def server_client(self) -> Any:
+        """The process's :class:`~nemo_gym.serving.server_client.ServerClient` (created on first use)."""
+        if self._server_client is None:
+            self._server_client = ServerClient.from_env()
+        return self._server_client
+
+    @property
+    def session_id(self) -> str | None:
+        """The session id of the request being handled (from the ``session_id`` cookie)."""
+        return _current_session_id.get()
+
+    @property
+    def rollout_id(self) -> str | None:
+        """The rollout id from an ``/ng-rollout/<id>`` path prefix, if the caller sent one."""
+        return _current_rollout_id.get()
+
+    @property
+    def session(self) -> dict[str, Any]:
+        """The per-rollout state dict of the request being handled (created on first use)."""
+        session_id = _current_session_id.get()
+        if session_id is None:
+            raise RuntimeError("server.session is only available while handling a request")
+        state = self.sessions.get(session_id)
+        assert state is not None
+        return state
+
+    def routes(self) -> list[Route]:
+        """The routes of this server. Extend with ``super().routes() + [self.route(...)]``."""
+        return [Route("/", self._liveness, methods=["GET"])]
+
+    def route(
+        self,
+        path: str,
+        handler: Callable[[Any], Awaitable[Any]],
+        methods: tuple[str, ...] = ("POST",),
+        body_model_of: Callable[..., Any] | None = None,
+    ) -> Route:
+        """Wrap a body-taking handler as a starlette route with validation and JSON errors.
+
+        The body model is read from ``body_model_of``'s type hints (default: the handler's).
+        """
+        return Route(path, self.endpoint(handler, body_model_of), methods=list(methods))
+
+    async def on_startup(self) -> None:
+        """Called once in the server process before it accepts requests (start pools, load data)."""
+
+    async def on_shutdown(self) -> None:
+        """Called once when the server stops (stop worker processes, flush files)."""
+
+    # ---- machinery -----------------------------------------------------------------------
+    async def _liveness(self, request: Request) -> Response:
+        body: dict[str, Any] = {"status": "ok", "server": self.name}
+        if not getattr(self, "_embedded", True):  # process-wide numbers: only when this is the process
+            for key, metrics in LIVENESS_METRICS.items():
+                body[key] = metrics()
+        return json_response(body)
+
+    def endpoint(
+        self, handler: Callable[[Any], Awaitable[Any]], body_model_of: Callable[..., Any] | None = None
+    ) -> Callable[[Request], Awaitable[Response]]:
+        """The starlette endpoint for a handler: parse, validate, call, serialize, catch."""
+        model = body_model(body_model_of or handler)
+        server_name = self.name
+
+        async def run(request: Request) -> Response:
+            # The body limit and deadline are enforced while reading by RequestGuard.
+            raw = await request.body()
+            try:
+                data = parse_json_object(raw)
+            except HTTPError as exc:
+                return json_response(
+                    {"error": exc.message, "server": server_name, **exc.extra}, exc.status_code
+                )
+
+            incoming = request.cookies.get(SESSION_COOKIE) if "cookie" in request.headers else None
+            session_id = incoming or uuid.uuid4().hex
+            token = _current_session_id.set(session_id)
+            try:
+                body = model.model_validate(data) if model is not None else data
+                result = await until_disconnect(request.receive, handler(body))
+            except ClientGone:
+                return Response(status_code=499)  # nobody is left to read it
+            except ValidationError as exc:
+                return json_response(validation_error_body(exc, server_name), 422)
+            except HTTPError as exc:
+                return json_response(
+                    {"error": exc.message, "server": server_name, **exc.extra}, exc.status_code
+                )
+            except ServerCallError as exc:
+                if exc.kind == "http_error" and exc.status in CALLER_FAULT_STATUSES:
+                    # The server downstream refused what the caller sent (a bad parameter passed
+                    # through): the caller's mistake, so a 4xx naming the upstream, not a 502.
+                    upstream_error = exc.body.get("error") if isinstance(exc.body, dict) else None
+                    if isinstance(upstream_error, dict):
+                        upstream_error = upstream_error.get("message")
+                    return json_response(
+                        {
+                            "error": f"{exc.server} rejected the request: {upstream_error or exc}",
+                            "server": server_name,
+                            "upstream": exc.server,
+                            "upstream_status": exc.status,
+                        },
+                        exc.status or 400,
+                    )
+                # A server this one depends on failed: answer 502 and keep its failure class, so
+                # the collector files the rollout correctly instead of as this server's bug.
+                upstream = exc.body.get("failure_class") if isinstance(exc.body, dict) else None
+                failure_class = upstream or UPSTREAM_FAILURE_CLASSES.get(exc.kind, "upstream_error")
+                body = {
+                    "error": str(exc),
+                    "server": server_name,
+                    "upstream": exc.server,
+                    "failure_class": failure_class,
+                }
+                return json_response(body, 502)
+            except Exception as exc:  # noqa: BLE001 - every failure becomes a JSON error naming the server
+                logger.exception("%s: %s %s failed", server_name, request.method, request.url.path)
+                return json_response({"error": f"{type(exc).__name__}: {exc}", "server": server_name}, 500)
+            else:
+                # A handler may answer with a ready response (a model server's event stream).
+                try:
+                    response = result if isinstance(result, Response) else json_response(result)
+                except (TypeError, orjson.JSONEncodeError) as exc:
+                    logger.exception(
+                        "%s: %s %s: answer not serializable", server_name, request.method, request.url.path
+                    )
+                    return json_response(
+                        {
+                            "error": f"the answer could not be serialized as JSON: {exc}",
+                            "server": server_name,
+                        },
+                        500,
+                    )
+                # Only a handler that opened state needs the cookie: stateless hops (model calls,
+                # stateless tools) skip building a Set-Cookie header.
+                if incoming is None and session_id in self.sessions:
+                    response.set_cookie(SESSION_COOKIE, session_id, httponly=True, samesite="strict")
+                return response
+            finally:
+                _current_session_id.reset(token)
+
+        run.__name__ = getattr(handler, "__name__", "endpoint")
+        return run
+
+    def build_app(self) -> ASGIApp:
+        """The ASGI app: routes behind the request guard, prefix stripping and the access guard
+        (Host, Origin, auth token, JSON bodies: :mod:`nemo_gym.access_guard`)."""
+        app: ASGIApp = Starlette(routes=self.routes(), exception_handlers=json_error_handlers(self.name))
+        path_limits = {}
+        path_body_timeouts = {}
+        spooled = getattr(self.config, "max_aggregate_metrics_body_bytes", None)
+        if isinstance(spooled, int):
+            path_limits["/aggregate_metrics"] = spooled  # spooled to disk, not held in memory
+            path_body_timeouts["/aggregate_metrics"] = max(
+                self.config.body_timeout_s, AGGREGATE_BODY_TIMEOUT_S
+            )
+        app = RequestGuard(
+            app,
+            self.name,
+            self.config.max_body_bytes,
+            body_timeout_s=self.config.body_timeout_s,
+            path_limits=path_limits,
+            path_body_timeouts=path_body_timeouts,
+        )
+        app = StripRolloutPrefix(app)
+        from nemo_gym.serving.memory_release import ReleaseMemoryAfterBurst, release_enabled
+
+        if release_enabled():
+            app = ReleaseMemoryAfterBurst(app)  # RSS settles back after thousands in flight
+        # Outermost: a request from the wrong Host/Origin, without the token (handed on stdin to
+        # launched servers, so auth_token(), not the environment) or with a non-JSON body never
+        # reaches a route.
+        return AccessGuard(
+            app,
+            self.name,
+            token=auth_token(),
+            hosts=[self.config.host, getattr(self, "bound_host", None)],
+            allowed_hosts=self.config.allowed_hosts,
+        )
+
+    # ---- process entry -------------------------------------------------------------------
+    @classmethod
+    def from_env(cls) -> BaseServer:
+        """An instance configured the way ``ng_run`` starts a server process.
+
+        The config and secrets come as JSON on stdin when ``NEMO_GYM_LAUNCH_PAYLOAD=stdin`` (what
+        the launcher does: nothing secret in the environment), else from ``NEMO_GYM_SERVER_CONFIG``.
+        Every secret value is remembered, so error answers and logs hide it.
+        """
+        if os.environ.get(ENV_LAUNCH_PAYLOAD) == "stdin":
+            payload = read_launch_payload()
+            config = payload.get("server_config") or {}
+            set_process_secrets(payload.get("auth_token"), payload.get("registration_secret"))
+        else:
+            raw = os.environ.get(ENV_SERVER_CONFIG)
+            config = orjson.loads(raw) if raw else {}
+        remember_secret_values({*secret_values(config), auth_token(), registration_secret()})
+        config.setdefault("name", os.environ.get(ENV_INSTANCE_NAME, cls.__name__))
+        return cls(config)
+
+    @classmethod
+    def run_webserver(cls) -> None:
+        """Start this server as a process: configure from env, bind, register, serve until stopped."""
+        configure_logging()
+        try:
+            server = cls.from_env()
+        except ValidationError as exc:
+            # A config mistake: one line per problem naming the server and the field, no traceback.
+            name = os.environ.get(ENV_INSTANCE_NAME, cls.__name__)
+            for error in exc.errors():
+                where = ".".join(str(p) for p in error["loc"])
+                message = str(error["msg"]).removeprefix("Value error, ")
+                sys.stderr.write(f"config error: {name}: {where + ': ' if where else ''}{message}\n")
+            sys.exit(2)
+        with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+            runner.run(server.serve())
+
+    async def serve(
+        self, sock: socket.socket | None = None, register: bool = True, embedded: bool = False
+    ) -> None:
+        """Serve on ``sock`` (or a fresh socket on the configured host/port) until stopped.
+
+        ``embedded`` leaves signal handling to the host process (a trainer, a test, ``ng_run``).
+        """
+        raise_fd_limit()
+        if sock is None:
+            low, high = self.config.port_range_low, self.config.port_range_high
+            if self.config.port == 0 and low is not None and high is not None:
+                sock = bind_socket_in_range(self.config.host, low, high)
+            else:
+                sock = bind_socket(self.config.host, self.config.port)
+        host, port = sock.getsockname()[:2]
+        self.bound_host = host
+        uv_server = make_uvicorn_server(
+            self.build_app(), embedded=embedded, header_timeout_s=self.config.header_timeout_s
+        )
+        self.uvicorn_server = uv_server
+        self._embedded = embedded
+        await self.on_startup()
+        serve_task = asyncio.create_task(uv_server.serve(sockets=[sock]))
+        try:
+            head_url = os.environ.get(ENV_HEAD_URL)
+            if register and head_url:
+                while not uv_server.started and not serve_task.done():
+                    await asyncio.sleep(0.005)
+                if uv_server.started:
+                    await register_with_head(head_url, self.name, self.server_type, host, port)
+            await serve_task
+        finally:
+            try:
+                await self.on_shutdown()
+            finally:
+                if self._server_client is not None:
+                    await self._server_client.close()
+
+
+def make_uvicorn_server(
+    app: ASGIApp, embedded: bool = False, header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S
+) -> Any:
+    """A uvicorn server for ``app`` tuned for internal hops: no access log, keep-alive, big backlog.
+
+    Connections whose request headers are not complete within ``header_timeout_s`` are closed.
+    ``embedded`` servers do not install signal handlers (their host process owns the signals).
+    """
+    import uvicorn
+
+    if _has("httptools"):
+        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as protocol
+    else:
+        from uvicorn.protocols.http.h11_impl import H11Protocol as protocol  # type: ignore[assignment]
+    config = uvicorn.Config(
+        app,
+        log_level="warning",
+        access_log=False,
+        lifespan="off",
+        loop="none",
+        http=header_timeout_protocol(protocol, header_timeout_s),
+        timeout_keep_alive=75,
+        backlog=4096,
+    )
+
+    if not embedded:
+
+        class Server(uvicorn.Server):
+            async def shutdown(self, sockets: Any = None) -> None:
+                # Here, not after serve(): uvicorn re-raises a captured SIGTERM when serve() ends.
+                try:
+                    await super().shutdown(sockets)
+                finally:
+                    for cleanup in list(SHUTDOWN_CLEANUPS.values()):
+                        cleanup()
+
+        return Server(config)
+
+    class EmbeddedServer(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self) -> Any:
+            yield
+
+    return EmbeddedServer(config)
+
+
+def json_error_handlers(server_name: str) -> dict[Any, Callable[[Request, Exception], Awaitable[Response]]]:
+    """Starlette exception handlers that answer every error as JSON naming the server.
+
+    404/405 name the method and path; an :class:`HTTPError` (a body too large or too slow, from
+    the request guard) keeps its status; anything else is a JSON 500, never plain text.
+    """
+
+    async def no_such_route(request: Request, exc: Exception) -> Response:
+        status = getattr(exc, "status_code", 404)
+        what = "no route" if status == 404 else "method not allowed for"
+        return json_response(
+            {"error": f"{what} {request.method} {request.url.path}", "server": server_name}, status
+        )
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPError)
+        return json_response({"error": exc.message, "server": server_name, **exc.extra}, exc.status_code)
+
+    async def internal_error(request: Request, exc: Exception) -> Response:
+        return json_response({"error": f"{type(exc).__name__}: {exc}", "server": server_name}, 500)
+
+    return {404: no_such_route, 405: no_such_route, HTTPError: http_error, Exception: internal_error}
+
+
+class StripRolloutPrefix:
+    """ASGI middleware: ``/ng-rollout/<id>/rest`` → ``/rest``, the id kept for the handler."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope.get("path", "")
+        if scope["type"] == "http" and path.startswith(ROLLOUT_PREFIX):
+            rollout_id, _, rest = path[len(ROLLOUT_PREFIX) :].partition("/")
+            scope = dict(scope)
+            scope["path"] = "/" + rest
+            scope["raw_path"] = scope["path"].encode()
+            token = _current_rollout_id.set(rollout_id)
+            try:
+                await self.app(scope, receive, send)
+            finally:
+                _current_rollout_id.reset(token)
+            return
+        await self.app(scope, receive, send)
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """Bind and listen on (host, port); port 0 takes a free port. The socket is kept, not released."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    # IPPROTO_TCP named explicitly: asyncio sets TCP_NODELAY only on sockets whose proto says TCP,
+    # and without it every answer waits ~40 ms (Nagle holding the body behind a delayed ACK).
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise OSError(
+            exc.errno, f"cannot bind {host}:{port}: {exc.strerror} (is another server on that port?)"
+        ) from exc
+    sock.listen(4096)
+    sock.setblocking(False)
+    return sock
+
+
+def bind_socket_in_range(host: str, low: int, high: int) -> socket.socket:
+    """Bind a port in ``[low, high]`` (tried in random order), keeping the socket: no bind-then-release race."""
+    if not 0 < low <= high < 65536:
+        raise ValueError(f"port range [{low}, {high}] is not within 1-65535 with low <= high")
+    ports = list(range(low, high + 1))
+    random.shuffle(ports)
+    for port in ports:
+        try:
+            return bind_socket(host, port)
+        except OSError:
+            continue
+    raise OSError(errno.EADDRINUSE, f"no free port on {host} in the range [{low}, {high}]")
+
+
+async def register_with_head(head_url: str, name: str, server_type: str, host: str, port: int) -> None:
+    """Tell the head server which port this process really bound."""
+    import aiohttp
+
+    body: dict[str, Any] = {
+        "name": name,
+        "server_type": server_type,
+        "host": host,
+        "port": port,
+        "pid": os.getpid(),
+    }
+    for key, env in (("node_id", ENV_NODE_ID), ("node_ip", ENV_NODE_IP)):
+        if os.environ.get(env):
+            body[key] = os.environ[env]
+    headers = auth_headers()
+    secret = registration_secret()
+    if secret:
+        headers[REGISTRATION_SECRET_HEADER] = secret
+    delay = 0.05
+    for attempt in range(20):
+        try:
+            async with aiohttp.ClientSession() as http:
+                async with http.post(f"{head_url}/register", json=body, headers=headers) as resp:
+                    if resp.status == 200:
+                        return
+                    text = await resp.text()
+                    raise RuntimeError(
+                        f"head server at {head_url} refused registration of {name!r}: {resp.status} {text}"
+                    )
+        except aiohttp.ClientConnectionError:
+            if attempt == 19:
+                raise
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
+
+def configure_logging() -> None:
+    """Plain stderr logging at warning level (no per-request logs on the hot path), secrets hidden."""
+    level = os.environ.get("NEMO_GYM_LOG_LEVEL", "WARNING").upper()
+    logging.basicConfig(level=level, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
+    for handler in logging.getLogger().handlers:
+        if not any(isinstance(f, RedactingFilter) for f in handler.filters):
+            handler.addFilter(RedactingFilter())
+
+
+LAUNCH_PAYLOAD_WAIT_S = 60.0
+
+
+def read_launch_payload(stream: Any = None, timeout_s: float = LAUNCH_PAYLOAD_WAIT_S) -> dict[str, Any]:
+    """The JSON object the launcher writes to a server's stdin (then closes): config and secrets."""
+    import select
+
+    source = stream if stream is not None else sys.stdin.buffer
+    chunks = []
+    deadline = time.monotonic() + timeout_s
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0 or not select.select([source], [], [], remaining)[0]:
+            raise RuntimeError(
+                f"{ENV_LAUNCH_PAYLOAD}=stdin is set but no launch payload arrived on stdin within "
+                f"{timeout_s:g}s (a replaced run_command hook must pass LaunchSettings.stdin_payload)"
+            )
+        chunk = os.read(source.fileno(), 1 << 16)
+        if not chunk:
+            break
+        chunks.append(chunk)
+    try:
+        payload = orjson.loads(b"".join(chunks))
+    except orjson.JSONDecodeError as exc:
+        raise RuntimeError(f"the launch payload on stdin is not JSON: {exc}") from exc
+    if not isinstance(payload, dict):
+        raise RuntimeError("the launch payload on stdin must be a JSON object")
+    return payload
+
+
+def _has(module: str) -> bool:
+    try:
+        __import__(module)
+        return True
+    except ImportError:
+        return False
+
+
+def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    try:
+        import uvloop
+
+        return uvloop.new_event_loop
+    except ImportError:
+        return None

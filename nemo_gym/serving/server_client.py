@@ -1,0 +1,485 @@
+"""The client servers and collectors use to call each other by instance name.
+
+One aiohttp session per event loop with explicit connection limits (kept below the open-file
+limit), a deadline on every call, and bounded retries with exponential backoff and jitter for
+connection failures only (a request that reached a server is never sent twice). Names resolve
+through the head server; a rollout sticks to one replica of a replicated server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import time
+import uuid
+import weakref
+import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import orjson
+
+from nemo_gym.serving.protocol import (
+    ENV_HEAD_URL,
+    ROLLOUT_PREFIX,
+    SESSION_COOKIE,
+    auth_headers,
+    raise_fd_limit,
+)
+
+DEFAULT_TIMEOUT_S = float(os.environ.get("NEMO_GYM_CLIENT_TIMEOUT_S", "1800"))
+DEFAULT_CONNECT_RETRIES = 4
+# How long a name's replica list is reused before the head server is asked again: replicas
+# started later (more workers, a restart on another node) get new rollouts within this time.
+RESOLVE_TTL_S = 2.0
+
+
+class ServerCallError(Exception):
+    """A call to a named server failed; ``kind`` classifies it for failure rows.
+
+    ``kind`` is one of ``unreachable`` (no connection after retries), ``timeout`` (deadline
+    exceeded), ``http_error`` (the server answered with a non-2xx status), ``not_found``
+    (no such instance registered).
+    """
+
+    def __init__(
+        self, kind: str, server: str, path: str, message: str, status: int | None = None, body: Any = None
+    ) -> None:
+        super().__init__(f"{server}{path}: {message}")
+        self.kind = kind
+        self.server = server
+        self.path = path
+        self.status = status
+        self.body = body
+
+
+@dataclass(frozen=True)
+class ServerInstanceInfo:
+    """One registered replica of a server instance, as the head server lists it."""
+
+    name: str
+    url: str
+    host: str
+    port: int
+    pid: int
+    server_type: str
+    external: bool = False
+    node_id: str | None = None  # the Ray node it runs on (Ray backend)
+    node_ip: str | None = None
+
+
+@dataclass
+class ServerResponse:
+    """A finished HTTP answer: status, raw body, and the cookies it set."""
+
+    status: int
+    body: bytes
+    cookies: dict[str, str]
+    base_url: str = ""  # the replica that answered
+
+    def json(self) -> Any:
+        """The body parsed as JSON."""
+        return orjson.loads(self.body) if self.body else None
+
+    @property
+    def ok(self) -> bool:
+        """Whether the status is 2xx."""
+        return 200 <= self.status < 300
+
+
+class ServerClient:
+    """Calls named servers; resolves names through the head server at ``head_url``.
+
+    ``static_urls`` maps instance names to base URLs directly (no head server needed): used by
+    trainers that point at an existing endpoint and by tests.
+    """
+
+    def __init__(
+        self,
+        head_url: str | None = None,
+        *,
+        static_urls: Mapping[str, str | list[str]] | None = None,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        connect_retries: int = DEFAULT_CONNECT_RETRIES,
+        max_connections: int | None = None,
+    ) -> None:
+        self.head_url = head_url.rstrip("/") if head_url else None
+        self.timeout_s = timeout_s
+        self.connect_retries = connect_retries
+        self.max_connections = max_connections or default_connection_limit()
+        self._static: dict[str, list[str]] = {
+            k: [v] if isinstance(v, str) else list(v) for k, v in (static_urls or {}).items()
+        }
+        self._resolved: dict[str, list[str]] = {}
+        self._resolved_at = float("-inf")
+        self._external: set[str] = set()  # base URLs of endpoints that are not nemo_gym servers
+        self._sessions: dict[asyncio.AbstractEventLoop, aiohttp.ClientSession] = {}
+        self._round_robin = 0
+        self._lookups: dict[asyncio.AbstractEventLoop, asyncio.Task[list[ServerInstanceInfo]]] = {}
+        self._headers = auth_headers()
+        # Trainers often drop a client without close(): its sessions are closed when it is
+        # collected (or at exit) instead of warning "Unclosed client session".
+        weakref.finalize(self, _close_sessions_now, self._sessions)
+
+    @classmethod
+    def from_env(cls) -> ServerClient:
+        """A client for the head server named by ``NEMO_GYM_HEAD_URL`` (set by ``ng_run``)."""
+        return cls(os.environ.get(ENV_HEAD_URL))
+
+    # ---- sessions ------------------------------------------------------------------------
+    def http(self) -> aiohttp.ClientSession:
+        """The aiohttp session of the running event loop (one per loop: loops never share one)."""
+        loop = asyncio.get_running_loop()
+        session = self._sessions.get(loop)
+        if session is None or session.closed:
+            connector = aiohttp.TCPConnector(limit=self.max_connections, limit_per_host=0, ttl_dns_cache=300)
+            # Cookies are kept per rollout (see Rollout), never in a process-wide jar.
+            session = aiohttp.ClientSession(
+                connector=connector,
+                cookie_jar=aiohttp.DummyCookieJar(),
+                json_serialize=lambda v: orjson.dumps(v).decode(),
+            )
+            self._sessions[loop] = session
+        return session
+
+    async def close(self) -> None:
+        """Close the sessions this client opened on the running loop."""
+        loop = asyncio.get_running_loop()
+        session = self._sessions.pop(loop, None)
+        if session is not None:
+            await session.close()
+
+    # ---- name resolution -----------------------------------------------------------------
+    async def server_instances(self) -> list[ServerInstanceInfo]:
+        """Every replica the head server knows."""
+        if not self.head_url:
+            return []
+        resp = await self._send(
+            "GET", "head_server", self.head_url, "/server_instances", None, None, self.timeout_s
+        )
+        if not resp.ok:
+            raise ServerCallError(
+                "http_error",
+                "head_server",
+                "/server_instances",
+                resp.body.decode(errors="replace"),
+                resp.status,
+            )
+        return [
+            ServerInstanceInfo(
+                name=i["name"],
+                url=i["url"],
+                host=i["host"],
+                port=i["port"],
+                pid=i.get("pid", 0),
+                server_type=i.get("server_type", ""),
+                external=bool(i.get("external", False)),
+                node_id=i.get("node_id"),
+                node_ip=i.get("node_ip"),
+            )
+            for i in resp.json()
+        ]
+
+    async def resolve(self, server_name: str, refresh: bool = False) -> list[str]:
+        """Base URLs of every replica of ``server_name``."""
+        if server_name in self._static:
+            return self._static[server_name]
+        fresh = time.monotonic() - self._resolved_at < RESOLVE_TTL_S
+        if not refresh and fresh and server_name in self._resolved:
+            return self._resolved[server_name]
+        if not self.head_url:
+            raise ServerCallError(
+                "not_found", server_name, "", "no head server configured and no static URL for this name"
+            )
+        instances = await (self.server_instances() if refresh else self._shared_lookup())
+        by_name: dict[str, list[str]] = {}
+        for info in instances:
+            by_name.setdefault(info.name, []).append(info.url)
+            if info.external:
+                self._external.add(info.url)
+        self._resolved = by_name
+        self._resolved_at = time.monotonic()
+        if server_name not in by_name:
+            known = ", ".join(sorted(by_name)) or "none"
+            raise ServerCallError(
+                "not_found",
+                server_name,
+                "",
+                f"no server named {server_name!r} is registered (registered: {known})",
+            )
+        return by_name[server_name]
+
+    async def _shared_lookup(self) -> list[ServerInstanceInfo]:
+        """One head-server lookup shared by every caller that needs it at the same time (the
+        first burst of rollouts would otherwise send one lookup per rollout)."""
+        loop = asyncio.get_running_loop()
+        lookup = self._lookups.get(loop)
+        if lookup is None:
+            lookup = self._lookups[loop] = loop.create_task(self.server_instances())
+            lookup.add_done_callback(lambda _: self._lookups.pop(loop, None))
+        return await asyncio.shield(lookup)
+
+    async def base_url(self, server_name: str, affinity: str | None = None) -> str:
+        """One replica's base URL; the same ``affinity`` key picks the same replica.
+
+        Rendezvous hashing: when a replica joins or leaves, only the keys that hashed to it move
+        (with ``len(urls)`` as a modulus almost every key would).
+        """
+        urls = await self.resolve(server_name)
+        if len(urls) == 1:
+            return urls[0]
+        if affinity is not None:
+            key = affinity.encode()
+            return max(urls, key=lambda url: zlib.crc32(url.encode(), zlib.crc32(key)))
+        self._round_robin += 1
+        return urls[self._round_robin % len(urls)]
+
+    # ---- calls ---------------------------------------------------------------------------
+    async def request(
+        self,
+        method: str,
+        server_name: str,
+        url_path: str,
+        json: Any = None,
+        *,
+        cookies: Mapping[str, str] | None = None,
+        timeout_s: float | None = None,
+        rollout_id: str | None = None,
+        replica: str | None = None,
+    ) -> ServerResponse:
+        """Send one request to a named server and read the whole answer.
+
+        ``replica`` (a base URL) sends it to that replica only: a rollout holding session state
+        on it must not move (when it is gone the call fails ``unreachable``).
+        Raises :class:`ServerCallError` of kind ``unreachable``, ``timeout`` or ``not_found``;
+        an HTTP error status is returned, not raised (see :meth:`post_json`).
+        """
+        base = replica or await self.base_url(server_name, affinity=rollout_id)
+        path = self._path(base, url_path, rollout_id)
+        try:
+            return await self._send(
+                method, server_name, base, path, json, cookies, timeout_s or self.timeout_s
+            )
+        except ServerCallError as exc:
+            if exc.kind != "unreachable" or replica or server_name in self._static or not self.head_url:
+                raise
+            # The server may have restarted on another port: re-resolve once and try again.
+            fresh = await self.resolve(server_name, refresh=True)
+            if base in fresh and len(fresh) == 1:
+                raise
+            base = await self.base_url(server_name, affinity=rollout_id)
+            path = self._path(base, url_path, rollout_id)
+            return await self._send(
+                method, server_name, base, path, json, cookies, timeout_s or self.timeout_s
+            )
+
+    def _path(self, base: str, url_path: str, rollout_id: str | None) -> str:
+        # The rollout prefix is ours: an external endpoint (a trainer's engine or proxy) gets the plain path.
+        if rollout_id and base not in self._external:
+            return f"{ROLLOUT_PREFIX}{rollout_id}{url_path}"
+        return url_path
+
+    async def post(self, server_name: str, url_path: str, json: Any = None, **kwargs: Any) -> ServerResponse:
+        """POST to a named server (see :meth:`request`)."""
+        return await self.request("POST", server_name, url_path, json, **kwargs)
+
+    async def get(self, server_name: str, url_path: str, **kwargs: Any) -> ServerResponse:
+        """GET from a named server (see :meth:`request`)."""
+        return await self.request("GET", server_name, url_path, None, **kwargs)
+
+    async def post_json(self, server_name: str, url_path: str, json: Any = None, **kwargs: Any) -> Any:
+        """POST and return the parsed JSON answer; a non-2xx answer raises ``http_error``."""
+        resp = await self.request("POST", server_name, url_path, json, **kwargs)
+        return raise_for_status(resp, server_name, url_path)
+
+    def rollout(self, rollout_id: str | None = None) -> Rollout:
+        """A per-rollout view of this client with its own cookie jars (see :class:`Rollout`)."""
+        return Rollout(self, rollout_id or uuid.uuid4().hex)
+
+    async def _send(
+        self,
+        method: str,
+        server_name: str,
+        base: str,
+        path: str,
+        json: Any,
+        cookies: Mapping[str, str] | None,
+        timeout_s: float,
+    ) -> ServerResponse:
+        http = self.http()
+        data = orjson.dumps(json) if json is not None else None
+        headers = dict(self._headers)
+        if data is not None:
+            headers["Content-Type"] = "application/json"
+        if cookies:
+            headers["Cookie"] = "; ".join(f"{k}={v}" for k, v in cookies.items())
+        deadline = time.monotonic() + timeout_s
+        delay = 0.05
+        for attempt in range(self.connect_retries + 1):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            try:
+                async with http.request(
+                    method,
+                    base + path,
+                    data=data,
+                    headers=headers,
+                    timeout=aiohttp.ClientTimeout(total=remaining),
+                ) as resp:
+                    body = await resp.read()
+                    cookies = {k: m.value for k, m in resp.cookies.items()}
+                    return ServerResponse(resp.status, body, cookies, base)
+            except (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError) as exc:
+                # Safe to retry: either no connection was made, or a pooled keep-alive connection
+                # was closed by the peer before it read the request.
+                if attempt == self.connect_retries:
+                    raise ServerCallError(
+                        "unreachable",
+                        server_name,
+                        path,
+                        f"cannot reach {base} after {attempt + 1} attempts: {exc}",
+                    ) from exc
+                await asyncio.sleep(
+                    min(delay, max(0.0, deadline - time.monotonic())) * (0.5 + random.random())
+                )
+                delay *= 2
+            except TimeoutError as exc:
+                raise ServerCallError(
+                    "timeout", server_name, path, f"no answer from {base} within {timeout_s:g}s"
+                ) from exc
+            except aiohttp.ClientError as exc:
+                raise ServerCallError(
+                    "unreachable", server_name, path, f"connection to {base} failed: {exc}"
+                ) from exc
+        raise ServerCallError("timeout", server_name, path, f"no answer from {base} within {timeout_s:g}s")
+
+
+def _close_sessions_now(sessions: dict[asyncio.AbstractEventLoop, aiohttp.ClientSession]) -> None:
+    """Close the sessions of a client being collected (or at exit) on whatever state their loop is in."""
+    for loop, session in list(sessions.items()):
+        if session.closed:
+            continue
+        if loop.is_closed():
+            _close_without_loop(session)
+        elif not loop.is_running():
+            loop.run_until_complete(session.close())
+        elif asyncio._get_running_loop() is loop:
+            loop.create_task(session.close())
+        else:
+            asyncio.run_coroutine_threadsafe(session.close(), loop)
+    sessions.clear()
+
+
+def _close_without_loop(session: aiohttp.ClientSession) -> None:
+    # The loop is gone, so its sockets are too: closing only marks the session closed, which
+    # needs no loop. Step the coroutine by hand; if it ever waits on the loop, stop there.
+    closing = session.close()
+    try:
+        closing.send(None)
+    except StopIteration:
+        return
+    except RuntimeError:
+        pass
+    closing.close()
+    session.detach()
+
+
+def raise_for_status(resp: ServerResponse, server_name: str, url_path: str) -> Any:
+    """The parsed body of a 2xx answer; otherwise a ``http_error`` naming the server's error text."""
+    if resp.ok:
+        return resp.json()
+    try:
+        body = resp.json()
+    except orjson.JSONDecodeError:
+        body = resp.body.decode(errors="replace")
+    message = body.get("error", body) if isinstance(body, dict) else body
+    if isinstance(message, dict) and isinstance(message.get("message"), str):
+        message = message["message"]  # a model server's OpenAI-shaped error object
+    raise ServerCallError(
+        "http_error", server_name, url_path, f"HTTP {resp.status}: {message}", resp.status, body
+    )
+
+
+class Rollout:
+    """One rollout's view of a :class:`ServerClient`: a cookie jar per server and a rollout id.
+
+    Every call made through it carries the cookies that server set earlier in this rollout, so
+    session state survives from ``seed_session`` to ``verify`` without the agent threading
+    cookies, and two rollouts never share a session.
+    """
+
+    def __init__(self, client: ServerClient, rollout_id: str) -> None:
+        self.client = client
+        self.rollout_id = rollout_id
+        self.cookies: dict[str, dict[str, str]] = {}
+        # Servers that gave this rollout a session: later calls stay on the replica holding it.
+        self.replicas: dict[str, str] = {}
+
+    async def request(
+        self, method: str, server_name: str, url_path: str, json: Any = None, **kwargs: Any
+    ) -> ServerResponse:
+        """Like :meth:`ServerClient.request`, with this rollout's cookies and id."""
+        jar = self.cookies.setdefault(server_name, {})
+        resp = await self.client.request(
+            method,
+            server_name,
+            url_path,
+            json,
+            cookies=jar,
+            rollout_id=self.rollout_id,
+            replica=self.replicas.get(server_name),
+            **kwargs,
+        )
+        if resp.cookies:
+            jar.update(resp.cookies)
+            if resp.base_url:
+                self.replicas.setdefault(server_name, resp.base_url)
+        return resp
+
+    async def post(self, server_name: str, url_path: str, json: Any = None, **kwargs: Any) -> ServerResponse:
+        """POST with this rollout's cookies."""
+        return await self.request("POST", server_name, url_path, json, **kwargs)
+
+    async def post_json(self, server_name: str, url_path: str, json: Any = None, **kwargs: Any) -> Any:
+        """POST with this rollout's cookies; parsed JSON, non-2xx raises ``http_error``."""
+        resp = await self.post(server_name, url_path, json, **kwargs)
+        return raise_for_status(resp, server_name, url_path)
+
+    def session_id(self, server_name: str) -> str | None:
+        """The session id a server gave this rollout, if any."""
+        return self.cookies.get(server_name, {}).get(SESSION_COOKIE)
+
+
+DEFAULT_MAX_CONNECTIONS = 1024
+
+
+def default_connection_limit() -> int:
+    """Connections one process keeps open at most: 1024, and always below the open-file limit.
+
+    More in-flight requests than this queue in the pool instead of opening sockets: measured
+    here (docs/PERFORMANCE.md), 4096 concurrent rollouts ran at 2x the throughput and a third of
+    the agent's memory with 1024 connections than with one connection per request.
+    ``NEMO_GYM_MAX_CONNECTIONS`` changes it (e.g. higher for a slow, large-batch model server).
+    """
+    wanted = os.environ.get("NEMO_GYM_MAX_CONNECTIONS")
+    return min(fd_connection_cap(), max(1, int(wanted)) if wanted else DEFAULT_MAX_CONNECTIONS)
+
+
+def fd_connection_cap() -> int:
+    """The most connections one process may hold: half the open-file limit left after 256 spare fds."""
+    soft = raise_fd_limit()
+    return max(16, (soft - 256) // 2)
+
+
+def capped_connector(limit: int, limit_per_host: int) -> aiohttp.TCPConnector:
+    """A connector with the requested limits, each lowered to :func:`fd_connection_cap` (0 = no limit asked)."""
+    cap = fd_connection_cap()
+    return aiohttp.TCPConnector(
+        limit=min(limit, cap) if limit > 0 else cap,
+        limit_per_host=min(limit_per_host, cap) if limit_per_host > 0 else 0,
+        ttl_dns_cache=300,
+    )

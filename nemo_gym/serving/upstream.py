@@ -1,0 +1,290 @@
+"""HTTP to engines and APIs outside nemo_gym (vLLM servers, OpenAI): one session per event loop.
+
+nemo_gym's own :class:`~nemo_gym.serving.server_client.ServerClient` calls servers by instance name;
+this client calls plain URLs with an upstream's own auth header. It keeps one aiohttp session
+per event loop (a server runs on one loop; tests run several servers on several loops in one
+process, and sessions must not cross loops), with an explicit connection limit below the
+open-file limit, a connect deadline and a whole-request deadline.
+
+Retries are bounded and only for failures that can be retried: a connection that could not be
+made (or a pooled keep-alive connection the peer closed before reading), and, when configured,
+answers such as 429 or 503 that say "try again", honouring ``Retry-After``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import random
+import time
+from collections.abc import AsyncIterator, Collection, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import orjson
+
+from nemo_gym.serving.server_client import default_connection_limit
+
+
+class UpstreamError(Exception):
+    """A call to an upstream failed without an HTTP answer; ``kind`` is ``unreachable`` or ``timeout``."""
+
+    def __init__(self, kind: str, url: str, message: str) -> None:
+        super().__init__(f"{url}: {message}")
+        self.kind = kind
+        self.url = url
+
+
+@dataclass
+class UpstreamResponse:
+    """An upstream's HTTP answer: status, raw body, headers, and how many attempts it took."""
+
+    status: int
+    body: bytes
+    headers: Mapping[str, str]
+    attempts: int = 1
+    # An answer opened by :meth:`UpstreamHTTP.open_stream` whose body is still to be read.
+    stream: aiohttp.ClientResponse | None = None
+    url: str = ""
+
+    @property
+    def is_event_stream(self) -> bool:
+        """Whether the answer is server-sent events (``text/event-stream``)."""
+        headers = {key.lower(): value for key, value in self.headers.items()}
+        return headers.get("content-type", "").startswith("text/event-stream")
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        """The body as it arrives (all of it at once for an answer already read).
+
+        Raises :class:`UpstreamError` (``timeout`` past the call's deadline, ``unreachable``
+        when the connection breaks) mid-body.
+        """
+        if self.stream is None:
+            yield self.body
+            return
+        try:
+            async for chunk in self.stream.content.iter_any():
+                yield chunk
+        except TimeoutError as exc:
+            raise UpstreamError("timeout", self.url, "the stream did not finish within the deadline") from exc
+        except aiohttp.ClientError as exc:
+            raise UpstreamError("unreachable", self.url, f"the stream broke: {exc}") from exc
+
+    async def read(self) -> bytes:
+        """The whole body (of an opened stream too), which then stays in ``body``."""
+        if self.stream is not None:
+            parts = [chunk async for chunk in self.chunks()]
+            self.body = b"".join(parts)
+            self.close()
+        return self.body
+
+    def close(self) -> None:
+        """Let go of an opened stream: its connection back to the pool if read to the end, else closed
+        (the upstream sees the disconnect and can stop generating)."""
+        if self.stream is not None:
+            if self.stream.content.at_eof():
+                self.stream.release()
+            else:
+                self.stream.close()
+            self.stream = None
+
+    def json(self) -> Any:
+        """The body parsed as JSON (raises ``orjson.JSONDecodeError`` when it is not JSON)."""
+        return orjson.loads(self.body)
+
+    def text(self) -> str:
+        """The body as text."""
+        return self.body.decode(errors="replace")
+
+    @property
+    def ok(self) -> bool:
+        """Whether the status is 2xx."""
+        return 200 <= self.status < 300
+
+
+def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
+    """The delay an answer asks for: ``retry-after-ms``, or ``Retry-After`` in seconds or as a date."""
+    millis = headers.get("retry-after-ms")
+    if millis:
+        try:
+            return max(0.0, float(millis) / 1000.0)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+class UpstreamHTTP:
+    """JSON calls to upstream URLs with deadlines and bounded retries.
+
+    Args:
+        headers: sent on every call (auth, default headers).
+        request_timeout_s: deadline of one call, retries and waits included.
+        connect_timeout_s: deadline of opening one connection.
+        connect_retries: extra attempts after a connection failure.
+        retry_statuses: HTTP statuses answered with a retry (empty: none).
+        max_status_retries: extra attempts after such a status.
+        max_retry_delay_s: cap on one wait between attempts (a longer ``Retry-After`` is capped).
+        max_connections: connection pool size (default: safely below the open-file limit).
+    """
+
+    def __init__(
+        self,
+        *,
+        headers: Mapping[str, str] | None = None,
+        request_timeout_s: float = 1800.0,
+        connect_timeout_s: float = 10.0,
+        connect_retries: int = 3,
+        retry_statuses: Collection[int] = (),
+        max_status_retries: int = 0,
+        max_retry_delay_s: float = 60.0,
+        max_connections: int | None = None,
+    ) -> None:
+        self.headers = dict(headers or {})
+        self.request_timeout_s = request_timeout_s
+        self.connect_timeout_s = connect_timeout_s
+        self.connect_retries = connect_retries
+        self.retry_statuses = frozenset(retry_statuses)
+        self.max_status_retries = max_status_retries
+        self.max_retry_delay_s = max_retry_delay_s
+        self.max_connections = max_connections or default_connection_limit()
+        self._sessions: dict[asyncio.AbstractEventLoop, aiohttp.ClientSession] = {}
+
+    def session(self) -> aiohttp.ClientSession:
+        """The session of the running event loop, created on first use."""
+        loop = asyncio.get_running_loop()
+        session = self._sessions.get(loop)
+        if session is None or session.closed:
+            connector = aiohttp.TCPConnector(limit=self.max_connections, limit_per_host=0, ttl_dns_cache=300)
+            session = aiohttp.ClientSession(connector=connector, cookie_jar=aiohttp.DummyCookieJar())
+            self._sessions[loop] = session
+        return session
+
+    async def close(self) -> None:
+        """Close the session of the running loop."""
+        session = self._sessions.pop(asyncio.get_running_loop(), None)
+        if session is not None:
+            await session.close()
+
+    async def request(
+        self,
+        method: str,
+        url: str,
+        body: Any = None,
+        *,
+        connect_retries: int | None = None,
+        extra_headers: Mapping[str, str] | None = None,
+    ) -> UpstreamResponse:
+        """Send one JSON request; return the answer (any status) or raise :class:`UpstreamError`.
+
+        ``connect_retries`` overrides the configured count for this call (a caller that fails
+        over to another replica wants fewer attempts on the first).
+        """
+        return await self._send(method, url, body, connect_retries, extra_headers, stream=False)
+
+    async def open_stream(
+        self,
+        method: str,
+        url: str,
+        body: Any = None,
+        *,
+        connect_retries: int | None = None,
+        extra_headers: Mapping[str, str] | None = None,
+    ) -> UpstreamResponse:
+        """As :meth:`request`, but a 2xx answer comes back before its body is read.
+
+        Read it with :meth:`UpstreamResponse.chunks` as it arrives, and call
+        :meth:`UpstreamResponse.close` when done (or when giving up). Retries happen only before
+        the answer's status is known; the call's deadline covers the whole body.
+        """
+        return await self._send(method, url, body, connect_retries, extra_headers, stream=True)
+
+    async def _send(
+        self,
+        method: str,
+        url: str,
+        body: Any,
+        connect_retries: int | None,
+        extra_headers: Mapping[str, str] | None,
+        *,
+        stream: bool,
+    ) -> UpstreamResponse:
+        data = orjson.dumps(body) if body is not None else None
+        headers = {**self.headers, **(extra_headers or {})}
+        if data is not None:
+            headers["Content-Type"] = "application/json"
+        retries_left = self.connect_retries if connect_retries is None else connect_retries
+        status_retries_left = self.max_status_retries
+        deadline = time.monotonic() + self.request_timeout_s
+        backoff = 0.1
+        attempts = 0
+        while True:
+            attempts += 1
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise UpstreamError("timeout", url, f"no answer within {self.request_timeout_s:g}s")
+            timeout = aiohttp.ClientTimeout(total=remaining, connect=min(self.connect_timeout_s, remaining))
+            try:
+                resp = await self.session().request(method, url, data=data, headers=headers, timeout=timeout)
+                if stream and 200 <= resp.status < 300:
+                    return UpstreamResponse(resp.status, b"", dict(resp.headers), attempts, resp, url)
+                try:
+                    answer = UpstreamResponse(resp.status, await resp.read(), dict(resp.headers), attempts)
+                finally:
+                    resp.release()
+            except (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError) as exc:
+                # Retryable: no connection was made, or the peer closed a pooled connection
+                # before reading the request.
+                if retries_left <= 0:
+                    raise UpstreamError(
+                        "unreachable", url, f"cannot connect after {attempts} attempt(s): {exc}"
+                    ) from exc
+                retries_left -= 1
+                await self._sleep(backoff, deadline)
+                backoff *= 2
+                continue
+            except TimeoutError as exc:
+                raise UpstreamError("timeout", url, f"no answer within {self.request_timeout_s:g}s") from exc
+            except aiohttp.ClientError as exc:
+                raise UpstreamError("unreachable", url, f"connection failed: {exc}") from exc
+            if answer.status in self.retry_statuses and status_retries_left > 0:
+                status_retries_left -= 1
+                asked = retry_after_seconds({k.lower(): v for k, v in answer.headers.items()})
+                await self._sleep(asked if asked is not None else backoff, deadline, jitter=asked is None)
+                backoff *= 2
+                continue
+            return answer
+
+    async def _sleep(self, delay: float, deadline: float, jitter: bool = True) -> None:
+        delay = min(delay, self.max_retry_delay_s)
+        if jitter:
+            delay *= 0.5 + random.random()
+        await asyncio.sleep(max(0.0, min(delay, deadline - time.monotonic())))
+
+
+def error_message(response: UpstreamResponse) -> str:
+    """The error text of an upstream answer (OpenAI/vLLM ``{"error": {"message"}}``, ``{"message"}``, or text)."""
+    try:
+        body = response.json()
+    except orjson.JSONDecodeError:
+        return response.text()[:2000]
+    if isinstance(body, dict):
+        error = body.get("error")
+        if isinstance(error, dict) and error.get("message"):
+            return str(error["message"])
+        if isinstance(error, str):
+            return error
+        if body.get("message"):
+            return str(body["message"])
+    return response.text()[:2000]

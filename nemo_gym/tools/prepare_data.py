@@ -1,0 +1,643 @@
+"""Dataset preparation: validate rows, compute statistics, catch drift, collate for training.
+
+``ng_prepare_data "+config_paths=[...]" +output_dirpath=DIR +mode=train_preparation|example_validation``
+reads every dataset an agent instance lists::
+
+    my_env_simple_agent:
+      responses_api_agents:
+        simple_agent:
+          datasets:
+            - {name: train, type: train, jsonl_fpath: data/train.jsonl, num_repeats: 2}
+            - name: validation
+              type: validation
+              jsonl_fpath: data/validation.jsonl
+              source: {type: huggingface, repo_id: org/repo, artifact_fpath: validation.jsonl}
+
+For each dataset it validates every line (errors name ``file:line`` and the field), computes the
+statistics NeMo Gym writes to ``<stem>_metrics.json`` (same keys, so committed files map across),
+compares them with the committed file next to the dataset and reports each changed statistic
+(``old → new``), then writes ``<type>.jsonl`` (lines repeated ``num_repeats`` times, each stamped
+with ``agent_ref``) and ``<type>_metrics.json`` into ``output_dirpath``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import sys
+from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, TextIO
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from nemo_gym.collection.collection_io import PromptConfig
+from nemo_gym.console.command import console_command
+from nemo_gym.launch.config import ConfigError, load_config, project_root, server_instances
+
+MODE_DATASET_TYPES: dict[str, tuple[str, ...]] = {
+    "train_preparation": ("train", "validation", "benchmark"),
+    "example_validation": ("example",),
+}
+AGENT_KIND = "responses_api_agents"
+# Fields the statistics never describe: the request itself and a recorded answer.
+UNSUMMARIZED_FIELDS = ("responses_create_params", "response")
+MESSAGE_ROLES = ("user", "system", "developer", "assistant")
+MAX_ERRORS_SHOWN = 20
+
+
+class HuggingFaceSource(BaseModel):
+    """Where to fetch a missing dataset: one JSONL file of a Hugging Face dataset repository.
+
+    ``artifact_fpath`` is the file inside the repository; without it, ``<split>.jsonl`` (split
+    defaults to the dataset's type) is fetched.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["huggingface"] = "huggingface"
+    repo_id: str
+    artifact_fpath: str | None = None
+    split: str | None = None
+    revision: str | None = None
+
+
+class DatasetConfig(BaseModel):
+    """One entry of an agent's ``datasets`` list."""
+
+    model_config = ConfigDict(extra="allow")
+
+    name: str
+    type: Literal["train", "validation", "benchmark", "example"]
+    jsonl_fpath: str
+    num_repeats: int = Field(default=1, ge=1)
+    gitlab_identifier: Any = None
+    # NeMo Gym's name for a Hugging Face origin ({repo_id, artifact_fpath}); same as a huggingface source.
+    huggingface_identifier: dict[str, Any] | None = None
+    license: str | None = None
+    source: HuggingFaceSource | None = None
+    prompt_config: str | None = None
+
+    def download_source(self) -> HuggingFaceSource | None:
+        """The place to fetch this dataset from when its file is missing, if any."""
+        if self.source is not None:
+            return self.source
+        if self.huggingface_identifier:
+            return HuggingFaceSource.model_validate(self.huggingface_identifier)
+        return None
+
+
+@dataclass
+class AgentDataset:
+    """A dataset together with the agent instance that lists it."""
+
+    agent: str
+    config: DatasetConfig
+    path: Path
+
+    @property
+    def label(self) -> str:
+        """``<agent>/<dataset name> (<type>)`` for messages."""
+        return f"{self.agent}/{self.config.name} ({self.config.type})"
+
+
+@dataclass
+class DatasetReport:
+    """The outcome of checking one dataset: its statistics, line errors and drift."""
+
+    dataset: AgentDataset
+    metrics: dict[str, Any]
+    errors: list[str] = field(default_factory=list)
+    drift: list[str] = field(default_factory=list)
+    metrics_path: Path | None = None
+    metrics_written: bool = False
+
+
+# ---- row validation ---------------------------------------------------------------------------
+
+
+def validate_row(row: Any) -> list[str]:
+    """Problems that stop ``row`` from being a run request, each naming the field; ``[]`` if fine."""
+    if not isinstance(row, Mapping):
+        return [f"a row must be a JSON object, got {type(row).__name__}"]
+    errors: list[str] = []
+    params = row.get("responses_create_params")
+    if params is None:
+        return ["responses_create_params: field required (a Responses create request with 'input')"]
+    if not isinstance(params, Mapping):
+        return [f"responses_create_params: must be an object, got {type(params).__name__}"]
+    errors += _validate_input(params)
+    tools = params.get("tools")
+    if tools is not None:
+        if not isinstance(tools, list):
+            errors.append(f"responses_create_params.tools: must be a list, got {type(tools).__name__}")
+        else:
+            for index, spec in enumerate(tools):
+                where = f"responses_create_params.tools[{index}]"
+                if not isinstance(spec, Mapping):
+                    errors.append(f"{where}: must be an object")
+                elif spec.get("type", "function") == "function" and not isinstance(spec.get("name"), str):
+                    errors.append(f"{where}.name: a function tool needs a string name")
+    temperature = params.get("temperature")
+    if temperature is not None and (
+        isinstance(temperature, bool) or not isinstance(temperature, int | float)
+    ):
+        errors.append(f"responses_create_params.temperature: must be a number, got {temperature!r}")
+    ref = row.get("agent_ref")
+    if ref is not None and (
+        not isinstance(ref, Mapping) or ref.get("type") != AGENT_KIND or not isinstance(ref.get("name"), str)
+    ):
+        errors.append(f"agent_ref: must be {{type: {AGENT_KIND}, name: <agent instance>}}, got {ref!r}")
+    return errors
+
+
+def _validate_input(params: Mapping[str, Any]) -> list[str]:
+    if "input" not in params:
+        return ["responses_create_params.input: field required (a string or a list of messages)"]
+    items = params["input"]
+    if isinstance(items, str):
+        return []
+    if not isinstance(items, list):
+        return [f"responses_create_params.input: must be a string or a list, got {type(items).__name__}"]
+    errors = []
+    for index, item in enumerate(items):
+        where = f"responses_create_params.input[{index}]"
+        if not isinstance(item, Mapping):
+            errors.append(f"{where}: must be an object")
+            continue
+        if "role" in item:
+            if item["role"] not in MESSAGE_ROLES:
+                errors.append(
+                    f"{where}.role: must be one of {', '.join(MESSAGE_ROLES)}, got {item['role']!r}"
+                )
+            if not isinstance(item.get("content"), str | list):
+                errors.append(f"{where}.content: must be a string or a list of content parts")
+        elif not isinstance(item.get("type"), str):
+            errors.append(f"{where}: an item needs a 'role' (message) or a 'type' (function_call, ...)")
+    return errors
+
+
+def tool_names(row: Mapping[str, Any]) -> list[str]:
+    """The function tool names a row offers the model."""
+    params = row.get("responses_create_params") or {}
+    return [
+        str(spec["name"])
+        for spec in params.get("tools") or []
+        if isinstance(spec, Mapping) and spec.get("type", "function") == "function" and "name" in spec
+    ]
+
+
+# ---- statistics -------------------------------------------------------------------------------
+
+
+class RunningStats:
+    """Count, mean, min, max and sample standard deviation of a stream (Welford's update)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.mean = 0.0
+        self.m2 = 0.0
+        self.low = math.inf
+        self.high = -math.inf
+
+    def observe(self, value: float) -> None:
+        """Add one value."""
+        self.count += 1
+        delta = value - self.mean
+        self.mean += delta / self.count
+        self.m2 += delta * (value - self.mean)
+        self.low = min(self.low, value)
+        self.high = max(self.high, value)
+
+    def summary(self) -> dict[str, Any]:
+        """NeMo Gym's shape; floats rounded to 2 decimals (3 when |x| < 1) as its files are."""
+        n = self.count
+        values = {
+            "Average": self.mean if n else 0.0,
+            "Min": self.low if n else 0.0,
+            "Max": self.high if n else 0.0,
+            "Standard deviation": math.sqrt(self.m2 / (n - 1)) if n > 1 else 0.0,
+        }
+        return {"Total # non-null values": n} | {k: _round_stat(float(v)) for k, v in values.items()}
+
+
+def _round_stat(value: float) -> float:
+    return round(value, 2) if abs(value) >= 1 else round(value, 3)
+
+
+class DatasetStatistics:
+    """Accumulates the statistics of ``<stem>_metrics.json`` over rows."""
+
+    def __init__(self) -> None:
+        self.examples = 0
+        self.tools = RunningStats()
+        self.words = RunningStats()
+        self.turns = RunningStats()
+        self.temperature = RunningStats()
+        self.fields: dict[str, RunningStats | Counter[str]] = {}
+
+    def add(self, row: Mapping[str, Any]) -> None:
+        """Add one valid row."""
+        self.examples += 1
+        params = row["responses_create_params"]
+        if params.get("tools") is not None:
+            self.tools.observe(len(params["tools"]))
+        items = params.get("input")
+        if isinstance(items, str):
+            items = [{"role": "user", "content": items}]
+        user_turns = sum(
+            1 for item in items or [] if isinstance(item, Mapping) and item.get("role") == "user"
+        )
+        if user_turns:
+            self.turns.observe(user_turns)
+        if params.get("temperature") is not None:
+            self.temperature.observe(float(params["temperature"]))
+        # Python's json.dumps (", " and ": " separators, ASCII escapes) is what NeMo Gym counts;
+        # the separators add the spaces that split into "words".
+        self.words.observe(len(json.dumps(params).split()))
+        for key, value in row.items():
+            if key in UNSUMMARIZED_FIELDS:
+                continue
+            for item in value if isinstance(value, list) else [value]:
+                self._observe_field(key, item)
+
+    def _observe_field(self, key: str, item: Any) -> None:
+        if isinstance(item, bool):
+            item = int(item)
+        if isinstance(item, int | float):
+            stats = self.fields.setdefault(key, RunningStats())
+            if isinstance(stats, RunningStats):
+                stats.observe(float(item))
+        elif isinstance(item, str):
+            counter = self.fields.setdefault(key, Counter())
+            if isinstance(counter, Counter):
+                counter[item] += 1
+
+    def as_dict(self) -> dict[str, Any]:
+        """The statistics under NeMo Gym's key names."""
+        result: dict[str, Any] = {
+            "Number of examples": self.examples,
+            "Number of tools": self.tools.summary(),
+            "Json-dumped number of words (proxy for token count)": self.words.summary(),
+            "Number of turns": self.turns.summary(),
+            "Temperature": self.temperature.summary(),
+        }
+        for key, acc in self.fields.items():
+            if isinstance(acc, RunningStats):
+                result[key] = acc.summary()
+            else:
+                result[key] = {"unique_count": len(acc), "total_count": sum(acc.values())}
+        return result
+
+
+def dataset_header(config: DatasetConfig) -> dict[str, Any]:
+    """The dataset's config fields that open its metrics file."""
+    header = config.model_dump(mode="json", exclude={"source", "prompt_config"})
+    if config.source is not None:
+        header["source"] = config.source.model_dump(mode="json", exclude_none=True)
+    if config.prompt_config is not None:
+        header["prompt_config"] = config.prompt_config
+    return header
+
+
+# ---- drift ------------------------------------------------------------------------------------
+
+
+def metrics_drift(committed: Any, fresh: Any, path: str = "") -> list[str]:
+    """Each statistic that changed, as ``"<key path>: old → new"``.
+
+    Keys only in ``fresh`` are allowed (newer statistics); floats compare with the tolerance
+    their rounding leaves.
+    """
+    if isinstance(committed, Mapping) and isinstance(fresh, Mapping):
+        drift = []
+        for key, old in committed.items():
+            sub = f"{path}.{key}" if path else str(key)
+            if key not in fresh:
+                drift.append(f"{sub}: {_show(old)} → (missing)")
+            else:
+                drift += metrics_drift(old, fresh[key], sub)
+        return drift
+    if _is_number(committed) and _is_number(fresh):
+        old, new = float(committed), float(fresh)
+        tolerance = 5e-3 if max(abs(old), abs(new)) >= 1 else 5e-4
+        return [] if abs(old - new) <= tolerance else [f"{path}: {_show(committed)} → {_show(fresh)}"]
+    return [] if committed == fresh else [f"{path}: {_show(committed)} → {_show(fresh)}"]
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _show(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
+def metrics_path_for(jsonl_path: Path) -> Path:
+    """``data/train.jsonl`` → ``data/train_metrics.json`` (NeMo Gym's sidecar name)."""
+    return jsonl_path.with_name(f"{jsonl_path.stem}_metrics.json")
+
+
+# ---- Hugging Face download ----------------------------------------------------------------------
+
+
+class DownloadError(RuntimeError):
+    """A dataset could not be fetched; the message says from where and why."""
+
+
+def download_from_huggingface(
+    source: HuggingFaceSource, split: str, destination: Path, token: str | None = None
+) -> Path:
+    """Fetch one JSONL file of a Hugging Face dataset repo into ``destination``.
+
+    Uses the local Hugging Face cache (``HF_HUB_CACHE``); with ``HF_HUB_OFFLINE=1`` only the
+    cache is consulted.
+    """
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.errors import (
+        EntryNotFoundError,
+        GatedRepoError,
+        LocalEntryNotFoundError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+
+    filename = source.artifact_fpath or f"{source.split or split}.jsonl"
+    where = f"{source.repo_id}/{filename}" + (f"@{source.revision}" if source.revision else "")
+    offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
+    try:
+        cached = hf_hub_download(
+            repo_id=source.repo_id,
+            filename=filename,
+            repo_type="dataset",
+            revision=source.revision,
+            token=token,
+            local_files_only=offline,
+        )
+    except LocalEntryNotFoundError as exc:
+        raise DownloadError(
+            f"cannot download {source.repo_id} (offline?): {filename} is not in the local Hugging Face cache "
+            f"and the hub could not be reached ({type(exc).__name__})"
+        ) from exc
+    except (RepositoryNotFoundError, GatedRepoError) as exc:
+        raise DownloadError(f"cannot download {where}: no such dataset repo or no access to it") from exc
+    except (EntryNotFoundError, RevisionNotFoundError) as exc:
+        raise DownloadError(f"cannot download {where}: the repo has no such file or revision") from exc
+    except OSError as exc:  # connection failures surface as OSError subclasses
+        raise DownloadError(f"cannot download {source.repo_id} (offline?): {exc}") from exc
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(cached, destination)
+    return destination
+
+
+# ---- the command ------------------------------------------------------------------------------
+
+
+def resolve_data_path(path: str) -> Path:
+    """A data file path relative to the working directory, else to the project (bundled data)."""
+    candidate = Path(path)
+    if candidate.is_absolute() or candidate.exists():
+        return candidate
+    bundled = project_root() / candidate
+    return bundled if bundled.exists() else candidate
+
+
+def agent_datasets(config: Mapping[str, Any], types: Sequence[str] | None = None) -> list[AgentDataset]:
+    """Every dataset of every agent instance in ``config`` (of the given types), config checked."""
+    found = []
+    for instance in server_instances(config).values():
+        if instance.kind != AGENT_KIND:
+            continue
+        entries = instance.fields.get("datasets") or []
+        if not isinstance(entries, list):
+            raise ConfigError(f"{instance.name}.datasets must be a list of datasets")
+        for index, entry in enumerate(entries):
+            try:
+                dataset = DatasetConfig.model_validate(entry)
+            except ValidationError as exc:
+                problems = "; ".join(
+                    f"{'.'.join(str(p) for p in e['loc']) or 'entry'}: {e['msg']}" for e in exc.errors()
+                )
+                raise ConfigError(f"{instance.name}.datasets[{index}]: {problems}") from exc
+            if types is None or dataset.type in types:
+                found.append(AgentDataset(instance.name, dataset, resolve_data_path(dataset.jsonl_fpath)))
+    return found
+
+
+def apply_prompt(row: Mapping[str, Any], prompt: PromptConfig) -> dict[str, Any]:
+    """A copy of ``row`` whose ``responses_create_params.input`` is the filled prompt template.
+
+    A row that already has an input is an error: the template and the row would disagree.
+    """
+    params = dict(row.get("responses_create_params") or {})
+    if params.get("input"):
+        raise ValueError(
+            "the row already has responses_create_params.input and the dataset sets prompt_config"
+        )
+    params["input"] = prompt.input_items(row)
+    return {**row, "responses_create_params": params}
+
+
+def iter_dataset_rows(dataset: AgentDataset) -> Iterator[tuple[int, dict[str, Any] | None, str | None]]:
+    """``(line number, row or None, error or None)`` for each non-blank line, prompt template applied."""
+    prompt = (
+        PromptConfig.load(resolve_data_path(dataset.config.prompt_config))
+        if dataset.config.prompt_config
+        else None
+    )
+    with dataset.path.open("rb") as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = orjson.loads(line)
+            except orjson.JSONDecodeError as exc:
+                yield number, None, f"not valid JSON ({exc})"
+                continue
+            if prompt is not None and isinstance(row, dict):
+                try:
+                    row = apply_prompt(row, prompt)
+                except ValueError as exc:
+                    yield number, None, str(exc)
+                    continue
+            problems = validate_row(row)
+            yield number, (None if problems else row), "; ".join(problems) or None
+
+
+def check_dataset(dataset: AgentDataset) -> DatasetReport:
+    """Validate every line of one dataset and compute its statistics (``num_repeats`` counted)."""
+    stats = DatasetStatistics()
+    errors = []
+    for number, row, error in iter_dataset_rows(dataset):
+        if row is None:
+            errors.append(f"{dataset.path}:{number}: {error}")
+            continue
+        for _ in range(dataset.config.num_repeats):
+            stats.add(row)
+    metrics = dataset_header(dataset.config) | stats.as_dict()
+    return DatasetReport(dataset, metrics, errors)
+
+
+def compare_with_committed(report: DatasetReport, overwrite: bool, write_missing: bool = True) -> None:
+    """Diff the statistics with the committed ``<stem>_metrics.json``; write it if absent (when
+    ``write_missing``) or drifted and ``overwrite``."""
+    path = metrics_path_for(report.dataset.path)
+    report.metrics_path = path
+    if not path.exists() and not write_missing:
+        return
+    if path.exists():
+        try:
+            committed = json.loads(path.read_text())
+        except json.JSONDecodeError as exc:
+            report.drift.append(f"{path} is not valid JSON ({exc}); delete it to regenerate")
+            return
+        report.drift = metrics_drift(committed, report.metrics)
+        if not report.drift or not overwrite:
+            return
+    path.write_text(json.dumps(report.metrics, indent=4, ensure_ascii=False) + "\n")
+    report.metrics_written = True
+
+
+def collate(
+    datasets: Sequence[AgentDataset], dataset_type: str, output_dir: Path
+) -> tuple[Path, DatasetStatistics]:
+    """Write ``<type>.jsonl`` (repeats expanded, ``agent_ref`` stamped, prompts applied)."""
+    out_path = output_dir / f"{dataset_type}.jsonl"
+    stats = DatasetStatistics()
+    with out_path.open("wb") as out:
+        for dataset in datasets:
+            ref = {"type": AGENT_KIND, "name": dataset.agent}
+            for number, row, error in iter_dataset_rows(dataset):
+                if row is None:
+                    raise ValueError(f"{dataset.path}:{number}: {error}")
+                row = {**row, "agent_ref": ref}
+                line = orjson.dumps(row) + b"\n"
+                for _ in range(dataset.config.num_repeats):
+                    out.write(line)
+                    stats.add(row)
+    return out_path, stats
+
+
+def prepare_data(config: Mapping[str, Any], out: TextIO | None = None) -> int:
+    """Run ``ng_prepare_data`` on a loaded config; returns the exit code (0: all good).
+
+    Progress and problems go to ``out`` (default: standard output).
+    """
+    out = out or sys.stdout
+    mode = config.get("mode")
+    if mode not in MODE_DATASET_TYPES:
+        raise ConfigError(f"+mode must be one of {', '.join(MODE_DATASET_TYPES)}, got {mode!r}")
+    # example_validation without an output folder only checks: it writes nothing at all.
+    check_only = mode == "example_validation" and not config.get("output_dirpath")
+    if not config.get("output_dirpath") and not check_only:
+        raise ConfigError("+output_dirpath is required (the folder for the collated JSONL files)")
+    output_dir = Path(str(config.get("output_dirpath") or "."))
+    types = MODE_DATASET_TYPES[mode]
+    datasets = agent_datasets(config, types)
+    if not datasets:
+        out.write(f"no {'/'.join(types)} datasets in the agents of this config; nothing to do\n")
+        return 1
+
+    failed = _fetch_missing(datasets, config, mode, out)
+    reports: list[DatasetReport] = []
+    for dataset in datasets:
+        if not dataset.path.exists():
+            continue
+        report = check_dataset(dataset)
+        if not report.errors:
+            overwrite = bool(config.get("overwrite_metrics_conflicts"))
+            compare_with_committed(report, overwrite, write_missing=not check_only or overwrite)
+        reports.append(report)
+        _print_report(report, out)
+    failed = failed or any(r.errors or (r.drift and not r.metrics_written) for r in reports)
+    if failed:
+        out.write("ng_prepare_data: FAILED (see above); nothing written to the output folder\n")
+        return 1
+    if check_only:
+        out.write(f"ng_prepare_data: {len(reports)} dataset(s) valid; nothing written (no +output_dirpath)\n")
+        return 0
+
+    output_dir.mkdir(parents=True, exist_ok=True)
+    for dataset_type in types:
+        of_type = [d for d in datasets if d.config.type == dataset_type]
+        if not of_type:
+            continue
+        try:
+            path, stats = collate(of_type, dataset_type, output_dir)
+        except ValueError as exc:
+            out.write(f"ng_prepare_data: {exc}\n")
+            return 1
+        metrics_path = output_dir / f"{dataset_type}_metrics.json"
+        metrics_path.write_text(json.dumps(stats.as_dict(), indent=4, ensure_ascii=False) + "\n")
+        out.write(f"wrote {path} ({stats.examples} rows) and {metrics_path}\n")
+    return 0
+
+
+def _fetch_missing(
+    datasets: Sequence[AgentDataset], config: Mapping[str, Any], mode: str, out: TextIO
+) -> bool:
+    failed = False
+    for dataset in datasets:
+        if dataset.path.exists():
+            continue
+        source = dataset.config.download_source()
+        if source is None or mode == "example_validation":
+            out.write(f"{dataset.label}: {dataset.config.jsonl_fpath} does not exist\n")
+            failed = True
+        elif not config.get("should_download"):
+            out.write(
+                f"{dataset.label}: {dataset.config.jsonl_fpath} does not exist; it comes from Hugging Face "
+                f"repo {source.repo_id}: rerun with +should_download=true to fetch it\n"
+            )
+            failed = True
+        else:
+            out.write(f"{dataset.label}: downloading from Hugging Face repo {source.repo_id}...\n")
+            try:
+                dataset.path = download_from_huggingface(
+                    source,
+                    dataset.config.type,
+                    Path(dataset.config.jsonl_fpath),
+                    token=config.get("hf_token"),
+                )
+            except DownloadError as exc:
+                out.write(f"{dataset.label}: {exc}\n")
+                failed = True
+    return failed
+
+
+def _print_report(report: DatasetReport, out: TextIO) -> None:
+    metrics = report.metrics
+    words = metrics["Json-dumped number of words (proxy for token count)"]
+    out.write(
+        f"{report.dataset.label}: {report.dataset.path}: {metrics['Number of examples']} rows "
+        f"(num_repeats {report.dataset.config.num_repeats}), "
+        f"tools/row {metrics['Number of tools']['Average']}, turns/row {metrics['Number of turns']['Average']}, "
+        f"words/row {words['Average']}\n"
+    )
+    for error in report.errors[:MAX_ERRORS_SHOWN]:
+        out.write(f"  error: {error}\n")
+    if len(report.errors) > MAX_ERRORS_SHOWN:
+        out.write(f"  ... and {len(report.errors) - MAX_ERRORS_SHOWN} more bad lines\n")
+    if report.drift:
+        verdict = (
+            "overwritten"
+            if report.metrics_written
+            else "run with +overwrite_metrics_conflicts=true to accept"
+        )
+        out.write(f"  statistics drifted from {report.metrics_path} ({verdict}):\n")
+        for line in report.drift:
+            out.write(f"    {line}\n")
+    elif report.metrics_written:
+        out.write(f"  wrote {report.metrics_path}\n")
+
+
+def _prepare_data_command(argv: list[str]) -> int:
+    return prepare_data(load_config(argv, validate_refs=False))
+
+
+ng_prepare_data = console_command(_prepare_data_command, "ng_prepare_data")
