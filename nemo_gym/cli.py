@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from nemo_gym.console.command import console_command
+from nemo_gym.console.command_help import wants_help
 from nemo_gym.global_config import GlobalConfigDictParserConfig
 from nemo_gym.launch.config import dump_yaml, head_url_from_config, load_config
 from nemo_gym.launch.launch_hooks import LaunchHooks, run_command, setup_env_command

@@ -20,8 +20,8 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
-from nemo_gym.access_guard import AccessGuard
 from nemo_gym.launch.config import ConfigError, dump_yaml, head_server_address
+from nemo_gym.serving.access_guard import AccessGuard
 from nemo_gym.serving.server import (
     REGISTRATION_SECRET_HEADER,
     HTTPError,

@@ -33,7 +33,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from nemo_gym.access_guard import AccessGuard
+from nemo_gym.serving.access_guard import AccessGuard
 
 # The shared wire names are re-exported here: servers and tests import them from nemo_gym.serving.server.
 from nemo_gym.serving.protocol import (  # noqa: F401
@@ -435,7 +435,7 @@ class BaseServer:
 
     def build_app(self) -> ASGIApp:
         """The ASGI app: routes behind the request guard, prefix stripping and the access guard
-        (Host, Origin, auth token, JSON bodies: :mod:`nemo_gym.access_guard`)."""
+        (Host, Origin, auth token, JSON bodies: :mod:`nemo_gym.serving.access_guard`)."""
         app: ASGIApp = Starlette(routes=self.routes(), exception_handlers=json_error_handlers(self.name))
         path_limits = {}
         path_body_timeouts = {}

@@ -37,9 +37,9 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from nemo_gym.access_guard import AccessGuard
 from nemo_gym.console.command import console_command
 from nemo_gym.launch.config import ConfigError, load_config
+from nemo_gym.serving.access_guard import AccessGuard
 from nemo_gym.serving.protocol import AUTH_HEADER, auth_token
 from nemo_gym.viewer.collection import Collection, ViewerInputError, compare
 from nemo_gym.viewer.tokens import TokenDecoder, load_tokenizer, token_view

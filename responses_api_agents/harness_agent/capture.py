@@ -31,12 +31,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from nemo_gym.access_guard import AccessGuard
 from nemo_gym.agents.agent_hops import call_model, execute_tool_call
 from nemo_gym.agents.hop_faults import HopFault
 from nemo_gym.models.conversion import chat_request_to_responses_params, response_to_chat_completion
 from nemo_gym.models.token_ids import TOKEN_ID_FIELDS
 from nemo_gym.response_items import add_usage, content_text, input_items, is_model_item
+from nemo_gym.serving.access_guard import AccessGuard
 from nemo_gym.serving.server import (
     HTTPError,
     RequestGuard,
