@@ -28,8 +28,8 @@ from starlette.requests import Request
 from starlette.responses import StreamingResponse
 from starlette.routing import Route
 
-from nemo_gym.chat_stream import ChatCompletionAccumulator, ThinkSplitter
-from nemo_gym.sse import SSEParser
+from nemo_gym.models.chat_stream import ChatCompletionAccumulator, ThinkSplitter
+from nemo_gym.serving.sse import SSEParser
 from nemo_gym.testing import SyncClient, running_app, running_server
 from responses_api_models.local_hf_model.app import LocalHFModel
 from responses_api_models.openai_model.app import OpenAIModel

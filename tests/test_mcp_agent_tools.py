@@ -232,7 +232,7 @@ def test_our_resources_server_over_mcp_classifies_its_tool_s_fault():
 
 
 def test_mcp_server_config_needs_exactly_one_transport():
-    from nemo_gym.mcp_tools import MCPServerConfig
+    from nemo_gym.agents.mcp_tools import MCPServerConfig
 
     with pytest.raises(ValueError, match="exactly one of url"):
         MCPServerConfig.model_validate({"url": "http://x/mcp", "command": "y"})

@@ -5,7 +5,7 @@ For a model server that computes its answer as one object (a Responses ``respons
 object into the event sequence OpenAI's API sends for the same answer, and :func:`sse_response`
 sends it: the events arrive once the answer is complete. Servers whose engine produces the
 answer in pieces (the CPU engine, vLLM, OpenAI) send events as they are produced instead, with
-:mod:`nemo_gym.chat_stream`. Token IDs, logprobs and any other engine fields ride in the final event
+:mod:`nemo_gym.models.chat_stream`. Token IDs, logprobs and any other engine fields ride in the final event
 (``response.completed`` carries the whole response; the last chat chunk carries the choice's
 ``token_ids``, ``logprobs`` and the completion's ``prompt_token_ids``).
 """

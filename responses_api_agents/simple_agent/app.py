@@ -20,12 +20,12 @@ from nemo_gym.agents.agent_hops import (
     offered_tools,
     rollout_deadline,
 )
+from nemo_gym.agents.mcp_tools import MCPServerConfig, MCPToolbox, close_stdio
 from nemo_gym.base_responses_api_agent import (
     BaseResponsesAPIAgentConfig,
     SimpleResponsesAPIAgent,
     row_create_params,
 )
-from nemo_gym.mcp_tools import MCPServerConfig, MCPToolbox, close_stdio
 from nemo_gym.response_items import (
     add_usage,
     create_params_shape_errors,
@@ -54,7 +54,7 @@ class SimpleAgentConfig(BaseResponsesAPIAgentConfig):
 
     ``mcp_servers`` (by name) adds the tools of MCP servers to every model call: streamable
     HTTP (``url``), stdio (``command``) or the resources server's own (``from_seed_session``);
-    see :mod:`nemo_gym.mcp_tools`.
+    see :mod:`nemo_gym.agents.mcp_tools`.
     """
 
     resources_server: ServerRef

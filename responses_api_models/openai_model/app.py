@@ -23,13 +23,13 @@ from nemo_gym.base_responses_api_model import BaseResponsesAPIModelConfig, Simpl
 from nemo_gym.models.conversion import TOKEN_ID_FIELDS
 from nemo_gym.models.streaming import stream_chat_completion, stream_responses
 from nemo_gym.serving.server import HTTPError
+from nemo_gym.serving.sse import EventStreamResponse, relay_events
 from nemo_gym.serving.upstream import (
     UpstreamError,
     UpstreamHTTP,
     UpstreamResponse,
     error_message,
 )
-from nemo_gym.sse import EventStreamResponse, relay_events
 
 RETRY_STATUSES = (408, 409, 429, 500, 502, 503, 504)
 # Fields nemo_gym adds to items for RL; OpenAI answers 400 on unknown item fields.

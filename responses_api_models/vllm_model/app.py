@@ -39,20 +39,20 @@ from nemo_gym.base_responses_api_model import (
     SimpleResponsesAPIModel,
     without_stream,
 )
-from nemo_gym.chat_stream import ChatCompletionAccumulator, ResponsesEventStream
 from nemo_gym.models.chat_backend import (
     ChatBridge,
     is_context_length_error,
 )
+from nemo_gym.models.chat_stream import ChatCompletionAccumulator, ResponsesEventStream
 from nemo_gym.models.streaming import stream_chat_completion, stream_responses
 from nemo_gym.serving.server import HTTPError, ServerRef
+from nemo_gym.serving.sse import EventStreamResponse, SSEParser, relay_events, sse_bytes
 from nemo_gym.serving.upstream import (
     UpstreamError,
     UpstreamHTTP,
     UpstreamResponse,
     error_message,
 )
-from nemo_gym.sse import EventStreamResponse, SSEParser, relay_events, sse_bytes
 
 logger = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Chat completion chunks as they arrive: folded into a completion, and sent as Responses events.
 
-:mod:`nemo_gym.models.streaming` turns a finished answer into OpenAI's events; :mod:`nemo_gym.sse`
+:mod:`nemo_gym.models.streaming` turns a finished answer into OpenAI's events; :mod:`nemo_gym.serving.sse`
 carries events in and out. This module is for answers that arrive as chat completion chunks
 (vLLM's stream, the CPU engine's own):
 
@@ -25,7 +25,7 @@ from typing import Any
 
 from nemo_gym.models.streaming import item_events
 from nemo_gym.response_items import build_response
-from nemo_gym.sse import error_event
+from nemo_gym.serving.sse import error_event
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 _FINAL_TYPES = {
