@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import hashlib
 import hmac
 import importlib.metadata
@@ -33,6 +34,7 @@ import inspect
 import json
 import logging
 import secrets
+import typing
 from collections.abc import Callable
 from typing import Any
 
@@ -52,6 +54,7 @@ from nemo_gym.serving.protocol import (
     MCP_URL_PATH,
     RESERVED_MCP_TOOL_NAMES,
     SESSION_COOKIE,
+    SESSION_SCOPE_KEY,
 )
 from nemo_gym.serving.server import body_model
 
@@ -151,6 +154,38 @@ def harvest_tools(server: Any) -> list[MCPTool]:
     return harvested
 
 
+def harvest_app_tools(app: Any) -> list[MCPTool]:
+    """A FastAPI app's tools: its POST routes with a fixed path, other than the built-in ones,
+    each with its body model's JSON Schema (any JSON object for a ``dict`` body)."""
+    from fastapi.routing import APIRoute
+
+    harvested = []
+    for route in app.router.routes:
+        if not isinstance(route, APIRoute) or "POST" not in (route.methods or ()) or "{" in route.path:
+            continue
+        name = route.path.lstrip("/")
+        if name in RESERVED_MCP_TOOL_NAMES or route.path == MCP_URL_PATH:
+            continue
+        model = _body_model_of(route.endpoint)
+        schema = model.model_json_schema() if model is not None else dict(PERMISSIVE_SCHEMA)
+        description = (route.description or route.summary or "").strip().split("\n\n", 1)[0] or None
+        tool = types.Tool(name=name, description=description, inputSchema=schema)
+        harvested.append(MCPTool(name=name, tool=tool, path=route.path))
+    return harvested
+
+
+def _body_model_of(endpoint: Callable[..., Any]) -> type[BaseModel] | None:
+    try:
+        hints = typing.get_type_hints(endpoint)
+    except Exception:  # noqa: BLE001 - unresolvable annotations: any JSON object
+        return None
+    for name in inspect.signature(endpoint).parameters:
+        hint = hints.get(name)
+        if inspect.isclass(hint) and issubclass(hint, BaseModel):
+            return hint
+    return None
+
+
 def _checked(server: Any, selected: list[MCPTool] | None) -> dict[str, MCPTool]:
     tools: dict[str, MCPTool] = {}
     owner = type(server).__name__
@@ -180,11 +215,20 @@ class McpExposure:
     def __init__(self, server: Any) -> None:
         self.server = server
         self._token = _Token()
-        harvested = harvest_tools(server)
-        hook = getattr(server, "mcp_tools", None)
-        self.tools = _checked(server, hook(harvested, None) if hook is not None else harvested)
+        self._app: Any = None
+        self._tools: dict[str, MCPTool] | None = None
         self._mcp = self._build_mcp_server()
         self._max_body_bytes = max(1, int(getattr(server.config, "max_body_bytes", 64 << 20)))
+
+    @property
+    def tools(self) -> dict[str, MCPTool]:
+        """The exposed tools by name: the ``@tool`` methods, or on a FastAPI app (NeMo Gym's
+        style) its typed POST routes as they are when first asked (every route added by then)."""
+        if self._tools is None:
+            harvested = harvest_app_tools(self._app) if self._app is not None else harvest_tools(self.server)
+            hook = getattr(self.server, "mcp_tools", None)
+            self._tools = _checked(self.server, hook(harvested, None) if hook is not None else harvested)
+        return self._tools
 
     # ---- /seed_session ----------------------------------------------------------------
     def metadata(self, session_id: str, seed_body: dict[str, Any]) -> dict[str, Any]:
@@ -252,6 +296,51 @@ class McpExposure:
             return answer
 
         return verify_bare
+
+    # ---- a FastAPI app (NeMo Gym's style) ---------------------------------------------
+    def install_on_app(self, app: Any) -> None:
+        """Serve ``/mcp`` on the FastAPI app a ``setup_webserver()`` builds, and wrap its
+        ``/seed_session`` route so the answer carries the ``mcp`` key.
+
+        The tools are the app's POST routes when the first MCP request arrives, so routes a
+        subclass adds after calling the parent's ``setup_webserver()`` are served too.
+        """
+        from fastapi.routing import APIRoute
+
+        if any(getattr(route, "path", None) == MCP_URL_PATH for route in app.router.routes):
+            raise ValueError(
+                f"{type(self.server).__name__} already serves {MCP_URL_PATH}; set expose_tools_over_mcp: false"
+            )
+        self._app = app
+        for index, route in enumerate(app.router.routes):
+            if isinstance(route, APIRoute) and route.path == "/seed_session":
+                app.post("/seed_session")(self._seed_endpoint(route.endpoint))
+                app.router.routes[index] = app.router.routes.pop()  # same place, before any catch-all
+                break
+        # At the front: a catch-all POST /{name} route of the app must not shadow /mcp.
+        app.router.routes[:0] = self.routes()
+
+    def _seed_endpoint(self, endpoint: Callable[..., Any]) -> Callable[..., Any]:
+        from fastapi.encoders import jsonable_encoder
+        from starlette.concurrency import run_in_threadpool
+        from starlette.responses import JSONResponse
+
+        # functools.wraps keeps the endpoint's signature, which FastAPI binds the body and
+        # Request from; the answer is a ready response, so the route's response model (the
+        # seed answer's own type) does not filter the ``mcp`` key out.
+        @functools.wraps(endpoint)
+        async def seed_session(*args: Any, **kwargs: Any) -> Any:
+            if inspect.iscoroutinefunction(endpoint):
+                result = await endpoint(*args, **kwargs)
+            else:
+                result = await run_in_threadpool(endpoint, *args, **kwargs)
+            if inspect.isawaitable(result):
+                result = await result
+            body = next((v for v in kwargs.values() if isinstance(v, (BaseModel, dict))), {})
+            answer = self.seed_answer(jsonable_encoder(result) if result is not None else {}, body)
+            return JSONResponse(jsonable_encoder(answer))
+
+        return seed_session
 
     # ---- /mcp -------------------------------------------------------------------------
     def routes(self) -> list[BaseRoute]:
@@ -383,6 +472,9 @@ async def call_route(app: Any, path: str, session_id: str, arguments: dict[str, 
         "client": ("127.0.0.1", 0),
         "server": ("mcp-in-process", 80),
         "state": {},
+        # Only in-process callers can put keys in a scope: the session middleware of a FastAPI
+        # app (NeMo Gym's style) takes the session from here, our own routes from the cookie.
+        SESSION_SCOPE_KEY: session_id,
     }
     delivered = False
     never = asyncio.Event()

@@ -37,6 +37,9 @@ MCP_SESSION_TOKEN_HEADER = "X-NeMo-Gym-Session-Token"
 MCP_URL_PATH = "/mcp"
 # In an MCP tool error's _meta: the failure class of an infrastructure fault behind the tool.
 MCP_FAILURE_CLASS_META = "nemo_gym/failure_class"
+# An ASGI scope key naming the session of an in-process request (an MCP tool call run through
+# the server's own route); scopes are built in-process only, never from the wire.
+SESSION_SCOPE_KEY = "nemo_gym.session_id"
 RESERVED_MCP_TOOL_NAMES = frozenset({"verify", "seed_session", "close_session", "aggregate_metrics", "mcp"})
 
 
