@@ -46,7 +46,7 @@ def _run(argv: list[str]) -> int:
             await stack.start()
             print(stack.table(), flush=True)
             print(
-                f"All {len(stack.instances)} servers healthy in {stack.startup_seconds:.2f}s. Head server: {stack.head_url}",
+                f"All {stack.server_count} servers healthy in {stack.startup_seconds:.2f}s. Head server: {stack.head_url}",
                 flush=True,
             )
             await stack.wait()

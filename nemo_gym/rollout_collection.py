@@ -66,7 +66,12 @@ from nemo_gym.console.command import console_command
 from nemo_gym.launch.config import ConfigError, head_url_from_config
 from nemo_gym.serving.secrets import redact_text, remember_secret_values, secret_values
 from nemo_gym.serving.server import ENV_HEAD_URL, auth_headers
-from nemo_gym.serving.server_client import ServerCallError, ServerClient, raise_for_status
+from nemo_gym.serving.server_client import (
+    ServerCallError,
+    ServerClient,
+    connection_error_text,
+    raise_for_status,
+)
 
 MAX_ERROR_CHARS = 4000
 # ng_collect_rollouts exits non-zero when more than this share of the rollouts it ran failed.
@@ -797,7 +802,7 @@ async def _post_aggregate(client: ServerClient, agent: str, spool: Path, answer_
                 async for chunk in resp.content.iter_chunked(1 << 16):
                     sink.write(chunk)
     except aiohttp.ClientError as exc:
-        raise ServerCallError("unreachable", agent, "/aggregate_metrics", str(exc)) from exc
+        raise ServerCallError("unreachable", agent, "/aggregate_metrics", connection_error_text(exc)) from exc
 
 
 def _as_fraction(key: str, value: float) -> float:

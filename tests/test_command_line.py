@@ -162,6 +162,14 @@ def test_ng_run_on_a_set_port_and_ng_status_finds_it_by_env_yaml_and_env_var(tmp
                 break
         assert "servers healthy" in lines[-1], "".join(lines)
         assert f"127.0.0.1:{port}" in lines[-1]
+        # The count is the table's rows (head server included); prefixed server logs may interleave.
+        header = next(i for i, line in enumerate(lines) if line.startswith("NAME"))
+        listed = [
+            line
+            for line in lines[header + 1 : -1]
+            if len(line.split()) == 4 and line.split()[3].isdigit() and not line.startswith("(")
+        ]
+        assert len(listed) == 4 and lines[-1].startswith(f"All {len(listed)} servers healthy"), "".join(lines)
         status = "import sys; from nemo_gym.cli import ng_status; ng_status(sys.argv[1:])"
         by_env = subprocess.run(
             [sys.executable, "-c", status],
@@ -191,6 +199,19 @@ def test_ng_run_on_a_set_port_and_ng_status_finds_it_by_env_yaml_and_env_var(tmp
 
 def gym(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
     return call(gym_main, args, capsys)
+
+
+def test_gym_eval_run_help_agrees_with_itself(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = gym(["eval", "run", "--help"], capsys)
+    assert code == 0 and "takes a free port unless head_server.port is set" in " ".join(out.split())
+    port_line = out[out.index("head_server.port=N") :].split("head_server.host")[0]
+    assert "(default: a free port)" in port_line and "11000" not in port_line
+    example = out[out.index("example:") :].splitlines()[1].strip()
+    assert example.startswith("gym eval run ") and "ng_e2e_collect_rollouts" not in out
+    # A command that reaches a running stack keeps the fixed port.
+    from nemo_gym.cli import ng_status
+
+    assert "(default: 11000)" in call(ng_status, ["--help"], capsys)[1]
 
 
 def test_gym_help_at_every_level(capsys: pytest.CaptureFixture[str]) -> None:

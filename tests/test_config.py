@@ -123,6 +123,18 @@ def test_missing_interpolation_and_missing_file_name_the_culprit(tmp_path: Path)
         load_config(["+config_paths=[nope.yaml]"], cwd=tmp_path)
 
 
+def test_a_missing_config_file_gets_a_did_you_mean(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match=r"did you mean 'resources_servers/mcqa/configs/mcqa\.yaml'\?"):
+        load_config(["+config_paths=[resources_servers/mcqa/configs/mcq.yaml]"], cwd=tmp_path)
+    mine = write(tmp_path, "my_model.yaml", MODEL)
+    with pytest.raises(ConfigError, match=f"did you mean '{mine}'"):
+        load_config([f"+config_paths=[{tmp_path / 'my_modle.yaml'}]"], cwd=tmp_path)
+    with pytest.raises(ConfigError) as far:
+        load_config(["+config_paths=[zzz/qqq.yaml]"], cwd=tmp_path)
+    assert "did you mean" not in str(far.value)
+
+
 def test_redaction_keeps_numbers_and_flags():
     config = {
         "openai_api_key": "sk-1",

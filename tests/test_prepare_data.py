@@ -209,6 +209,13 @@ def test_drifted_statistics_are_reported_old_to_new(tmp_path: Path, capsys):
     assert code == 0 and "overwritten" in out
     assert json.loads(committed_path.read_text())["Number of examples"] == 3
 
+    # Without an output folder the overwrite is the only write, and the last line says so.
+    write_jsonl(data, [row("a b c", level=1), row("d", level=3)])
+    code, out = run(tmp_path, "+mode=example_validation", "+overwrite_metrics_conflicts=true")
+    assert code == 0 and "(overwritten)" in out and "nothing written" not in out
+    assert f"1 dataset(s) valid; updated {committed_path} (no collated files" in out
+    assert json.loads(committed_path.read_text())["Number of examples"] == 2
+
 
 def test_prompt_config_builds_the_input(tmp_path: Path):
     data = write_jsonl(tmp_path / "bench.jsonl", [{"question": "2+2?", "expected_answer": "4"}])
@@ -321,7 +328,7 @@ def test_example_validation_needs_no_output_folder_and_writes_nothing(tmp_path: 
     before = sorted(p for p in tmp_path.rglob("*"))
     code, out = run(tmp_path, "+mode=example_validation")
     assert code == 0, out
-    assert "1 dataset(s) valid; nothing written (no +output_dirpath)" in out
+    assert "1 dataset(s) valid; nothing written (no collated files without +output_dirpath)" in out
     assert sorted(p for p in tmp_path.rglob("*")) == before
     # A bad line still fails it, naming the line; still nothing written.
     data.write_text(data.read_text() + "{not json\n")

@@ -36,7 +36,23 @@ async def test_unreachable_is_classified_after_bounded_retries():
         await client.post("ghost", "/anything", {})
     assert info.value.kind == "unreachable" and "3 attempts" in str(info.value)
     assert time.monotonic() - started < 5
+    # Plain HTTP: no "ssl:default" (aiohttp's wording), the port and the reason instead.
+    assert "ssl" not in str(info.value) and "connection refused" in str(info.value)
     await client.close()
+
+
+async def test_connection_errors_name_host_port_and_reason_for_plain_http():
+    from nemo_gym.serving.upstream import UpstreamHTTP
+
+    port = free_port()
+    client = UpstreamHTTP(connect_retries=0, connect_timeout_s=2, request_timeout_s=5)
+    try:
+        with pytest.raises(Exception) as info:
+            await client.request("POST", f"http://127.0.0.1:{port}/v1/responses", {})
+    finally:
+        await client.close()
+    assert f"cannot connect to 127.0.0.1:{port}: connection refused" in str(info.value)
+    assert "ssl" not in str(info.value)
 
 
 def test_deadline_and_http_error_and_cookies_per_rollout():

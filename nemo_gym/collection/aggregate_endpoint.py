@@ -31,6 +31,7 @@ from starlette.responses import Response, StreamingResponse
 
 from nemo_gym.collection.streaming_metrics import MetricsAccumulator, write_metrics_answer
 from nemo_gym.serving.server import HTTPError, json_response
+from nemo_gym.serving.server_client import connection_error_text
 
 LINE_LAYOUT_HEAD = b'{"verify_responses":['
 LINE_LAYOUT_TAIL = b"]}"
@@ -242,7 +243,7 @@ async def forward_aggregate_metrics(
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=30),
         )
     except (aiohttp.ClientError, TimeoutError) as exc:
-        raise HTTPError(502, f"{url}: {type(exc).__name__}: {exc}", failure_class="unreachable") from exc
+        raise HTTPError(502, f"{url}: {connection_error_text(exc)}", failure_class="unreachable") from exc
 
     async def chunks() -> AsyncIterator[bytes]:
         try:

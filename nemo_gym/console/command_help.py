@@ -8,6 +8,7 @@ docstring.
 
 from __future__ import annotations
 
+import dataclasses
 import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -35,6 +36,8 @@ class CommandHelp:
     details: str = ""
     config_options: bool = True
     """Whether the command reads the composed config (``+config_paths``, ``env.yaml``, ``key=value``)."""
+    head_port_default: str = "11000"
+    """What ``head_server.port`` is when not set (a one-shot stack takes a free port)."""
 
     def render(self, prog: str | None = None, extra: str = "") -> str:
         """The help text, with ``prog`` as the name shown in the usage line (default: ``name``).
@@ -49,7 +52,10 @@ class CommandHelp:
             lines += ["", textwrap.dedent(self.details).strip()]
         options = list(self.options)
         if self.config_options:
-            options += COMMON_OPTIONS
+            options += [
+                dataclasses.replace(o, default=self.head_port_default) if o.key == "head_server.port=N" else o
+                for o in COMMON_OPTIONS
+            ]
         if options:
             lines += ["", "options:"]
             width = min(max(len(o.key) for o in options), 34)
@@ -64,7 +70,13 @@ class CommandHelp:
                 lines += [f"  {'':{width}}  {more}" for more in wrapped[1:]]
         if self.examples:
             lines += ["", "example:" if len(self.examples) == 1 else "examples:"]
-            lines += [f"  {example}" for example in self.examples]
+            # Shown under another name (gym eval run), the example uses that name: same arguments.
+            lines += [
+                f"  {prog}{example[len(self.name) :]}"
+                if example.startswith(self.name + " ")
+                else f"  {example}"
+                for example in self.examples
+            ]
         if extra:
             lines += ["", extra.strip("\n")]
         lines += ["", f"{prog} --help, -h or help prints this text."]
@@ -179,6 +191,7 @@ COMMANDS: dict[str, CommandHelp] = {
             "and stop the stack, in one command. With a single agent, +agent_name defaults to it; the "
             "head server takes a free port unless head_server.port is set.",
             options=_COLLECT_OPTIONS,
+            head_port_default="a free port",
             examples=(
                 f'ng_e2e_collect_rollouts "+config_paths=[{_EXAMPLE_CONFIGS}]" '
                 "+input_jsonl_fpath=resources_servers/example_single_tool_call/data/example.jsonl "

@@ -112,13 +112,33 @@ def resolve_config_path(path: str | os.PathLike[str]) -> Path:
     candidate = Path(path)
     if candidate.is_absolute() or candidate.exists():
         if not candidate.exists():
-            raise ConfigError(f"config file {str(path)!r} does not exist")
+            raise ConfigError(f"config file {str(path)!r} does not exist{_did_you_mean_config(candidate)}")
         return candidate
     in_project = project_root() / candidate
     if in_project.exists():
         return in_project
     folders = list(dict.fromkeys([str(Path.cwd().resolve()), str(project_root())]))
-    raise ConfigError(f"config file {str(path)!r} not found in {' or '.join(folders)}")
+    raise ConfigError(
+        f"config file {str(path)!r} not found in {' or '.join(folders)}{_did_you_mean_config(candidate)}"
+    )
+
+
+def _did_you_mean_config(missing: Path) -> str:
+    """``; did you mean '...'?`` for the nearest existing config file, or ``""``."""
+    pool: set[str] = set()
+    for base in dict.fromkeys([Path.cwd(), project_root()]):
+        for pattern in ("*/*/configs/*.yaml", "benchmarks/*/*.yaml"):
+            pool.update(str(p.relative_to(base)) for p in base.glob(pattern))
+    # Files beside the nearest folder of the path that exists (a typo in the file name).
+    folder = missing.parent if missing.is_absolute() else Path.cwd() / missing.parent
+    while not folder.is_dir() and folder != folder.parent:
+        folder = folder.parent
+    if folder.is_dir():
+        shown = missing.parent if missing.is_absolute() else None
+        for found in folder.glob("*.y*ml"):
+            pool.add(str(found) if shown is not None else os.path.relpath(found))
+    close = difflib.get_close_matches(str(missing), sorted(pool), n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""
 
 
 def load_yaml_file(path: Path) -> dict[str, Any]:

@@ -63,6 +63,7 @@ from nemo_gym.serving.server import (
     bind_socket_in_range,
     make_uvicorn_server,
 )
+from nemo_gym.serving.server_client import connection_error_text
 
 LOG_TAIL_LINES = 40
 
@@ -460,7 +461,7 @@ class Stack:
                         reachable = resp.status < 500
                 except (aiohttp.ClientError, TimeoutError) as exc:
                     raise StackError(
-                        f"server {instance.name!r}: external endpoint {url} is unreachable: {exc}"
+                        f"server {instance.name!r}: external endpoint {url} is unreachable: {connection_error_text(exc)}"
                     ) from exc
                 if not reachable:
                     raise StackError(
@@ -525,6 +526,11 @@ class Stack:
                 lines = "\n".join(f"    {line}" for line in proc.log_tail)
                 parts.append(f"\n  last log lines of {name!r}:\n{lines}")
         return "".join(parts)
+
+    @property
+    def server_count(self) -> int:
+        """How many servers :meth:`table` lists: the head server and every registered replica."""
+        return 1 + len(self.head.registry.all())
 
     def table(self) -> str:
         """A table of every running server: name, kind, URL, pid."""

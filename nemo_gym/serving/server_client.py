@@ -341,7 +341,7 @@ class ServerClient:
                         "unreachable",
                         server_name,
                         path,
-                        f"cannot reach {base} after {attempt + 1} attempts: {exc}",
+                        f"cannot reach {base} after {attempt + 1} attempts: {connection_error_text(exc)}",
                     ) from exc
                 await asyncio.sleep(
                     min(delay, max(0.0, deadline - time.monotonic())) * (0.5 + random.random())
@@ -353,9 +353,33 @@ class ServerClient:
                 ) from exc
             except aiohttp.ClientError as exc:
                 raise ServerCallError(
-                    "unreachable", server_name, path, f"connection to {base} failed: {exc}"
+                    "unreachable",
+                    server_name,
+                    path,
+                    f"connection to {base} failed: {connection_error_text(exc)}",
                 ) from exc
         raise ServerCallError("timeout", server_name, path, f"no answer from {base} within {timeout_s:g}s")
+
+
+def connection_error_text(exc: BaseException) -> str:
+    """What went wrong with a connection, in words that fit the URL's scheme.
+
+    aiohttp's own text says ``ssl:default`` for every connect failure, plain HTTP included; this
+    names the host, port and the OS's reason (``connection refused``, a name that does not
+    resolve) instead, and mentions TLS only for a failure of TLS itself.
+    """
+    if isinstance(exc, aiohttp.ClientSSLError):
+        return f"TLS handshake with {exc.host}:{exc.port} failed: {exc.os_error}"
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        error = exc.os_error
+        if isinstance(error, ConnectionRefusedError):
+            reason = "connection refused (nothing listening there)"
+        elif isinstance(error, OSError) and error.strerror:
+            reason = error.strerror[:1].lower() + error.strerror[1:]
+        else:
+            reason = str(error) or type(error).__name__
+        return f"cannot connect to {exc.host}:{exc.port}: {reason}"
+    return str(exc) or type(exc).__name__
 
 
 def _close_sessions_now(sessions: dict[asyncio.AbstractEventLoop, aiohttp.ClientSession]) -> None:

@@ -24,7 +24,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from nemo_gym.serving.server_client import default_connection_limit
+from nemo_gym.serving.server_client import connection_error_text, default_connection_limit
 
 
 class UpstreamError(Exception):
@@ -248,7 +248,9 @@ class UpstreamHTTP:
                 # before reading the request.
                 if retries_left <= 0:
                     raise UpstreamError(
-                        "unreachable", url, f"cannot connect after {attempts} attempt(s): {exc}"
+                        "unreachable",
+                        url,
+                        f"cannot connect after {attempts} attempt(s): {connection_error_text(exc)}",
                     ) from exc
                 retries_left -= 1
                 await self._sleep(backoff, deadline)
@@ -257,7 +259,9 @@ class UpstreamHTTP:
             except TimeoutError as exc:
                 raise UpstreamError("timeout", url, f"no answer within {self.request_timeout_s:g}s") from exc
             except aiohttp.ClientError as exc:
-                raise UpstreamError("unreachable", url, f"connection failed: {exc}") from exc
+                raise UpstreamError(
+                    "unreachable", url, f"connection failed: {connection_error_text(exc)}"
+                ) from exc
             if answer.status in self.retry_statuses and status_retries_left > 0:
                 status_retries_left -= 1
                 asked = retry_after_seconds({k.lower(): v for k, v in answer.headers.items()})

@@ -559,7 +559,12 @@ def prepare_data(config: Mapping[str, Any], out: TextIO | None = None) -> int:
         out.write("ng_prepare_data: FAILED (see above); nothing written to the output folder\n")
         return 1
     if check_only:
-        out.write(f"ng_prepare_data: {len(reports)} dataset(s) valid; nothing written (no +output_dirpath)\n")
+        updated = [str(r.metrics_path) for r in reports if r.metrics_written]
+        written = f"updated {', '.join(updated)}" if updated else "nothing written"
+        out.write(
+            f"ng_prepare_data: {len(reports)} dataset(s) valid; {written} (no collated files without "
+            "+output_dirpath)\n"
+        )
         return 0
 
     output_dir.mkdir(parents=True, exist_ok=True)
