@@ -37,34 +37,24 @@ import sys
 import tempfile
 import time
 import xml.etree.ElementTree as ET
-import zipfile
-from importlib import metadata
 from pathlib import Path
 
-KINDS = ("resources_servers", "responses_api_agents", "responses_api_models")
-DEFAULT_VERSION = "0.7.0"
-# The wheel declares Requires-Python >=3.13.14; it is pure Python, so pip is told which
-# interpreter to pretend to be rather than refusing to download it for this one.
-WHEEL_PYTHON_VERSION = "3.13.14"
-DEFAULT_CACHE = Path(os.environ.get("NEMO_GYM_CORPUS_CACHE", Path.home() / ".cache" / "nemo_gym_corpus"))
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from nemo_gym.tools.env_pull import (
+    GPU_REQUIREMENTS,
+    KINDS,
+    fetch_wheel,
+    list_folders,
+    read_requirements,
+    requirement_name,
+    unmet_requirements,
+)
 
-# Requirements never installed by the corpus run: GPU stacks (CUDA wheels of several GB) and
-# anything that only makes sense on an accelerator. A folder asking for one is reported, not
-# installed for.
-HEAVY_REQUIREMENTS = {
-    "torch",
-    "torchvision",
-    "torchaudio",
-    "vllm",
-    "flashinfer-python",
-    "flash-attn",
-    "deepspeed",
-    "tensorrt",
-    "xformers",
-    "triton",
-    "unbabel-comet",
-}
+DEFAULT_VERSION = "0.7.0"
+DEFAULT_CACHE = Path(os.environ.get("NEMO_GYM_CORPUS_CACHE", Path.home() / ".cache" / "nemo_gym_corpus"))
+
+# Requirements never installed by the corpus run: the GPU stacks ``gym env pull`` also leaves
+# out, and unbabel-comet (it pulls torch).
+HEAVY_REQUIREMENTS = GPU_REQUIREMENTS | {"tensorrt", "unbabel-comet"}
 
 # The classification rule. A folder "needs" something when any file in it (code, config,
 # requirements) matches one of these patterns; the matching pattern is reported as the reason.
@@ -137,94 +127,6 @@ class FolderResult:
 
 # ---------------------------------------------------------------------------------------------
 # The wheel
-
-
-def fetch_wheel(version: str, cache_dir: Path) -> Path:
-    """Return the unpacked wheel for ``version``, downloading it with pip into ``cache_dir``.
-
-    The wheel is only unpacked, never installed. Raises ``RuntimeError`` naming pip's own
-    error when the index cannot be reached.
-    """
-    unpacked = cache_dir / f"nemo_gym-{version}"
-    if (unpacked / "resources_servers").is_dir():
-        return unpacked
-    wheels = cache_dir / "wheels"
-    wheels.mkdir(parents=True, exist_ok=True)
-    found = sorted(wheels.glob(f"nemo_gym-{version}-*.whl"))
-    if not found:
-        cmd = [
-            sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-            "--python-version", WHEEL_PYTHON_VERSION, f"nemo-gym=={version}", "-d", str(wheels),
-        ]  # fmt: skip
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-        found = sorted(wheels.glob(f"nemo_gym-{version}-*.whl"))
-        if proc.returncode != 0 or not found:
-            tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
-            raise RuntimeError(f"pip download nemo-gym=={version} failed: {' | '.join(tail)}")
-    staging = Path(tempfile.mkdtemp(prefix=f"nemo_gym-{version}.", dir=cache_dir))
-    with zipfile.ZipFile(found[-1]) as zf:
-        zf.extractall(staging)
-    try:
-        staging.rename(unpacked)
-    except OSError:  # another run unpacked it first
-        shutil.rmtree(staging, ignore_errors=True)
-    return unpacked
-
-
-def list_folders(wheel_root: Path, kinds: list[str]) -> list[tuple[str, str]]:
-    """Every server folder (one with an ``app.py``) of the given kinds, sorted."""
-    out = []
-    for kind in kinds:
-        base = wheel_root / kind
-        if base.is_dir():
-            out += [(kind, p.name) for p in sorted(base.iterdir()) if (p / "app.py").is_file()]
-    return out
-
-
-def read_requirements(path: Path) -> list[str]:
-    """The third-party requirements of a folder's ``requirements.txt``.
-
-    NeMo Gym's own self-reference (``-e nemo-gym[dev] @ ../../``) is dropped: this package stands
-    in for it. Some files lack a final newline between entries (``tiktoken-e nemo-gym...``);
-    those are split apart.
-    """
-    if not path.is_file():
-        return []
-    out = []
-    for raw in path.read_text(errors="replace").splitlines():
-        for part in re.split(r"(?=-e\s)", raw):
-            line = part.split("#", 1)[0].strip()
-            if not line or line.startswith("-") or re.match(r"nemo[-_]gym\b", line, re.I):
-                continue
-            out.append(line)
-    return out
-
-
-def requirement_name(req: str) -> str:
-    """The normalised distribution name of a requirement line."""
-    m = re.match(r"[A-Za-z0-9][A-Za-z0-9._-]*", req)
-    return re.sub(r"[-_.]+", "-", m.group(0)).lower() if m else req
-
-
-def unmet_requirements(reqs: list[str]) -> list[str]:
-    """The requirements the current environment does not satisfy."""
-    from packaging.requirements import InvalidRequirement, Requirement
-
-    out = []
-    for req in reqs:
-        try:
-            parsed = Requirement(req)
-        except InvalidRequirement:
-            out.append(req)
-            continue
-        try:
-            have = metadata.version(parsed.name)
-        except metadata.PackageNotFoundError:
-            out.append(req)
-            continue
-        if parsed.url is None and parsed.specifier and not parsed.specifier.contains(have, prereleases=True):
-            out.append(req)
-    return out
 
 
 def classify_folder(folder: Path) -> dict[str, str]:
@@ -518,7 +420,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run the corpus; exit 0 (the table is the result, not the exit code)."""
     opts = parse_args(argv)
     opts.cache_dir.mkdir(parents=True, exist_ok=True)
-    wheel_root = opts.wheel_dir or fetch_wheel(opts.version, opts.cache_dir)
+    wheel_root = opts.wheel_dir or fetch_wheel(opts.version, opts.cache_dir / "wheels")
     folders = select_folders(wheel_root, opts)
     if opts.list:
         for k, n in folders:

@@ -334,6 +334,36 @@ COMMANDS: dict[str, CommandHelp] = {
             examples=("ng_viewer +input=results/main_job_rollouts.jsonl",),
             config_options=False,
         ),
+        CommandHelp(
+            "ng_pull_environment",
+            "Bring one of NeMo Gym's environments (or agents, model adapters) into this project by "
+            "name: the nemo-gym wheel is fetched with pip download (never installed), the folder is "
+            "copied, its requirements installed, and its source, version and licence recorded in "
+            ".nemo_gym_source.json.",
+            options=(
+                Option("NAME[==VERSION]", "the folder to pull; the newest wheel when no version", "required"),
+                Option("+dir=PATH", "where to put it", "resources_servers/NAME (agents, models: their kind)"),
+                Option(
+                    "+kind=KIND",
+                    "look only in resources_servers, responses_api_agents or responses_api_models",
+                ),
+                Option("+install=false", "do not pip install the folder's requirements", "true"),
+                Option(
+                    "+install_gpu_requirements=true", "also install torch/vllm-sized requirements", "false"
+                ),
+                Option("+force=true", "replace an existing folder", "false"),
+                Option("+index_url=URL", "the package index to download from", "pip's configured index"),
+            ),
+            examples=(
+                "ng_pull_environment example_multi_step==0.7.0",
+                "gym env pull mcqa +dir=my_envs/mcqa",
+            ),
+            details="""
+                The wheel is cached in ~/.cache/nemo_gym/wheels ($NEMO_GYM_WHEEL_CACHE). gym list
+                environments --available [VERSION] lists what a wheel offers.
+            """,
+            config_options=False,
+        ),
     )
 }
 

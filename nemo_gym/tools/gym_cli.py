@@ -68,6 +68,12 @@ FLAGS = (
     Flag("--num-repeats", "num_repeats", "+num_repeats"),
     Flag("--benchmark", "benchmark", "+benchmark"),
     Flag(
+        "--available",
+        "available",
+        "gym list environments/agents/models: what the nemo-gym wheel offers (optionally: VERSION)",
+        False,
+    ),
+    Flag(
         "--no-serve",
         "",
         "gym eval run: use the running stack (ng_collect_rollouts) instead of starting one",
@@ -100,6 +106,12 @@ GROUPS: dict[str, tuple[str, tuple[Subcommand, ...]]] = {
                 "entrypoint",
             ),
             Subcommand("resolve", "nemo_gym.cli:ng_dump_config", "ng_dump_config", "print the merged config"),
+            Subcommand(
+                "pull",
+                "nemo_gym.tools.env_pull:ng_pull_environment",
+                "ng_pull_environment",
+                "bring one of NeMo Gym's environments in by name (NAME[==VERSION])",
+            ),
         ),
     ),
     "eval": (
@@ -255,7 +267,10 @@ def translate(args: Sequence[str], command: Subcommand) -> tuple[list[str], bool
                     f"unknown flag {name!r}{_suggest(name, list(_FLAGS))} (gym ... --help lists them)"
                 )
             if not flag.takes_value:
-                no_serve = True
+                if name == "--no-serve":
+                    no_serve = True
+                else:
+                    out.append(f"+{flag.key}=true")
                 continue
             if has_inline:
                 value = inline
@@ -411,8 +426,10 @@ def _first_sentence(text: str) -> str:
 
 
 def _list_kind(kind: str, argv: list[str]) -> int:
+    if argv and argv[0] == "+available=true":
+        return _list_available(kind, argv[1:])
     if argv:
-        raise ConfigError(f"takes no arguments, got {' '.join(argv)}")
+        raise ConfigError(f"takes no arguments but --available [VERSION], got {' '.join(argv)}")
     folder = project_root() / kind
     names = sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith(("_", ".")))
     width = max((len(p.name) for p in names), default=0)
@@ -421,6 +438,28 @@ def _list_kind(kind: str, argv: list[str]) -> int:
         if len(summary) > 100:
             summary = summary[:97] + "..."
         print(f"{path.name:<{width}}  {summary}".rstrip())
+    return 0
+
+
+def _list_available(kind: str, argv: list[str]) -> int:
+    """What the nemo-gym wheel (``argv``: an optional version) offers of ``kind``; pulled ones marked."""
+    from nemo_gym.tools.env_pull import PullError, fetch_wheel, list_folders
+
+    if len(argv) > 1 or (argv and not re.fullmatch(r"[0-9][0-9A-Za-z.+-]*", argv[0])):
+        raise ConfigError(f"--available takes an optional version (0.7.0), got {' '.join(argv)}")
+    try:
+        root = fetch_wheel(argv[0] if argv else None)
+    except PullError as exc:
+        raise ConfigError(str(exc)) from exc
+    names = [name for _, name in list_folders(root, [kind])]
+    width = max((len(n) for n in names), default=0)
+    print(
+        f"nemo-gym {root.name.removeprefix('nemo_gym-')}: {len(names)} {kind} (* already here; gym env pull NAME)"
+    )
+    for name in names:
+        here = "*" if (project_root() / kind / name).exists() else " "
+        summary = component_summary(root / kind / name)
+        print(f"{here} {name:<{width}}  {summary[:97] + '...' if len(summary) > 100 else summary}".rstrip())
     return 0
 
 

@@ -1,0 +1,213 @@
+"""``gym env pull`` / ``ng_pull_environment`` and ``gym list environments --available`` against a
+package index on loopback: a ``nemo-gym`` wheel built here (with an environment folder and a
+requirement that is itself a wheel on the same index), served the way PyPI's simple API serves
+files. No network; pip itself does the downloading and installing, in real subprocesses."""
+
+from __future__ import annotations
+
+import hashlib
+import http.server
+import json
+import os
+import subprocess
+import sys
+import threading
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from nemo_gym.launch.config import project_root
+
+REPO = project_root()
+ENV_NAME = "pulled_weather"
+DEP = "corpus-fake-dep"
+GYM = [sys.executable, "-c", "from nemo_gym.tools.gym_cli import main; main()"]
+
+
+def build_wheel(path: Path, files: dict[str, str]) -> Path:
+    with zipfile.ZipFile(path, "w") as zf:
+        for name, text in files.items():
+            zf.writestr(name, text)
+    return path
+
+
+def wheel_metadata(dist: str, version: str, requires_python: str = ">=3.8") -> dict[str, str]:
+    info = f"{dist.replace('-', '_')}-{version}.dist-info"
+    return {
+        f"{info}/METADATA": f"Metadata-Version: 2.4\nName: {dist}\nVersion: {version}\n"
+        f"License-Expression: Apache-2.0\nRequires-Python: {requires_python}\n",
+        f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        f"{info}/RECORD": "",
+        f"{info}/licenses/LICENSE": "Apache License\nVersion 2.0 (test copy)\n",
+    }
+
+
+def nemo_gym_wheel(dest: Path) -> Path:
+    """A nemo-gym 9.9.9 wheel whose one environment is a renamed copy of example_single_tool_call."""
+    source = REPO / "resources_servers" / "example_single_tool_call"
+    rename = lambda text: text.replace("example_single_tool_call", ENV_NAME)  # noqa: E731
+    folder = f"resources_servers/{ENV_NAME}"
+    files = {
+        # NeMo Gym's own Requires-Python, which this interpreter does not meet.
+        **wheel_metadata("nemo-gym", "9.9.9", ">=3.13.14"),
+        # The wheel's own nemo_gym must never be imported: it would shadow ours.
+        "nemo_gym/__init__.py": "raise ImportError('the nemo-gym wheel was imported')\n",
+        f"{folder}/__init__.py": "",
+        f"{folder}/app.py": rename((source / "app.py").read_text()),
+        f"{folder}/configs/{ENV_NAME}.yaml": rename(
+            (source / "configs" / "example_single_tool_call.yaml").read_text()
+        ),
+        f"{folder}/data/example.jsonl": rename((source / "data" / "example.jsonl").read_text()),
+        f"{folder}/README.md": "# pulled_weather\n\nA weather tool environment pulled by name.\n",
+        f"{folder}/requirements.txt": f"-e nemo-gym[dev] @ ../../\n{DEP}==1.0\n",
+        "responses_api_agents/other_agent/app.py": "",
+    }
+    return build_wheel(dest / "nemo_gym-9.9.9-py3-none-any.whl", files)
+
+
+def dep_wheel(dest: Path) -> Path:
+    files = {**wheel_metadata(DEP, "1.0"), "corpus_fake_dep.py": "VALUE = 42\n"}
+    return build_wheel(dest / "corpus_fake_dep-1.0-py3-none-any.whl", files)
+
+
+@pytest.fixture(scope="module")
+def index_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A PEP 503 simple index on loopback serving the two wheels."""
+    files = tmp_path_factory.mktemp("index")
+    wheels = [nemo_gym_wheel(files), dep_wheel(files)]
+    projects = {"nemo-gym": wheels[0], DEP: wheels[1]}
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+            parts = [p for p in self.path.split("?")[0].split("/") if p]
+            body: bytes | None = None
+            if len(parts) == 2 and parts[0] == "simple" and parts[1] in projects:
+                wheel = projects[parts[1]]
+                digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+                body = f'<html><body><a href="/files/{wheel.name}#sha256={digest}">{wheel.name}</a></body></html>'.encode()
+                kind = "text/html"
+            elif len(parts) == 2 and parts[0] == "files" and (files / parts[1]).is_file():
+                body, kind = (files / parts[1]).read_bytes(), "application/octet-stream"
+            if body is None:
+                self.send_response(404)
+                self.end_headers()
+                return
+            self.send_response(200)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/simple/"
+    server.shutdown()
+
+
+def layered_python(root: Path) -> Path:
+    """A venv whose packages are layered on this one's (a .pth file): pip installs go into it only."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True, timeout=120)
+    site = next((root / "lib").glob("python*/site-packages"))
+    ours = [p for p in sys.path if p.endswith("site-packages") and Path(p).is_dir()]
+    (site / "_base.pth").write_text("\n".join(ours) + "\n")
+    return root / "bin" / "python"
+
+
+def env_for(index: str, cache: Path) -> dict[str, str]:
+    host = index.split("/")[2].split(":")[0]
+    return dict(
+        os.environ,
+        PYTHONPATH=str(REPO),
+        NEMO_GYM_WHEEL_CACHE=str(cache),
+        PIP_INDEX_URL=index,
+        PIP_TRUSTED_HOST=host,
+        PIP_NO_CACHE_DIR="1",
+    )
+
+
+@pytest.mark.slow
+def test_pull_installs_records_and_runs_end_to_end(index_url: str, tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    target = project / "resources_servers" / ENV_NAME
+    env = env_for(index_url, tmp_path / "cache")
+    python = layered_python(tmp_path / "venv")
+    pull = [str(python), "-c", "from nemo_gym.tools.gym_cli import main; main()", "env", "pull"]
+    done = subprocess.run(
+        [*pull, f"{ENV_NAME}==9.9.9", f"+dir={target}"],
+        cwd=project.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert f"pulled resources_servers/{ENV_NAME} from nemo-gym 9.9.9 (Apache-2.0)" in done.stdout
+    assert f"installed: {DEP}==1.0" in done.stdout
+    record = json.loads((target / ".nemo_gym_source.json").read_text())
+    assert record["version"] == "9.9.9" and record["license"] == "Apache-2.0"
+    assert record["requirements_installed"] == [f"{DEP}==1.0"] and record["license_files"] == ["LICENSE"]
+    assert (target / "LICENSE").read_text().startswith("Apache License")
+    assert (target / "app.py").is_file() and not (project / "nemo_gym").exists()
+    # The requirement went into the environment that ran the pull, not into ours.
+    probe = "import corpus_fake_dep; print(corpus_fake_dep.VALUE)"
+    assert (
+        subprocess.run([str(python), "-c", probe], capture_output=True, text=True, timeout=60).stdout.strip()
+        == "42"
+    )
+    assert subprocess.run([sys.executable, "-c", probe], capture_output=True, timeout=60).returncode != 0
+
+    # A second pull into the same place is refused; +force=true replaces it.
+    again = subprocess.run(
+        [*pull, ENV_NAME, f"+dir={target}"], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert again.returncode == 1 and "already exists; pass +force=true" in again.stderr
+
+    # The pulled environment runs like a bundled one: gym eval run on the scripted model.
+    out = tmp_path / "rollouts.jsonl"
+    configs = f"resources_servers/{ENV_NAME}/configs/{ENV_NAME}.yaml,responses_api_models/scripted_model/configs/scripted_model.yaml"
+    run = subprocess.run(
+        [*GYM, "eval", "run", f"+config_paths=[{configs}]", f"+input_jsonl_fpath=resources_servers/{ENV_NAME}/data/example.jsonl",
+         f"+output_jsonl_fpath={out}", "+limit=2"],
+        cwd=project, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == 2 and all(row["reward"] == 1.0 for row in rows)
+
+
+def test_unknown_name_and_available_listing(index_url: str, tmp_path: Path) -> None:
+    env = env_for(index_url, tmp_path / "cache")
+    wrong = subprocess.run(
+        [*GYM, "env", "pull", "puled_weather==9.9.9", f"+dir={tmp_path / 'x'}"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert wrong.returncode == 1
+    assert "no server folder named 'puled_weather'; did you mean 'pulled_weather'" in wrong.stderr
+    assert not (tmp_path / "x").exists()
+    listed = subprocess.run(
+        [*GYM, "list", "environments", "--available", "9.9.9"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert listed.returncode == 0, listed.stderr
+    assert "nemo-gym 9.9.9: 1 resources_servers" in listed.stdout
+    assert f"  {ENV_NAME}  One get_weather tool" in listed.stdout  # the config's description
+    agents = subprocess.run(
+        [*GYM, "list", "agents", "--available", "9.9.9"], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert "1 responses_api_agents" in agents.stdout and "other_agent" in agents.stdout
+    missing = subprocess.run(
+        [*GYM, "env", "pull", "x==1.2.3"], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert missing.returncode == 1 and "pip download nemo-gym==1.2.3 failed" in missing.stderr
