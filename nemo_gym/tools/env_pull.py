@@ -356,14 +356,6 @@ def _pull_command(argv: list[str]) -> int:
     return 0
 
 
-def available(version: str | None = None, index_url: str | None = None) -> list[tuple[str, str, str]]:
-    """``(kind, name, summary)`` of every folder a wheel offers."""
-    from nemo_gym.tools.gym_cli import component_summary
-
-    root = fetch_wheel(version, index_url=index_url)
-    return [(k, n, component_summary(root / k / n)) for k, n in list_folders(root)]
-
-
 ng_pull_environment = console_command(_pull_command, "ng_pull_environment")
 
 if __name__ == "__main__":
