@@ -515,9 +515,16 @@ def exposure_of(server: Any) -> McpExposure:
 
 
 def install_auto_exposure(server: Any, app: Any = None) -> dict[str, MCPTool]:
-    """The server's MCP tool map; ``app`` is accepted for NeMo Gym's signature: our server base
-    adds ``/mcp`` to the routes it builds."""
-    return exposure_of(server).tools
+    """Serve the server's tools over MCP; returns the tool map.
+
+    ``app``: a FastAPI app from ``setup_webserver()`` (NeMo Gym's style) gets ``/mcp`` and the
+    wrapped ``/seed_session`` unless it has them already; without an app, our server base adds
+    ``/mcp`` to the routes it builds.
+    """
+    exposure = exposure_of(server)
+    if app is not None and hasattr(app, "router") and exposure._app is not app:
+        exposure.install_on_app(app)
+    return exposure.tools
 
 
 def maybe_auto_expose(server: Any, app: Any = None) -> dict[str, MCPTool] | None:
