@@ -60,6 +60,7 @@ from nemo_gym.collection.collection_io import (
     warn,
     write_metrics_file,
 )
+from nemo_gym.collection.metrics import is_percent_metric
 from nemo_gym.collection.output_lock import output_lock
 from nemo_gym.collection.streaming_metrics import MetricsAccumulator, write_metrics_answer
 from nemo_gym.console.command import console_command
@@ -808,8 +809,7 @@ async def _post_aggregate(client: ServerClient, agent: str, spool: Path, answer_
 def _as_fraction(key: str, value: float) -> float:
     """NeMo Gym's metrics files hold pass@k, majority@k and their standard error in percent and
     means as fractions; printed on one line, all are fractions."""
-    percent = key.startswith(("pass@", "majority@", "std_err_across_runs"))
-    return value / 100.0 if percent else float(value)
+    return value / 100.0 if is_percent_metric(key) else float(value)
 
 
 def format_key_metrics(entries: list[dict[str, Any]], metrics_path: Path) -> str:

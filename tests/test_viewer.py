@@ -190,6 +190,10 @@ def test_overview_numbers(viewer_url: str, job: dict[str, Any]) -> None:
     assert o["task_pass_rates"] == [1.0] * 5
     (metrics,) = o["metrics_file"]
     assert metrics["key_metrics"]["mean/reward"] == pytest.approx(1.0)
+    # pass@k is in percent in the file: the page says so beside the raw mean.
+    assert metrics["units"]["mean/reward"] == "" and metrics["key_metrics"]["pass@1[avg-of-2]/reward"] == 100
+    assert {k: u for k, u in metrics["units"].items() if k.startswith(("pass@", "majority@"))}
+    assert all(u == "%" for k, u in metrics["units"].items() if k.startswith(("pass@", "majority@")))
 
     status, ob = get(f"{viewer_url}/api/overview?c=1")
     assert ob["mean_reward"] == pytest.approx(0.7)

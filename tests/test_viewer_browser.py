@@ -264,6 +264,10 @@ def test_overview_page(browser: DevTools, served: dict[str, Any]) -> None:
     assert browser.text("#stat-failures") == "0"
     assert browser.text("#stat-mean-reward") == "1"
     assert browser.text("#stat-pass1") == "100.0%"
+    # The metrics file keeps pass@k in percent and means as fractions: the page gives the unit.
+    metrics_file = browser.text("#metrics-file")
+    assert "mean/reward = 1" in metrics_file and "/reward = 100.0%" in metrics_file
+    assert "= 100<" not in browser.eval("document.getElementById('metrics-file').innerHTML")
     assert browser.text("#stat-token-rows") == "10"
     assert browser.count("#plot-rewards svg rect.bar") == 1
     assert browser.count("#plot-pass-at-k svg circle.point") == 2

@@ -64,6 +64,12 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 MAX_METRIC_MAGNITUDE = 1e150
 
 
+def is_percent_metric(name: str) -> bool:
+    """Whether a metric is in percent (0-100): pass@k, pass@1[avg-of-k] and majority@k, with their
+    standard errors, as NeMo Gym writes them; ``mean/*`` and the rest are raw values."""
+    return name.startswith(("pass@", "majority@", "std_err_across_runs"))
+
+
 def _as_number(value: Any) -> float | None:
     """``value`` as a float, or ``None`` for bools, non-numbers, NaN, infinities and magnitudes
     past :data:`MAX_METRIC_MAGNITUDE`."""

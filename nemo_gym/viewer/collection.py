@@ -26,7 +26,7 @@ from typing import Any, Final
 import orjson
 
 from nemo_gym.collection.collection_io import ERROR_KEY, FAILURE_CLASS_KEY, CollectionPaths
-from nemo_gym.collection.metrics import pass_at_k
+from nemo_gym.collection.metrics import is_percent_metric, pass_at_k
 from nemo_gym.viewer.index import FLAG_BAD_LINE, FLAG_TOKEN_IDS, RowIndex
 
 __all__ = ["Collection", "TaskStats", "ViewerInputError", "compare", "TASK_STATUSES"]
@@ -241,7 +241,9 @@ class Collection:
         }
 
     def metrics_file(self) -> list[dict[str, Any]] | None:
-        """``x_aggregate_metrics.json`` (key metrics per agent), or None when absent or unreadable."""
+        """``x_aggregate_metrics.json`` (key metrics per agent, each metric's unit: ``%`` for
+        pass@k and majority@k, which the file keeps in percent, else ``""``), or None when absent
+        or unreadable."""
 
         def read(path: Path) -> list[dict[str, Any]] | None:
             try:
@@ -250,11 +252,14 @@ class Collection:
                 return None
             if not isinstance(data, list):
                 return None
-            return [
-                {"agent_ref": entry.get("agent_ref"), "key_metrics": entry.get("key_metrics") or {}}
-                for entry in data
-                if isinstance(entry, dict)
-            ]
+            entries = []
+            for entry in data:
+                if not isinstance(entry, dict):
+                    continue
+                metrics = entry.get("key_metrics") or {}
+                units = {k: "%" if is_percent_metric(str(k)) else "" for k in metrics}
+                entries.append({"agent_ref": entry.get("agent_ref"), "key_metrics": metrics, "units": units})
+            return entries
 
         return self._side_file("metrics", self.paths.aggregate_metrics, read)
 

@@ -155,7 +155,7 @@ async function overview(params) {
       <td class="num"><a href="#/tasks?c=${c}&agent=${encodeURIComponent(a.agent)}&status=always">${a.solved_always}</a></td></tr>`;
   }).join("");
   const metrics = (o.metrics_file || []).map((m) => `<tr><td>${esc(m.agent_ref && m.agent_ref.name)}</td><td>${
-    Object.entries(m.key_metrics).map(([k, v]) => `${esc(k)} = ${fmt(v, 4)}`).join("<br>")}</td></tr>`).join("");
+    Object.entries(m.key_metrics).map(([k, v]) => `${esc(k)} = ${(m.units || {})[k] === "%" ? pct(v) : fmt(v, 4)}`).join("<br>")}</td></tr>`).join("");
   const series = [{ name: "all", points: o.pass_at_k }];
   if (o.agents.length > 1) o.agents.forEach((a) => series.push({ name: a.agent, points: a.pass_at_k }));
   main.replaceChildren(el(`
@@ -181,7 +181,7 @@ async function overview(params) {
     <p class="muted">Failures are never scored: they are infrastructure or agent errors, kept apart from the results.</p>
     <table id="failure-samples"><thead><tr><th class="num">task</th><th class="num">rollout</th><th>class</th><th>error</th></tr></thead><tbody>${
       o.failure_samples.map((f) => `<tr class="failure-row"><td class="num"><a href="#/tasks?c=${c}&status=failed">${esc(f.task ?? "–")}</a></td><td class="num">${esc(f.rollout ?? "–")}</td><td>${esc(f.class)}</td><td class="prompt">${esc(f.error)}</td></tr>`).join("")}</tbody></table>` : ""}
-    ${metrics ? `<h2>Metrics file (key metrics)</h2><table id="metrics-file"><tbody>${metrics}</tbody></table>` : ""}
+    ${metrics ? `<h2>Metrics file (key metrics; pass@k and majority@k in percent, means as fractions)</h2><table id="metrics-file"><tbody>${metrics}</tbody></table>` : ""}
     <p class="muted">${esc(o.path)} · ${o.bytes} bytes indexed${o.bad_lines ? ` · ${o.bad_lines} lines that are not JSON objects` : ""}</p>`));
   // Refresh while a collection is running: rows still expected, or the file changed lately.
   if ((o.expected && !o.complete) || (o.modified_s_ago !== null && o.modified_s_ago < 30)) pollTimer = setTimeout(render, 2000);
