@@ -31,13 +31,18 @@ from __future__ import annotations
 import inspect
 import typing
 from collections.abc import Callable
-from typing import Any, ClassVar, TypeVar
+from enum import Enum
+from typing import Annotated, Any, ClassVar, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, WrapSerializer, WrapValidator
+from starlette.requests import Request
 from starlette.routing import Route
 
+from nemo_gym.config_types import AggregateMetrics, AggregateMetricsRequest
+from nemo_gym.openai_utils import NeMoGymResponse, NeMoGymResponseCreateParamsNonStreaming
 from nemo_gym.response_items import create_params_shape_errors, response_shape_errors
 from nemo_gym.serving.protocol import MCP_METADATA_KEY, MCP_SESSION_TOKEN_HEADER, RESERVED_MCP_TOOL_NAMES  # noqa: F401
+from nemo_gym.serving.request_context import lean_bodies
 from nemo_gym.serving.server import BaseServer, BaseServerConfig, body_model
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -45,6 +50,14 @@ F = TypeVar("F", bound=Callable[..., Any])
 # NeMo Gym's names: the /seed_session answer's MCP key and the session-token header it carries.
 NEMO_GYM_MCP_METADATA_KEY = MCP_METADATA_KEY
 NEMO_GYM_MCP_SESSION_TOKEN_HEADER = MCP_SESSION_TOKEN_HEADER
+
+
+class ReverifyMode(str, Enum):  # noqa: UP042 - NeMo Gym's str(mode)
+    """Whether a server's ``/verify`` can score a recorded rollout again (``gym eval reverify``)."""
+
+    STATELESS = "stateless"
+    UNSUPPORTED = "unsupported"
+    UNKNOWN = "unknown"
 
 
 class BaseResourcesServerConfig(BaseServerConfig):
@@ -60,23 +73,50 @@ class BaseResourcesServerConfig(BaseServerConfig):
 
     max_aggregate_metrics_body_bytes: int = 64 * 1024**3
     expose_tools_over_mcp: bool = False
+    REVERIFY_MODE: ClassVar[ReverifyMode] = ReverifyMode.UNKNOWN
+
+
+def _typed_or_plain(shape_errors: Callable[[Any], list[str]]) -> Any:
+    """A field validator: the typed model, or (for our lean endpoints) the dict, shape-checked."""
+
+    def validate(value: Any, handler: Any) -> Any:
+        if isinstance(value, dict) and lean_bodies.get():
+            # Our own servers read these fields as dicts: check the shape a handler relies on
+            # (a 422 naming the field) without building the typed model on the hot path.
+            errors = shape_errors(value)
+            if errors:
+                raise ValueError("; ".join(errors[:5]))
+            return value
+        return handler(value)
+
+    return WrapValidator(validate)
+
+
+def _dump_plain(value: Any, handler: Any) -> Any:
+    return value if isinstance(value, dict) else handler(value)
+
+
+# NeMo Gym's typed models; a plain dict on the lean path (see nemo_gym.serving.request_context.lean_bodies).
+ResponseField = Annotated[
+    NeMoGymResponse, _typed_or_plain(response_shape_errors), WrapSerializer(_dump_plain)
+]
+CreateParamsField = Annotated[
+    NeMoGymResponseCreateParamsNonStreaming,
+    _typed_or_plain(create_params_shape_errors),
+    WrapSerializer(_dump_plain),
+]
 
 
 class BaseRunRequest(BaseModel):
-    """A dataset row: ``responses_create_params`` plus any task fields (kept as they are)."""
+    """A dataset row: ``responses_create_params`` plus any task fields (kept as they are).
 
-    model_config = ConfigDict(extra="allow")
+    ``responses_create_params`` is a :class:`~nemo_gym.openai_utils.NeMoGymResponseCreateParamsNonStreaming`
+    (``body.responses_create_params.input``; it also answers ``.get("input")``).
+    """
 
-    responses_create_params: dict[str, Any] = Field(default_factory=dict)
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
 
-    @field_validator("responses_create_params")
-    @classmethod
-    def _create_params_shape(cls, value: dict[str, Any]) -> dict[str, Any]:
-        # input/tools of the wrong type are the caller's mistake: a 422 naming the field.
-        errors = create_params_shape_errors(value)
-        if errors:
-            raise ValueError("; ".join(errors[:5]))
-        return value
+    responses_create_params: CreateParamsField = Field(default_factory=dict)  # type: ignore[assignment]
 
 
 class BaseSeedSessionRequest(BaseRunRequest):
@@ -90,38 +130,45 @@ class BaseSeedSessionResponse(BaseModel):
 
 
 class BaseVerifyRequest(BaseRunRequest):
-    """The row plus the agent's final ``response`` (a Responses API response object).
+    """The row plus the agent's final ``response``, a :class:`~nemo_gym.openai_utils.NeMoGymResponse`.
 
     ``response`` is required, as in NeMo Gym: a body without it is a client's mistake (a 422
     naming the field), never a rollout scored 0 on an empty answer.
     """
 
-    response: dict[str, Any]
-
-    @field_validator("response")
-    @classmethod
-    def _response_shape(cls, value: dict[str, Any]) -> dict[str, Any]:
-        # A malformed output (an item that is a string, say) is the caller's mistake: a 422
-        # naming the field, never a verifier crashing on it with a 500.
-        errors = response_shape_errors(value)
-        if errors:
-            raise ValueError("; ".join(errors[:5]))
-        return value
+    response: ResponseField
 
 
 class BaseVerifyResponse(BaseVerifyRequest):
-    """The verify request plus ``reward`` and optional ``reward_components`` and diagnostics."""
+    """The verify request plus ``reward``, optional ``reward_components`` and diagnostics.
+
+    ``mask_sample`` (NeMo Gym's) marks a completed rollout whose reward is not a valid
+    measurement (the environment, not the model, failed); ``failure_kind``/``failure_reason``
+    say why. Left at their defaults they are not written.
+    """
 
     reward: float
-    reward_components: dict[str, float] | None = None
+    reward_components: dict[str, float] | None = Field(default=None, exclude_if=lambda v: v is None)
+    mask_sample: bool = Field(default=False, exclude_if=lambda v: not v)
+    failure_kind: str | None = Field(default=None, exclude_if=lambda v: v is None)
+    failure_reason: str | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
-class AggregateMetricsRequest(BaseModel):
-    """``{verify_responses: [...]}``: verify answers, heavy fields usually stripped."""
+class BaseMultiRewardVerifyResponse(BaseVerifyResponse):
+    """A verify answer with several reward objectives: ``reward_components`` required, ``reward`` their aggregate."""
 
-    model_config = ConfigDict(extra="allow")
+    reward_components: dict[str, float]  # type: ignore[assignment]
 
-    verify_responses: list[dict[str, Any]] = Field(default_factory=list)
+
+def normalize_tool_name(name: str, server_name: str | None = None) -> str:
+    """A trajectory's tool-call name without an MCP client's ``mcp__<server>__`` namespace."""
+    if not name.startswith("mcp__"):
+        return name
+    if server_name is not None:
+        prefix = f"mcp__{server_name}__"
+        return name[len(prefix) :] if name.startswith(prefix) else name
+    _, sep, bare = name[len("mcp__") :].partition("__")
+    return bare if sep else name
 
 
 def tool(fn: F | None = None, *, name: str | None = None) -> Any:
@@ -141,12 +188,68 @@ def tool(fn: F | None = None, *, name: str | None = None) -> Any:
 class SimpleResourcesServer(BaseServer):
     """Base of every environment. Override :meth:`verify`; add tools with :func:`tool`.
 
+    Or, NeMo Gym's way: override ``setup_webserver()``, call the parent's, and add tool routes
+    with ``app.post("/tool")(self.tool)`` (FastAPI binds the body and ``Request`` parameters).
+
     ``answer_field`` names a verify-answer field to use for ``majority@k`` in metrics.
+    ``plain_bodies`` keeps ``response`` and ``responses_create_params`` plain dicts in the
+    handlers (read as ``body.response["output"]``) and skips building the typed models: a
+    faster hot path for servers written that way.
     """
 
     server_type: ClassVar[str] = "resources_servers"
     answer_field: ClassVar[str | None] = None
+    plain_bodies: ClassVar[bool] = False
     config: BaseResourcesServerConfig
+
+    def setup_webserver(self) -> Any:
+        """The FastAPI app: ``/seed_session``, ``/verify``, ``/aggregate_metrics``, tools; extend it.
+
+        ``app = super().setup_webserver(); app.post("/my_tool")(self.my_tool); return app``.
+        """
+        from nemo_gym.serving.fastapi_app import new_app, verify_route
+
+        app = new_app(self)
+        if self.config.expose_tools_over_mcp and not self.uses_setup_webserver():
+            # Our style with tools over MCP (hosted by a caller, e.g. verifiers' taskset): the
+            # same routes ng_run serves, MCP's session-bound seed and /mcp included.
+            app.router.routes.extend(r for r in self.routes() if getattr(r, "path", None) != "/")
+            return app
+        app.post("/seed_session")(self.seed_session)
+        app.post("/verify")(verify_route(self))
+        app.router.routes.append(
+            Route("/aggregate_metrics", self._aggregate_metrics_endpoint(), methods=["POST"])
+        )
+        app.get("/reverify_mode")(self.get_reverify_mode)
+        for tool_name, handler in self.tools().items():
+            app.post(f"/{tool_name}")(handler)
+        if self.config.expose_tools_over_mcp:
+            from nemo_gym.mcp_auto_exposure import exposure_of
+
+            # /mcp in front; its tools are the app's POST routes, those a subclass adds included.
+            exposure_of(self).install_on_app(app)
+        return app
+
+    setup_webserver._ng_default_app = True  # type: ignore[attr-defined]
+
+    def uses_setup_webserver(self) -> bool:
+        """Served by FastAPI when ``setup_webserver`` is overridden or a route method takes FastAPI parameters."""
+        if super().uses_setup_webserver():
+            return True
+        handlers = [self.seed_session, self.verify, *self.tools().values()]
+        return any(_needs_fastapi(handler) for handler in handlers)  # type: ignore[arg-type]
+
+    async def get_reverify_mode(self) -> ReverifyMode:
+        """Whether ``/verify`` can score a recorded rollout again (the config's ``REVERIFY_MODE``)."""
+        return self.config.REVERIFY_MODE
+
+    def normalize_tool_name(self, name: str) -> str:
+        """A trajectory's tool-call name without this server's MCP namespace."""
+        return normalize_tool_name(name, self.config.name or type(self).__name__)
+
+    async def aggregate_metrics(self, body: AggregateMetricsRequest) -> AggregateMetrics:
+        """Metrics over verify answers (what ``/aggregate_metrics`` answers)."""
+        return AggregateMetrics.model_validate(self._metrics_of(body.verify_responses))
 
     async def seed_session(self, body: BaseSeedSessionRequest) -> BaseSeedSessionResponse:
         """Open per-rollout state from the row (store it in ``self.session``). Default: nothing."""
@@ -157,16 +260,50 @@ class SimpleResourcesServer(BaseServer):
         raise NotImplementedError(f"{type(self).__name__} must implement verify()")
 
     def compute_metrics(self, verify_responses: list[dict[str, Any]]) -> dict[str, Any]:
-        """Aggregate metrics over verify answers: ``{agent_metrics, key_metrics, group_level_metrics}``."""
+        """Aggregate metrics over verify answers: ``{agent_metrics, key_metrics, group_level_metrics}``.
+
+        NeMo Gym's override, ``compute_metrics(self, tasks)`` (answers grouped by task, returning
+        metrics merged into ``agent_metrics``), is recognised by its parameter name.
+        """
         from nemo_gym.collection.metrics import compute_aggregate_metrics
 
         metrics = compute_aggregate_metrics(verify_responses, answer_field=self.answer_field)
-        metrics["key_metrics"] = self.get_key_metrics(metrics["agent_metrics"], metrics["key_metrics"])
+        metrics["key_metrics"] = self._key_metrics(metrics["agent_metrics"], metrics["key_metrics"])
         return metrics
 
     def get_key_metrics(self, agent_metrics: dict[str, Any], default: dict[str, Any]) -> dict[str, Any]:
-        """The few metrics printed at the end of a collection. Default: mean reward and pass@k."""
+        """The few metrics printed at the end of a collection. Default: mean reward and pass@k.
+
+        NeMo Gym's one-argument override ``get_key_metrics(self, agent_metrics)`` works too.
+        """
         return default
+
+    def _key_metrics(self, agent_metrics: dict[str, Any], default: dict[str, Any]) -> dict[str, Any]:
+        if len(inspect.signature(self.get_key_metrics).parameters) == 1:
+            return self.get_key_metrics(agent_metrics)  # type: ignore[call-arg]
+        return self.get_key_metrics(agent_metrics, default)
+
+    def _nemo_gym_compute_metrics(self) -> bool:
+        params = list(inspect.signature(self.compute_metrics).parameters)
+        return bool(params) and params[0] == "tasks"
+
+    def _metrics_of(self, verify_responses: list[dict[str, Any]]) -> dict[str, Any]:
+        if not self._nemo_gym_compute_metrics():
+            return self.compute_metrics(verify_responses)
+        from nemo_gym.collection.metrics import compute_aggregate_metrics
+
+        metrics = compute_aggregate_metrics(verify_responses, answer_field=self.answer_field)
+        by_task: dict[Any, list[dict[str, Any]]] = {}
+        for row in verify_responses:
+            by_task.setdefault(row.get("_ng_task_index", 0), []).append(row)
+        custom = dict(self.compute_metrics([by_task[k] for k in sorted(by_task, key=str)]) or {})  # type: ignore[arg-type,misc]
+        per_task = custom.pop("per_task_metrics", None)
+        if isinstance(per_task, dict):
+            for group in metrics["group_level_metrics"]:
+                group.update(per_task.get(group.get("_ng_task_index"), {}))
+        metrics["agent_metrics"].update(custom)
+        metrics["key_metrics"] = self._key_metrics(metrics["agent_metrics"], metrics["key_metrics"])
+        return metrics
 
     def tools(self) -> dict[str, Callable[[Any], Any]]:
         """Every method marked with :func:`tool`, by tool name."""
@@ -250,6 +387,24 @@ class SimpleResourcesServer(BaseServer):
             max_stream_bytes=lambda: self.config.max_aggregate_metrics_body_bytes,
             max_whole_bytes=lambda: self.config.max_body_bytes,
             new_accumulator=lambda: MetricsAccumulator(answer_field=self.answer_field),
-            key_metrics=self.get_key_metrics,
-            compute_whole=self.compute_metrics if own else None,
+            key_metrics=self._key_metrics,
+            compute_whole=self._metrics_of if own else None,
         )
+
+
+def _needs_fastapi(handler: Callable[..., Any]) -> bool:
+    """Whether a route method takes what only FastAPI binds (a ``Request``, several parameters)."""
+    try:
+        params = [p for p in inspect.signature(handler).parameters.values() if p.name != "self"]
+    except (TypeError, ValueError):
+        return False
+    if len(params) > 1:
+        return True
+    try:
+        hints = typing.get_type_hints(handler)
+    except Exception:  # noqa: BLE001 - unresolvable annotations: judge by the parameter count
+        return False
+    return any(inspect.isclass(hints.get(p.name)) and issubclass(hints[p.name], Request) for p in params)
+
+
+BaseResourcesServer = SimpleResourcesServer

@@ -7,11 +7,21 @@ and verl build the head server's address with it) and the server-ref types, over
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from nemo_gym.serving.server import BaseServerConfig, ServerRef
 
-__all__ = ["AgentServerRef", "BaseServerConfig", "ModelServerRef", "ResourcesServerRef", "ServerRef"]
+__all__ = [
+    "AgentServerRef",
+    "AggregateMetrics",
+    "AggregateMetricsRequest",
+    "BaseServerConfig",
+    "ModelServerRef",
+    "ResourcesServerRef",
+    "ServerRef",
+]
 
 
 class ModelServerRef(ServerRef):
@@ -30,3 +40,21 @@ class AgentServerRef(ServerRef):
     """A reference to an agent server instance."""
 
     type: Literal["responses_api_agents"] = "responses_api_agents"
+
+
+class AggregateMetricsRequest(BaseModel):
+    """``{verify_responses: [...]}``: verify answers, heavy fields usually stripped."""
+
+    model_config = ConfigDict(extra="allow")
+
+    verify_responses: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class AggregateMetrics(BaseModel):
+    """The answer of ``/aggregate_metrics``: flat metric names, ready to log."""
+
+    model_config = ConfigDict(extra="allow")
+
+    group_level_metrics: list[dict[str, Any]] = Field(default_factory=list)
+    agent_metrics: dict[str, Any] = Field(default_factory=dict)
+    key_metrics: dict[str, Any] = Field(default_factory=dict)

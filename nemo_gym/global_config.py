@@ -101,3 +101,32 @@ def get_global_config_dict(
         set_global_config_dict(global_config_dict_parser_config)
     assert _GLOBAL_CONFIG_DICT is not None
     return _GLOBAL_CONFIG_DICT
+
+
+ATTEMPT_INDEX_KEY_NAME = "_ng_attempt_index"
+ROLLOUT_ID_KEY_NAME = "_ng_rollout_id"
+CACHE_DIR_KEY_NAME = "cache_dir"
+RESULTS_DIR_KEY_NAME = "results_dir"
+OBSERVABILITY_ENABLED_KEY_NAME = "observability_enabled"
+DISALLOWED_PORTS_KEY_NAME = "disallowed_ports"
+
+
+def get_first_server_config_dict(global_config_dict: Any, top_level_path: str) -> Any:
+    """The fields of instance ``top_level_path``: the block two levels below its name (kind, then implementation)."""
+    block = global_config_dict[top_level_path]
+    block = next(iter(block.values()))
+    return next(iter(block.values()))
+
+
+def maybe_get_global_config_dict() -> DictConfig | None:
+    """The current global config, or None when none was composed in this process."""
+    return _GLOBAL_CONFIG_DICT
+
+
+def find_open_port() -> int:
+    """A free TCP port on 127.0.0.1 (the socket is released: prefer binding port 0 yourself)."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])

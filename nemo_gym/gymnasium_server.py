@@ -187,6 +187,8 @@ class GymnasiumServer(SimpleResourcesServer):
     agent calls ``/close`` when a rollout ends without a terminal step.
     """
 
+    plain_bodies = True  # handlers read response/responses_create_params as dicts
+
     supports_explicit_close: ClassVar[bool] = True
 
     @property

@@ -1,20 +1,26 @@
-"""NeMo Gym's ``nemo_gym.server_utils`` names, for trainers that import them (NeMo RL, verl, verifiers).
+"""NeMo Gym's ``nemo_gym.server_utils`` names, for trainers and NeMo Gym-style server code.
 
-A compatibility layer with no logic of its own, over :mod:`nemo_gym.serving.server_client`:
+A compatibility layer over :mod:`nemo_gym.serving.server_client` and :mod:`nemo_gym.serving.server`:
 
 - ``HEAD_SERVER_KEY_NAME``, ``BaseServerConfig`` (NeMo RL and verl build the head server's
-  address with them), ``SESSION_ID_KEY``;
+  address with them), ``SESSION_ID_KEY`` (``request.session[SESSION_ID_KEY]`` in a route);
 - ``ServerClient(head_server_config=, global_config_dict=)`` whose ``post``/``get`` answer like
-  aiohttp responses (``await resp.json()``), as NeMo Gym-style code expects;
+  aiohttp responses (``await resp.json()``), ``raise_for_status`` and ``get_response_json``
+  for those answers, ``request`` (one call to a URL through the process-wide client);
+- the server classes ``BaseServer``/``SimpleServer`` and NeMo Gym's worker-entrypoint checks;
 - the process-wide aiohttp client verifiers sets up (``GlobalAIOHTTPAsyncClientConfig``,
   ``set_global_aiohttp_client``, ``is_global_aiohttp_client_setup``, ``get_global_aiohttp_client``):
   its connection limits are the configured ones, lowered to what the open-file limit allows.
   nemo_gym's own clients keep one session per event loop and do not use it.
+
+Unlike NeMo Gym's, ``request`` retries a failed connection a bounded number of times.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
+import random
 from typing import Any
 
 import aiohttp
@@ -22,87 +28,116 @@ import orjson
 from pydantic import BaseModel, ConfigDict
 
 from nemo_gym.config_types import BaseServerConfig
-from nemo_gym.global_config import HEAD_SERVER_KEY_NAME, get_global_config_dict
-from nemo_gym.serving.protocol import SESSION_COOKIE
-from nemo_gym.serving.server_client import ServerCallError, ServerResponse, capped_connector
-from nemo_gym.serving.server_client import ServerClient as _ServerClient
+from nemo_gym.global_config import HEAD_SERVER_KEY_NAME, get_first_server_config_dict, get_global_config_dict
+from nemo_gym.models.openai_client import MAX_NUM_TRIES
+from nemo_gym.serving.protocol import ROLLOUT_PREFIX, SESSION_COOKIE
+from nemo_gym.serving.server import BaseServer
+from nemo_gym.serving.server_client import ClientResponse, HTTPStatusError, capped_connector
+from nemo_gym.serving.server_client import NeMoGymServerClient as ServerClient
 
 __all__ = [
     "HEAD_SERVER_KEY_NAME",
+    "MAX_NUM_TRIES",
     "SESSION_ID_KEY",
+    "BaseServer",
     "BaseServerConfig",
     "ClientResponse",
     "GlobalAIOHTTPAsyncClientConfig",
     "ServerClient",
+    "SimpleServer",
+    "apply_rollout_prefix",
+    "get_first_server_config_dict",
     "get_global_aiohttp_client",
     "get_response_json",
+    "get_server_url",
     "global_aiohttp_client_exit",
     "is_global_aiohttp_client_setup",
+    "is_nemo_gym_fastapi_entrypoint",
+    "raise_for_status",
+    "request",
+    "rollout_path_prefix",
     "set_global_aiohttp_client",
 ]
 
 SESSION_ID_KEY = SESSION_COOKIE
+# Base of NeMo Gym servers that build their app in setup_webserver(): our one server base.
+SimpleServer = BaseServer
+IS_NEMO_GYM_FASTAPI_WORKER_KEY_NAME = "IS_NEMO_GYM_FASTAPI_WORKER"
+IS_NEMO_GYM_FASTAPI_ENTRYPOINT_KEY_NAME = "IS_NEMO_GYM_FASTAPI_ENTRYPOINT"
 
 _GLOBAL_AIOHTTP_CLIENT: aiohttp.ClientSession | None = None
 
 
-class ClientResponse:
-    """A finished answer shaped like aiohttp's: ``status``, ``ok``, ``cookies``, ``await read()/json()/text()``."""
-
-    def __init__(self, response: ServerResponse, server_name: str, url_path: str) -> None:
-        self.status = response.status
-        self.ok = response.ok
-        self.cookies = response.cookies
-        self._response = response
-        self._where = (server_name, url_path)
-
-    async def read(self) -> bytes:
-        """The raw body."""
-        return self._response.body
-
-    async def json(self, **_: Any) -> Any:
-        """The body parsed as JSON."""
-        return self._response.json()
-
-    async def text(self) -> str:
-        """The body as text."""
-        return self._response.body.decode(errors="replace")
-
-    def raise_for_status(self) -> None:
-        """Raise :class:`~nemo_gym.serving.server_client.ServerCallError` (with ``.status``) for a non-2xx answer."""
-        if not self.ok:
-            raise ServerCallError(
-                "http_error", *self._where, f"HTTP {self.status}: {self._response.body[:2000]!r}", self.status
-            )
+def is_nemo_gym_fastapi_worker() -> bool:
+    """Whether this process is one of NeMo Gym's multi-worker uvicorn workers (never here: one process per server)."""
+    return os.environ.get(IS_NEMO_GYM_FASTAPI_WORKER_KEY_NAME) == "1"
 
 
-class ServerClient(_ServerClient):
-    """NeMo Gym's client constructor: the head server's ``BaseServerConfig`` and the global config."""
-
-    def __init__(self, head_server_config: Any = None, global_config_dict: Any = None, **kwargs: Any) -> None:
-        head_url = (
-            f"http://{head_server_config.host}:{head_server_config.port}" if head_server_config else None
-        )
-        super().__init__(head_url, **kwargs)
-        self.head_server_config = head_server_config
-        self.global_config_dict = global_config_dict
-
-    async def post(self, server_name: str, url_path: str, json: Any = None, **kwargs: Any) -> Any:
-        """POST to a named server; an aiohttp-shaped :class:`ClientResponse`."""
-        if isinstance(json, BaseModel):
-            json = json.model_dump(exclude_unset=True)
-        resp = await self.request("POST", server_name, url_path, json, **kwargs)
-        return ClientResponse(resp, server_name, url_path)
-
-    async def get(self, server_name: str, url_path: str, **kwargs: Any) -> Any:
-        """GET from a named server; an aiohttp-shaped :class:`ClientResponse`."""
-        resp = await self.request("GET", server_name, url_path, None, **kwargs)
-        return ClientResponse(resp, server_name, url_path)
+def is_nemo_gym_fastapi_entrypoint(file: str) -> bool:
+    """Whether ``file`` is the entrypoint a NeMo Gym worker process imports (False unless a worker)."""
+    entry = os.environ.get(IS_NEMO_GYM_FASTAPI_ENTRYPOINT_KEY_NAME)
+    return is_nemo_gym_fastapi_worker() and bool(entry) and file.endswith(entry or "")
 
 
-async def get_response_json(response: ClientResponse) -> Any:
-    """The JSON body of a :class:`ClientResponse`."""
+async def raise_for_status(response: Any, content: bytes | None = None) -> None:
+    """Raise :class:`~nemo_gym.serving.server_client.HTTPStatusError` (an ``aiohttp.ClientResponseError`` with ``.status`` and ``.response_content``) for a non-2xx answer."""
+    if response.ok:
+        return
+    if content is None:
+        content = await response.read()
+    where = getattr(response, "server_name", None) or str(getattr(response, "url", ""))
+    raise HTTPStatusError(where, getattr(response, "url_path", ""), response.status, content or b"")
+
+
+async def get_response_json(response: Any) -> Any:
+    """The JSON body of an answer."""
     return orjson.loads(await response.read())
+
+
+async def request(method: str, url: str, _internal: bool = False, **kwargs: Any) -> aiohttp.ClientResponse:
+    """One HTTP call to ``url`` through the process-wide client (``json=`` a dict or pydantic model).
+
+    A refused or dropped connection is retried up to ``MAX_NUM_TRIES`` times with backoff and
+    jitter; the answer is returned whatever its status (see :func:`raise_for_status`).
+    """
+    kwargs.pop("_max_connection_retries", None)
+    kwargs.pop("_server_name", None)
+    if isinstance(kwargs.get("json"), BaseModel):
+        kwargs["json"] = kwargs["json"].model_dump(exclude_unset=True, mode="json")
+    if "json" in kwargs:
+        kwargs["data"] = orjson.dumps(kwargs.pop("json"))
+        kwargs.setdefault("headers", {})
+        kwargs["headers"] = {**kwargs["headers"], "Content-Type": "application/json"}
+    delay = 0.1
+    for attempt in range(1, MAX_NUM_TRIES + 1):
+        try:
+            return await get_global_aiohttp_client().request(method, url, **kwargs)
+        except (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError):
+            if attempt == MAX_NUM_TRIES:
+                raise
+            await asyncio.sleep(delay * (0.5 + random.random()))
+            delay *= 2
+    raise AssertionError("unreachable")
+
+
+def get_server_url(server_name: str) -> str:
+    """``http://host:port`` of a configured server instance, from the global config."""
+    config = get_first_server_config_dict(get_global_config_dict(), server_name)
+    return f"http://{config['host']}:{config['port']}"
+
+
+def rollout_path_prefix(rollout_id: str | None, *, token_capture: bool = False) -> str:
+    """The ``/ng-rollout/<id>`` path prefix that correlates calls with a rollout ('' without one)."""
+    if not rollout_id:
+        return ""
+    return f"{ROLLOUT_PREFIX}{rollout_id}" + ("/training-token-capture" if token_capture else "")
+
+
+def apply_rollout_prefix(base_url: str, rollout_id: str | None, *, token_capture: bool = False) -> str:
+    """``base_url`` with the rollout's path prefix appended."""
+    if not rollout_id:
+        return base_url
+    return base_url.rstrip("/") + rollout_path_prefix(rollout_id, token_capture=token_capture)
 
 
 class GlobalAIOHTTPAsyncClientConfig(BaseModel):

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import errno
 import inspect
 import logging
@@ -34,6 +33,14 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from nemo_gym.serving.access_guard import AccessGuard
+from nemo_gym.serving.error_answers import (  # noqa: F401 - part of this module's API
+    CALLER_FAULT_STATUSES,
+    UPSTREAM_FAILURE_CLASSES,
+    dumps,
+    error_response,
+    json_response,
+    validation_error_body,
+)
 
 # The shared wire names are re-exported here: servers and tests import them from nemo_gym.serving.server.
 from nemo_gym.serving.protocol import (  # noqa: F401
@@ -54,6 +61,7 @@ from nemo_gym.serving.protocol import (  # noqa: F401
     registration_secret,
     set_process_secrets,
 )
+from nemo_gym.serving.request_context import _current_rollout_id, _current_session_id, lean_bodies  # noqa: F401
 from nemo_gym.serving.request_guard import (  # noqa: F401 - HTTPError is part of this module's API
     DEFAULT_BODY_TIMEOUT_S,
     DEFAULT_HEADER_TIMEOUT_S,
@@ -63,19 +71,10 @@ from nemo_gym.serving.request_guard import (  # noqa: F401 - HTTPError is part o
     parse_json_object,
 )
 from nemo_gym.serving.secrets import RedactingFilter, remember_secret_values, secret_values
-from nemo_gym.serving.server_client import ServerCallError, ServerClient
 
 logger = logging.getLogger("nemo_gym")
 # An /aggregate_metrics body of millions of rows streams for minutes: its own deadline.
 AGGREGATE_BODY_TIMEOUT_S = 3600.0
-
-
-_current_session_id: contextvars.ContextVar[str | None] = contextvars.ContextVar(
-    "nemo_gym_session_id", default=None
-)
-_current_rollout_id: contextvars.ContextVar[str | None] = contextvars.ContextVar(
-    "nemo_gym_rollout_id", default=None
-)
 
 
 class ClientGone(Exception):
@@ -148,24 +147,6 @@ class BaseServerConfig(BaseModel):
     # to; any other Host header is refused (DNS rebinding). ["*"] accepts any.
     allowed_hosts: list[str] = []
 
-
-def dumps(value: Any) -> bytes:
-    """Serialize a JSON answer; pydantic models are dumped first."""
-    if isinstance(value, BaseModel):
-        value = value.model_dump(mode="json", exclude_unset=False)
-    return orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
-
-
-def json_response(value: Any, status_code: int = 200) -> Response:
-    """A JSON response serialized with orjson."""
-    return Response(dumps(value), status_code=status_code, media_type="application/json")
-
-
-# How an upstream failure is classified when a handler lets a ServerCallError escape.
-UPSTREAM_FAILURE_CLASSES = {"unreachable": "unreachable", "not_found": "unreachable", "timeout": "timeout"}
-# Statuses from a downstream server that mean the request it got was malformed (the caller's
-# input passed through), answered as such instead of as an infrastructure 502.
-CALLER_FAULT_STATUSES = frozenset({400, 413, 422})
 
 # Process-wide extras that code running inside a server process adds (the sandbox ledger):
 # counters shown in the liveness answer, and cleanups run when it stops, of a server that is its own process
@@ -249,51 +230,71 @@ def body_model(handler: Callable[..., Any]) -> type[BaseModel] | None:
     return None
 
 
-def validation_error_body(exc: ValidationError, server: str, where: str = "body") -> dict[str, Any]:
-    """A 422 body listing each invalid field by its path."""
-    errors = [
-        {"field": ".".join(str(p) for p in err["loc"]) or where, "message": err["msg"], "type": err["type"]}
-        for err in exc.errors()
-    ]
-    summary = "; ".join(f"{e['field']}: {e['message']}" for e in errors[:5])
-    return {"error": f"invalid {where}: {summary}", "server": server, "detail": errors}
+class BaseServer(BaseModel):
+    """Base of every nemo_gym server: a pydantic model with ``config`` and ``server_client``.
 
+    Two ways to write a server, on this one base:
 
-class BaseServer:
-    """Base of every nemo_gym server.
+    - ours: declare ``config: <their config class>`` and extend :meth:`routes`. Handlers take
+      one body argument (a pydantic model, validated, or anything else for plain JSON) and
+      return a JSON-ready value or a pydantic model. Served by a lean starlette app.
+    - NeMo Gym's: override ``setup_webserver()``, call the parent's and add FastAPI routes
+      (``app.post("/tool")(self.tool)``), bodies typed by annotation. Served by that FastAPI app.
 
-    Subclasses set ``server_type``, declare ``config: <their config class>``, and extend
-    :meth:`routes`. Handlers take one body argument (a pydantic model, validated, or anything
-    else for plain JSON) and return a JSON-ready value or a pydantic model.
+    Either way the app is wrapped by the same request guard, rollout-prefix stripping, auth
+    token check, error shapes and failure classification.
     """
 
-    server_type: ClassVar[str] = "server"
-    config: BaseServerConfig
+    model_config = ConfigDict(arbitrary_types_allowed=True)
 
-    def __init__(self, config: BaseServerConfig | dict[str, Any], server_client: Any = None) -> None:
-        config_class = self.config_class()
-        self.config = config if isinstance(config, config_class) else config_class.model_validate(config)
-        self._server_client = server_client
-        self.sessions = SessionStore(self.config.session_ttl_s, self.config.max_sessions)
+    server_type: ClassVar[str] = "server"
+    # Responses API fields of bodies stay plain dicts in handlers (see lean_bodies).
+    plain_bodies: ClassVar[bool] = True
+    # NeMo Gym's switch for starting Ray in the server process; the launcher decides here.
+    ray_enabled: ClassVar[bool | None] = None
+    config: BaseServerConfig
+    server_client: Any = None
+    if typing.TYPE_CHECKING:
+        sessions: SessionStore  # set in model_post_init, not a field
+
+    def __init__(self, config: Any = None, server_client: Any = None, /, **data: Any) -> None:
+        config = data.pop("config", config)
+        server_client = data.pop("server_client", server_client)
+        config_class = type(self).config_class()
+        if isinstance(config, BaseModel) and not isinstance(config, config_class):
+            config = config.model_dump()  # a parent config class's instance: revalidate its fields
+        super().__init__(config=config if config is not None else {}, server_client=server_client, **data)
+
+    def model_post_init(self, context: Any, /) -> None:
+        """Open the session store; a server built without a client gets one for ``ng_run``'s head server."""
+        object.__setattr__(
+            self, "sessions", SessionStore(self.config.session_ttl_s, self.config.max_sessions)
+        )
+        if self.server_client is None:
+            from nemo_gym.serving.server_client import NeMoGymServerClient
+
+            object.__setattr__(self, "server_client", NeMoGymServerClient.from_env())
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # Attributes a server sets on itself (pools, caches) are plain instance attributes, as
+        # on any class; declared fields keep pydantic's handling.
+        if name in type(self).model_fields or name.startswith("_"):
+            super().__setattr__(name, value)
+        else:
+            object.__setattr__(self, name, value)
 
     # ---- what subclasses use -------------------------------------------------------------
     @classmethod
-    def config_class(cls) -> type[BaseServerConfig]:
+    def config_class(cls) -> type[BaseModel]:
         """The config model, read from the subclass's ``config:`` annotation."""
-        hint = typing.get_type_hints(cls).get("config", BaseServerConfig)
-        return hint if inspect.isclass(hint) and issubclass(hint, BaseServerConfig) else BaseServerConfig
+        field = cls.model_fields.get("config")
+        hint = field.annotation if field is not None else None
+        return hint if inspect.isclass(hint) and issubclass(hint, BaseModel) else BaseServerConfig
 
     @property
     def name(self) -> str:
         """This instance's configured name (used in errors and logs)."""
         return self.config.name or type(self).__name__
-
-    @property
-    def server_client(self) -> Any:
-        """The process's :class:`~nemo_gym.serving.server_client.ServerClient` (created on first use)."""
-        if self._server_client is None:
-            self._server_client = ServerClient.from_env()
-        return self._server_client
 
     @property
     def session_id(self) -> str | None:
@@ -332,6 +333,44 @@ class BaseServer:
         """
         return Route(path, self.endpoint(handler, body_model_of), methods=list(methods))
 
+    # ---- NeMo Gym's app-building style (FastAPI; see nemo_gym.fastapi_app) ----------------
+    def setup_webserver(self) -> Any:
+        """The FastAPI app serving this server; override, call the parent's and add routes.
+
+        ``app = super().setup_webserver(); app.post("/tool")(self.tool); return app``: bodies
+        and ``Request`` parameters are bound from the method's annotations. The base app holds
+        the session middleware and this server's own routes.
+        """
+        from nemo_gym.serving.fastapi_app import new_app
+
+        app = new_app(self)
+        app.router.routes.extend(r for r in self.routes() if getattr(r, "path", None) != "/")
+        return app
+
+    setup_webserver._ng_default_app = True  # type: ignore[attr-defined]
+
+    def setup_liveness(self, app: Any) -> None:
+        """Add ``GET /`` (and ``/health``, ``/healthz``, ``/livez``, ``/readyz``) to a FastAPI app."""
+        from nemo_gym.serving.fastapi_app import add_liveness
+
+        add_liveness(app)
+
+    def setup_exception_middleware(self, app: Any) -> None:
+        """Answer a FastAPI app's failures as our classified JSON errors naming this server."""
+        from nemo_gym.serving.fastapi_app import add_exception_handling
+
+        add_exception_handling(self, app)
+
+    def setup_session_middleware(self, app: Any) -> None:
+        """Per-rollout session ids (``request.session[SESSION_ID_KEY]``, ``self.session``) on a FastAPI app."""
+        from nemo_gym.serving.fastapi_app import add_session_middleware
+
+        add_session_middleware(self, app)
+
+    def get_session_middleware_key(self) -> str:
+        """The session cookie's name: unique per server class and instance name."""
+        return f"{type(self).__name__}___{self.config.name}"
+
     async def on_startup(self) -> None:
         """Called once in the server process before it accepts requests (start pools, load data)."""
 
@@ -352,6 +391,7 @@ class BaseServer:
         """The starlette endpoint for a handler: parse, validate, call, serialize, catch."""
         model = body_model(body_model_of or handler)
         server_name = self.name
+        plain = self.plain_bodies
 
         async def run(request: Request) -> Response:
             # The body limit and deadline are enforced while reading by RequestGuard.
@@ -366,47 +406,14 @@ class BaseServer:
             incoming = request.cookies.get(SESSION_COOKIE) if "cookie" in request.headers else None
             session_id = incoming or uuid.uuid4().hex
             token = _current_session_id.set(session_id)
+            lean = lean_bodies.set(plain)
             try:
                 body = model.model_validate(data) if model is not None else data
                 result = await until_disconnect(request.receive, handler(body))
             except ClientGone:
                 return Response(status_code=499)  # nobody is left to read it
-            except ValidationError as exc:
-                return json_response(validation_error_body(exc, server_name), 422)
-            except HTTPError as exc:
-                return json_response(
-                    {"error": exc.message, "server": server_name, **exc.extra}, exc.status_code
-                )
-            except ServerCallError as exc:
-                if exc.kind == "http_error" and exc.status in CALLER_FAULT_STATUSES:
-                    # The server downstream refused what the caller sent (a bad parameter passed
-                    # through): the caller's mistake, so a 4xx naming the upstream, not a 502.
-                    upstream_error = exc.body.get("error") if isinstance(exc.body, dict) else None
-                    if isinstance(upstream_error, dict):
-                        upstream_error = upstream_error.get("message")
-                    return json_response(
-                        {
-                            "error": f"{exc.server} rejected the request: {upstream_error or exc}",
-                            "server": server_name,
-                            "upstream": exc.server,
-                            "upstream_status": exc.status,
-                        },
-                        exc.status or 400,
-                    )
-                # A server this one depends on failed: answer 502 and keep its failure class, so
-                # the collector files the rollout correctly instead of as this server's bug.
-                upstream = exc.body.get("failure_class") if isinstance(exc.body, dict) else None
-                failure_class = upstream or UPSTREAM_FAILURE_CLASSES.get(exc.kind, "upstream_error")
-                body = {
-                    "error": str(exc),
-                    "server": server_name,
-                    "upstream": exc.server,
-                    "failure_class": failure_class,
-                }
-                return json_response(body, 502)
             except Exception as exc:  # noqa: BLE001 - every failure becomes a JSON error naming the server
-                logger.exception("%s: %s %s failed", server_name, request.method, request.url.path)
-                return json_response({"error": f"{type(exc).__name__}: {exc}", "server": server_name}, 500)
+                return error_response(exc, server_name, request.method, request.url.path)
             else:
                 # A handler may answer with a ready response (a model server's event stream).
                 try:
@@ -428,15 +435,32 @@ class BaseServer:
                     response.set_cookie(SESSION_COOKIE, session_id, httponly=True, samesite="strict")
                 return response
             finally:
+                lean_bodies.reset(lean)
                 _current_session_id.reset(token)
 
         run.__name__ = getattr(handler, "__name__", "endpoint")
         return run
 
+    def uses_setup_webserver(self) -> bool:
+        """Whether this class builds its app NeMo Gym's way (it overrides ``setup_webserver``)."""
+        own = getattr(type(self), "setup_webserver", None)
+        return own is not None and getattr(own, "_ng_default_app", False) is False
+
     def build_app(self) -> ASGIApp:
         """The ASGI app: routes behind the request guard, prefix stripping and the access guard
-        (Host, Origin, auth token, JSON bodies: :mod:`nemo_gym.serving.access_guard`)."""
-        app: ASGIApp = Starlette(routes=self.routes(), exception_handlers=json_error_handlers(self.name))
+        (Host, Origin, auth token, JSON bodies: :mod:`nemo_gym.serving.access_guard`).
+
+        A class that overrides ``setup_webserver`` is served by the FastAPI app it builds (with
+        liveness and our error handling added, as NeMo Gym's launcher adds them); any other by
+        a lean starlette app of :meth:`routes`.
+        """
+        app: ASGIApp
+        if self.uses_setup_webserver():
+            from nemo_gym.serving.fastapi_app import finish_app
+
+            app = finish_app(self, self.setup_webserver())  # type: ignore[attr-defined]
+        else:
+            app = Starlette(routes=self.routes(), exception_handlers=json_error_handlers(self.name))
         path_limits = {}
         path_body_timeouts = {}
         spooled = getattr(self.config, "max_aggregate_metrics_body_bytes", None)
@@ -541,8 +565,9 @@ class BaseServer:
             try:
                 await self.on_shutdown()
             finally:
-                if self._server_client is not None:
-                    await self._server_client.close()
+                close = getattr(self.server_client, "close", None)
+                if close is not None and inspect.iscoroutinefunction(close):
+                    await close()
 
 
 def make_uvicorn_server(

@@ -116,6 +116,7 @@ class BlackjackServer(GymnasiumServer):
     """A hand of blackjack per rollout; reward +1 win, 0 draw, -1 loss or bust."""
 
     config: BlackjackConfig
+    plain_bodies = True  # handlers read response/responses_create_params as dicts
 
     async def reset(
         self, metadata: dict[str, Any], session_id: str | None = None

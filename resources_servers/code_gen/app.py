@@ -66,6 +66,7 @@ class CodeGenServer(SimpleResourcesServer):
     """Runs the model's program on the row's test cases; 1.0 if all pass."""
 
     config: CodeGenConfig
+    plain_bodies = True  # handlers read response/responses_create_params as dicts
     answer_field = "extracted_model_code"
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:

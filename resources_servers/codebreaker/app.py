@@ -95,6 +95,8 @@ def opening(rules: GameRules) -> str:
 class CodebreakerServer(GymnasiumServer):
     """A seeded secret code per rollout; reward 1.0 once cracked within ``max_guesses``, else 0.0."""
 
+    plain_bodies = True  # handlers read response/responses_create_params as dicts
+
     async def reset(
         self, metadata: dict[str, Any], session_id: str | None = None
     ) -> tuple[str | None, dict[str, Any]]:

@@ -138,6 +138,7 @@ class EquivalenceLLMJudgeServer(SimpleResourcesServer):
     """Scores an answer by asking a judge model whether it is equivalent to the expected answer."""
 
     config: EquivalenceLLMJudgeConfig
+    plain_bodies = True  # handlers read response/responses_create_params as dicts
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -126,6 +126,7 @@ class ExampleMultiStepServer(SimpleResourcesServer):
     """Synonym lookups and a submit tool; verify scores the last submission."""
 
     config: ExampleMultiStepConfig
+    plain_bodies = True  # handlers read response/responses_create_params as dicts
 
     @tool
     async def get_synonym_value(self, body: GetSynonymValueRequest) -> GetSynonymValueResponse:

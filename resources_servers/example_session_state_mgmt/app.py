@@ -79,6 +79,7 @@ class ExampleSessionStateMgmtServer(SimpleResourcesServer):
     """A per-rollout counter: the smallest environment whose reward depends on tool-made state."""
 
     config: ExampleSessionStateMgmtConfig
+    plain_bodies = True  # handlers read response/responses_create_params as dicts
 
     async def seed_session(self, body: CounterSeedSessionRequest) -> BaseSeedSessionResponse:  # type: ignore[override]
         """Open this rollout's counter at ``initial_count``."""

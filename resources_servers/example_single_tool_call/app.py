@@ -48,6 +48,7 @@ class ExampleSingleToolCallServer(SimpleResourcesServer):
     """A weather lookup that is always cold, to exercise one tool call end to end."""
 
     config: ExampleSingleToolCallConfig
+    plain_bodies = True  # handlers read response/responses_create_params as dicts
 
     @tool
     async def get_weather(self, body: GetWeatherRequest) -> GetWeatherResponse:

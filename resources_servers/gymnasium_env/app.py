@@ -107,6 +107,7 @@ class GymnasiumEnvServer(GymnasiumServer):
     """Serves ``config.env_id`` as a text game: one ``gymnasium.make`` instance per rollout."""
 
     config: GymnasiumEnvConfig
+    plain_bodies = True  # handlers read response/responses_create_params as dicts
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

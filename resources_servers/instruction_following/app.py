@@ -64,6 +64,7 @@ class InstructionFollowingServer(SimpleResourcesServer):
     """Checks the final answer against the row's verifiable instructions."""
 
     config: InstructionFollowingConfig
+    plain_bodies = True  # handlers read response/responses_create_params as dicts
 
     async def verify(self, body: BaseVerifyRequest) -> InstructionFollowingVerifyResponse:
         """Strict and loose checks of every instruction; reward per ``grading_mode`` and ``strictness``."""

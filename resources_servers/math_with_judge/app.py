@@ -109,6 +109,7 @@ class MathWithJudgeServer(SimpleResourcesServer):
     """Scores math answers by symbolic equivalence, falling back to a judge model when configured."""
 
     config: MathWithJudgeConfig
+    plain_bodies = True  # handlers read response/responses_create_params as dicts
     answer_field = "extracted_answer"
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:

@@ -309,6 +309,7 @@ class MCQAServer(SimpleResourcesServer):
     """Scores multiple-choice answers; ``extracted_answer`` feeds ``majority@k``."""
 
     config: MCQAConfig
+    plain_bodies = True  # handlers read response/responses_create_params as dicts
     answer_field = "extracted_answer"
 
     async def verify(self, body: MCQAVerifyRequest) -> MCQAVerifyResponse:  # type: ignore[override]

@@ -58,6 +58,7 @@ class ReasoningGymServer(SimpleResourcesServer):
     """Scores answers with reasoning-gym's own ``score_answer`` of the row's task."""
 
     config: ReasoningGymConfig
+    plain_bodies = True  # handlers read response/responses_create_params as dicts
     answer_field = "extracted_answer"
 
     async def verify(self, body: ReasoningGymVerifyRequest) -> ReasoningGymVerifyResponse:  # type: ignore[override]

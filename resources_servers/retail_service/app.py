@@ -109,6 +109,7 @@ class RetailServiceServer(SimpleResourcesServer):
     """Orders per rollout; tools change them; verify compares them with the row's goal."""
 
     config: RetailServiceConfig
+    plain_bodies = True  # handlers read response/responses_create_params as dicts
 
     async def seed_session(self, body: RetailSeedSessionRequest) -> BaseSeedSessionResponse:  # type: ignore[override]
         """Open this rollout's copy of the row's orders."""

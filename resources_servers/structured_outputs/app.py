@@ -293,6 +293,7 @@ class StructuredOutputsServer(SimpleResourcesServer):
     """Checks structured answers (text documents or tool-call arguments) against a JSON Schema."""
 
     config: StructuredOutputsConfig
+    plain_bodies = True  # handlers read response/responses_create_params as dicts
 
     def routes(self) -> list[Route]:
         """The standard routes plus an acknowledgement for the row's own answer tools.

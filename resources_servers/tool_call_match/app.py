@@ -264,6 +264,7 @@ class ToolCallMatchServer(SimpleResourcesServer):
     """
 
     config: ToolCallMatchConfig
+    plain_bodies = True  # handlers read response/responses_create_params as dicts
     expected_calls_field: ClassVar[str] = "expected_calls"
 
     async def seed_session(self, body: BaseSeedSessionRequest) -> BaseSeedSessionResponse:

@@ -108,6 +108,7 @@ class WorkplaceAssistantServer(SimpleResourcesServer):
     """27 workplace tools over per-session state; reward by final-state comparison."""
 
     config: WorkplaceAssistantConfig
+    plain_bodies = True  # handlers read response/responses_create_params as dicts
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

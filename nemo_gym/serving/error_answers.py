@@ -1,0 +1,92 @@
+"""JSON answers of every server: serialization and the classified error bodies.
+
+Every error is a JSON object naming the server (``{"error": ..., "server": ...}``): a validation
+error lists each field, a downstream failure keeps its ``failure_class`` so the collector files
+the rollout as an infrastructure failure rather than scoring it.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import orjson
+from pydantic import BaseModel, ValidationError
+from starlette.responses import Response
+
+from nemo_gym.serving.request_guard import HTTPError
+from nemo_gym.serving.server_client import ServerCallError
+
+logger = logging.getLogger("nemo_gym")
+
+
+def dumps(value: Any) -> bytes:
+    """Serialize a JSON answer; pydantic models are dumped first."""
+    if isinstance(value, BaseModel):
+        value = value.model_dump(mode="json", exclude_unset=False)
+    return orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
+
+
+def json_response(value: Any, status_code: int = 200) -> Response:
+    """A JSON response serialized with orjson."""
+    return Response(dumps(value), status_code=status_code, media_type="application/json")
+
+
+# How an upstream failure is classified when a handler lets a ServerCallError escape.
+UPSTREAM_FAILURE_CLASSES = {"unreachable": "unreachable", "not_found": "unreachable", "timeout": "timeout"}
+# Statuses from a downstream server that mean the request it got was malformed (the caller's
+# input passed through), answered as such instead of as an infrastructure 502.
+CALLER_FAULT_STATUSES = frozenset({400, 413, 422})
+
+
+def validation_error_body(exc: ValidationError, server: str, where: str = "body") -> dict[str, Any]:
+    """A 422 body listing each invalid field by its path."""
+    errors = [
+        {"field": ".".join(str(p) for p in err["loc"]) or where, "message": err["msg"], "type": err["type"]}
+        for err in exc.errors()
+    ]
+    summary = "; ".join(f"{e['field']}: {e['message']}" for e in errors[:5])
+    return {"error": f"invalid {where}: {summary}", "server": server, "detail": errors}
+
+
+def error_response(exc: Exception, server_name: str, method: str = "", path: str = "") -> Response:
+    """The JSON answer for an exception a handler raised, classified.
+
+    A validation error is a 422 listing the fields; an :class:`HTTPError` keeps its status; a
+    downstream server refusing what the caller sent is a 4xx naming it; any other downstream
+    failure is a 502 carrying its ``failure_class`` (so the collector files the rollout as an
+    infrastructure failure, never a reward); anything else is a JSON 500 naming the server.
+    """
+    if isinstance(exc, ValidationError):
+        return json_response(validation_error_body(exc, server_name), 422)
+    if isinstance(exc, HTTPError):
+        return json_response({"error": exc.message, "server": server_name, **exc.extra}, exc.status_code)
+    if isinstance(exc, ServerCallError):
+        if exc.kind == "http_error" and exc.status in CALLER_FAULT_STATUSES:
+            # The server downstream refused what the caller sent (a bad parameter passed
+            # through): the caller's mistake, so a 4xx naming the upstream, not a 502.
+            upstream_error = exc.body.get("error") if isinstance(exc.body, dict) else None
+            if isinstance(upstream_error, dict):
+                upstream_error = upstream_error.get("message")
+            return json_response(
+                {
+                    "error": f"{exc.server} rejected the request: {upstream_error or exc}",
+                    "server": server_name,
+                    "upstream": exc.server,
+                    "upstream_status": exc.status,
+                },
+                exc.status or 400,
+            )
+        # A server this one depends on failed: answer 502 and keep its failure class, so
+        # the collector files the rollout correctly instead of as this server's bug.
+        upstream = exc.body.get("failure_class") if isinstance(exc.body, dict) else None
+        failure_class = upstream or UPSTREAM_FAILURE_CLASSES.get(exc.kind, "upstream_error")
+        body = {
+            "error": str(exc),
+            "server": server_name,
+            "upstream": exc.server,
+            "failure_class": failure_class,
+        }
+        return json_response(body, 502)
+    logger.error("%s: %s %s failed", server_name, method, path, exc_info=exc)
+    return json_response({"error": f"{type(exc).__name__}: {exc}", "server": server_name}, 500)
