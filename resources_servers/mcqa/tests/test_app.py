@@ -152,6 +152,34 @@ def test_rows_without_options_take_letters_from_the_prompt(url: str):
     assert letter(url, bare, "\\boxed{E}") is None  # the prompt lists A-D
 
 
+# Inputs and what NeMo Gym 0.7.0's strict_single_letter_boxed reads from them (its rule run on
+# each text): the last box, stripped, \text{} unwrapped, a lone capital or a labelled one.
+NEMO_GYM_070_STRICT = [
+    ("\\boxed{\nC: An individual with a family history\n}", "C"),  # the recorded rollout's box
+    ("\\boxed{C. text}", "C"),
+    ("\\boxed{C - text}", "C"),
+    ("\\boxed{ C : foo}", "C"),
+    ("\\boxed{C\n: x}", "C"),
+    ("\\boxed{1. C}", "C"),
+    ("\\boxed{$C$}", "C"),
+    ("\\boxed{(C)}", "C"),
+    ("\\boxed{\\text{ C: x }}", "C"),
+    ("\\boxed{c}", None),
+    ("\\boxed{AB}", None),
+    ("\\boxed{A and B}", None),
+    ("\\boxed{Option C}", None),
+    ("\\boxed{\\textbf{C}}", None),
+    ("\\boxed{\\mathrm{C}}", None),
+    ("\\boxed{C\\text{: foo}}", None),
+    ("x \\boxed{B} y \\boxed{C", None),
+]
+
+
+@pytest.mark.parametrize("text, expected", NEMO_GYM_070_STRICT)
+def test_strict_boxed_reads_what_nemo_gym_070_reads(url: str, text: str, expected: str | None):
+    assert letter(url, STRICT, text) == expected
+
+
 def test_metrics_give_pass_and_majority_at_k(url: str):
     rollouts = []
     for task, answers in enumerate([["B", "B", "C"], ["A", "C", "C"]]):
