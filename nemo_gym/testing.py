@@ -193,7 +193,8 @@ def http_call(
     if token is not None:
         sent["Authorization"] = f"Bearer {token}"
     try:
-        conn.request(method, parts.path or "/", body=data, headers=sent)
+        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        conn.request(method, target, body=data, headers=sent)
         resp = conn.getresponse()
         text = resp.read()
     finally:

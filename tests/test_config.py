@@ -191,3 +191,25 @@ def test_ref_validation_can_be_skipped_for_data_commands(tmp_path: Path):
     with pytest.raises(ConfigError, match="not found"):
         load_config([f"+config_paths=[{path}]"], cwd=tmp_path)
     assert "my_agent" in load_config([f"+config_paths=[{path}]"], cwd=tmp_path, validate_refs=False)
+
+
+def test_one_instance_name_with_two_kinds_in_two_files_is_an_error_naming_the_clash(tmp_path: Path):
+    first = tmp_path / "a.yaml"
+    first.write_text(
+        "shared_name:\n  resources_servers:\n    example_single_tool_call:\n      entrypoint: app.py\n"
+    )
+    second = tmp_path / "b.yaml"
+    second.write_text(
+        "shared_name:\n  responses_api_models:\n    scripted_model:\n      entrypoint: app.py\n"
+    )
+    with pytest.raises(ConfigError) as caught:
+        load_config([f"+config_paths=[{first},{second}]"], cwd=tmp_path, validate_refs=False)
+    message = str(caught.value)
+    assert "'shared_name'" in message and "resources_servers" in message and "responses_api_models" in message
+    assert str(first) in message and str(second) in message
+    # Merged some other way (a trainer's dict), the instance with two kinds is an error too.
+    from nemo_gym.launch.config import server_instances
+
+    both = {"shared_name": {"resources_servers": {"a": {}}, "responses_api_models": {"b": {}}}}
+    with pytest.raises(ConfigError, match="more than one server kind"):
+        server_instances(both)

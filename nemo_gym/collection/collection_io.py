@@ -16,6 +16,7 @@ For ``+output_jsonl_fpath=x.jsonl`` a collection owns four files (:class:`Collec
 
 from __future__ import annotations
 
+import errno
 import glob
 import hashlib
 import json
@@ -31,6 +32,7 @@ from typing import Any
 import orjson
 import yaml
 
+from nemo_gym.collection.disk_errors import disk_writes
 from nemo_gym.launch.config import ConfigError, deep_merge
 from nemo_gym.serving.request_guard import MAX_JSON_DEPTH, json_nesting_depth
 
@@ -293,7 +295,7 @@ def materialize_input(
     tmp = output_path.with_name(output_path.name + ".tmp")
     output_path.parent.mkdir(parents=True, exist_ok=True)
     try:
-        with input_path.open("rb") as source, tmp.open("wb") as sink:
+        with disk_writes(tmp), input_path.open("rb") as source, tmp.open("wb") as sink:
             for line_number, line in enumerate(source, 1):
                 if limit is not None and report.input_rows >= limit:
                     break
@@ -447,15 +449,22 @@ class JsonlAppender:
         if self._fd is None:
             raise ValueError(f"{self.path} is closed")
         data = memoryview(orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE, default=str))
-        while data:  # a regular file takes it in one call; loop only for the rare short write
-            data = data[os.write(self._fd, data) :]
+        with disk_writes(self.path):
+            while data:  # a regular file takes it in one call; loop only for the rare short write
+                data = data[os.write(self._fd, data) :]
 
     def close(self) -> None:
         """Flush to disk and close."""
         if self._fd is not None:
-            os.fsync(self._fd)
-            os.close(self._fd)
-            self._fd = None
+            fd, self._fd = self._fd, None
+            try:
+                with disk_writes(self.path):
+                    os.fsync(fd)
+            except OSError as exc:
+                if exc.errno not in (errno.EINVAL, errno.EROFS):  # a device or pipe cannot fsync
+                    raise
+            finally:
+                os.close(fd)
 
     def __enter__(self) -> JsonlAppender:
         return self

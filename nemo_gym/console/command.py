@@ -6,6 +6,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
+from nemo_gym.collection.disk_errors import DISK_FULL_ERRNOS, DiskFullError
 from nemo_gym.console.command_help import help_text, wants_help
 from nemo_gym.launch.config import ConfigError
 
@@ -34,6 +35,13 @@ def console_command(
             code = 2
         except KeyboardInterrupt:
             code = 130
+        except OSError as exc:
+            if exc.errno not in DISK_FULL_ERRNOS:
+                raise
+            # A full disk is the machine's state, not a bug: one line naming the file, no traceback.
+            message = exc.strerror if isinstance(exc, DiskFullError) else str(exc)
+            sys.stderr.write(f"{name or 'nemo_gym'}: {message}\n")
+            code = 1
         sys.exit(code)
 
     entry.command_name = name  # type: ignore[attr-defined]

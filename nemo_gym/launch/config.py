@@ -275,8 +275,11 @@ def load_config(
             paths += _as_path_list(override.value, "the command line")
 
     config: dict[str, Any] = dict(base or {})
+    kinds: dict[str, tuple[str, str]] = {}
     for path in paths:
-        config = deep_merge(config, load_config_file(path))
+        loaded = load_config_file(path)
+        check_kind_clashes(loaded, str(path), kinds)
+        config = deep_merge(config, loaded)
     config = deep_merge(config, env_config)
     config = deep_merge(config, {k: v for k, v in (initial or {}).items() if k != "config_paths"})
     if paths:
@@ -290,10 +293,31 @@ def load_config(
     return config
 
 
+def check_kind_clashes(loaded: Mapping[str, Any], where: str, seen: dict[str, tuple[str, str]]) -> None:
+    """Fail when a config file gives an instance name a server kind another file gave a different
+    one (merged, the instance would hold two kinds and be dropped). ``seen``: name → (kind, file)."""
+    for name, value in loaded.items():
+        if not isinstance(value, Mapping):
+            continue
+        for kind in (k for k in value if k in SERVER_KINDS):
+            before = seen.setdefault(str(name), (str(kind), where))
+            if before[0] != kind:
+                raise ConfigError(
+                    f"server instance {name!r} is a {before[0]} in {before[1]} and a {kind} in {where}: "
+                    "one instance name can be only one server kind (rename one of them)"
+                )
+
+
 def server_instances(config: Mapping[str, Any]) -> dict[str, ServerInstance]:
     """All server instances in a config, by instance name."""
     instances = {}
     for name, value in config.items():
+        if isinstance(value, Mapping) and sum(k in SERVER_KINDS for k in value) > 1:
+            raise ConfigError(
+                f"server instance {name!r} has more than one server kind: "
+                f"{sorted(str(k) for k in value if k in SERVER_KINDS)} (one instance name, one kind: "
+                "rename one of them)"
+            )
         if not isinstance(value, Mapping) or len(value) != 1:
             continue
         ((kind, body),) = value.items()

@@ -69,6 +69,22 @@ def _check_common(body: Any) -> dict[str, Any]:
     return body
 
 
+def _check_parameters(parameters: Any, where: str) -> None:
+    """A function tool's JSON schema: an object whose ``properties`` (if any) is an object."""
+    if parameters is None:
+        return
+    if not isinstance(parameters, dict):
+        raise _fail(f"{where} must be a JSON schema object, got {_kind(parameters)}")
+    properties = parameters.get("properties")
+    if properties is not None and not isinstance(properties, dict):
+        raise _fail(f"{where}.properties must be an object (name → schema), got {_kind(properties)}")
+    required = parameters.get("required")
+    if required is not None and not (
+        isinstance(required, list) and all(isinstance(r, str) for r in required)
+    ):
+        raise _fail(f"{where}.required must be a list of property names, got {_kind(required)}")
+
+
 def check_responses_request(body: Any) -> None:
     """Raise ``HTTPError`` 400 naming the field when a Responses create request has the wrong shape."""
     body = _check_common(body)
@@ -76,8 +92,10 @@ def check_responses_request(body: Any) -> None:
         body, "max_output_tokens", lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer"
     )
     for index, tool in enumerate(body.get("tools") or []):
-        if tool.get("type", "function") == "function" and not isinstance(tool.get("name"), str):
-            raise _fail(f"tools[{index}].name must be a string (a function tool's name)")
+        if tool.get("type", "function") == "function":
+            if not isinstance(tool.get("name"), str):
+                raise _fail(f"tools[{index}].name must be a string (a function tool's name)")
+            _check_parameters(tool.get("parameters"), f"tools[{index}].parameters")
     value = body.get("input")
     if value is None:
         # OpenAI can continue a stored conversation without input; no server here stores one.
@@ -125,6 +143,8 @@ def check_chat_request(body: Any) -> None:
             isinstance(tool.get("function"), dict) and isinstance(tool["function"].get("name"), str)
         ):
             raise _fail(f"tools[{index}].function must be an object with a string 'name'")
+        if tool.get("type", "function") == "function":
+            _check_parameters(tool["function"].get("parameters"), f"tools[{index}].function.parameters")
     messages = body.get("messages")
     if not isinstance(messages, list):
         raise _fail(f"messages must be a list of messages, got {_kind(messages)}")

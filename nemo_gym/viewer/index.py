@@ -91,12 +91,20 @@ def prompt_snippet(row: dict[str, Any], limit: int = _SNIPPET_CHARS) -> str:
     return " ".join(text.split())[:limit]
 
 
+_MAX_INDEX = 2**63 - 1
+
+
+def _out_of_range(value: Any) -> bool:
+    return type(value) is int and not 0 <= value <= _MAX_INDEX
+
+
 def summarize_row(row: Any, row_number: int, with_snippet: bool = True) -> RowSummary:
     """The index summary of one parsed row (anything not a JSON object is a bad line)."""
-    if not isinstance(row, dict):
+    task = row.get("_ng_task_index") if isinstance(row, dict) else None
+    rollout = row.get("_ng_rollout_index") if isinstance(row, dict) else None
+    if not isinstance(row, dict) or _out_of_range(task) or _out_of_range(rollout):
+        # Indexes live in 64-bit columns: a negative or huge one is a bad line, not a crash.
         return RowSummary(-1 - row_number, -1, math.nan, "", 0, FLAG_BAD_LINE, "")
-    task = row.get("_ng_task_index")
-    rollout = row.get("_ng_rollout_index")
     reward = row.get("reward")
     agent_ref = row.get("agent_ref")
     agent = agent_ref.get("name") if type(agent_ref) is dict else None

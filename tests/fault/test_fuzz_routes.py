@@ -236,3 +236,44 @@ def test_fuzz_head_server():
         paths = [("POST", "/register"), ("POST", "/deregister"), ("GET", "/server_instances"),
                  ("GET", "/global_config_dict_yaml"), ("GET", "/"), ("POST", "/"), ("GET", "/nope")]  # fmt: skip
         fuzz_server(url, paths, "head_server")
+
+
+MODELS = [(k, i) for k, i in BUNDLED if k == "responses_api_models"]
+AGENTS_WITH_TOOLS = [("responses_api_agents", "simple_agent")]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("kind", "impl"), MODELS + AGENTS_WITH_TOOLS, ids=[i for _, i in MODELS + AGENTS_WITH_TOOLS]
+)
+def test_a_tool_schema_of_the_wrong_shape_is_a_4xx_naming_the_field(fleet, kind, impl):
+    # Found by the fuzz: parameters.properties as a string or a boolean was an AttributeError (a
+    # 500 in the model server, a 502 from the agent). It is the caller's mistake: 400 naming it.
+    server = fleet.build(kind, impl)
+    with running_server(server) as url:
+        conn = http.client.HTTPConnection("127.0.0.1", urlsplit(url).port, timeout=60)
+        for bad in ("a string", True, ["x"]):
+            responses_tool = {
+                "type": "function",
+                "name": "f",
+                "parameters": {"type": "object", "properties": bad},
+            }
+            chat_tool = {"type": "function", "function": {"name": "f", "parameters": {"properties": bad}}}
+            cases = [("/run", {"responses_create_params": {"input": "hi", "tools": [responses_tool]}})]
+            if kind == "responses_api_models":
+                cases = [
+                    ("/v1/responses", {"input": "hi", "tools": [responses_tool]}),
+                    (
+                        "/v1/chat/completions",
+                        {"messages": [{"role": "user", "content": "hi"}], "tools": [chat_tool]},
+                    ),
+                ]
+            for path, body in cases:
+                conn.request(
+                    "POST", path, body=orjson.dumps(body), headers={"Content-Type": "application/json"}
+                )
+                resp = conn.getresponse()
+                raw = resp.read()
+                assert 400 <= resp.status < 500, (impl, path, bad, resp.status, raw[:300])
+                assert b"properties" in raw, (impl, path, raw[:300])
+        conn.close()
