@@ -145,3 +145,20 @@ def test_dns_rebinding_cross_site_and_text_plain_are_refused_everywhere(stack):
         raw=json.dumps(ROW).encode(),
     )
     assert status == 200
+
+
+def test_every_server_the_ray_backend_starts_requires_the_token(tmp_path):
+    pytest.importorskip("ray", reason="the Ray backend needs the [ray] extra")
+    env = {**os.environ, ENV_AUTH_TOKEN: TOKEN, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+    # A fresh single-node Ray instance started by ng_run itself (ray.init(address="local")).
+    overrides = ["+server_backend=ray", "+ray_head_node_address=local"]
+    with ng_run_process(CONFIGS, overrides, env=env, timeout_s=180) as (_, head_url):
+        status, listed = call(head_url + "/server_instances", token=TOKEN)
+        assert status == 200 and {AGENT, RESOURCES, MODEL} <= {i["name"] for i in listed}, listed
+        assert all(item.get("node_id") for item in listed), listed  # placed by Ray
+        urls = {item["name"]: item["url"] for item in listed}
+        for name, method, path, body in routes(urls):
+            status, answer = call(urls[name] + path, method, body)
+            assert status == 401, (name, path, status, answer)
+        status, answer = call(urls[AGENT] + "/run", "POST", ROW, token=TOKEN)
+        assert status == 200 and answer["reward"] == 1.0, answer
