@@ -165,6 +165,8 @@ def fleet():
 def route_paths(server: BaseServer) -> list[tuple[str, str]]:
     paths = []
     for route in server.routes():
+        if not hasattr(route, "methods"):
+            continue  # a mounted app (the MCP endpoint) answers in its own protocol's terms
         for method in sorted(route.methods or {"GET"}):
             if method != "HEAD":
                 paths.append((method, route.path.replace("{tool_name}", "fuzz_tool")))
