@@ -40,6 +40,10 @@ ENV_ALLOWED_HOSTS = "NEMO_GYM_ALLOWED_HOSTS"
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1", "localhost.localdomain"})
 WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::"})
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+# The only headers the guard reads (uvicorn gives header names lowercased).
+_READ = frozenset(
+    {b"host", b"origin", b"authorization", b"content-type", b"content-length", b"transfer-encoding"}
+)
 
 
 def _host_name(value: str) -> str:
@@ -125,7 +129,8 @@ class AccessGuard:
             return
         headers: dict[bytes, bytes] = {}
         for key, value in scope.get("headers") or ():
-            headers.setdefault(key, value)
+            if key in _READ and key not in headers:
+                headers[key] = value
         problem = self._problem(scope, headers)
         if problem is None:
             await self.app(scope, receive, send)
