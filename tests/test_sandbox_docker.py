@@ -20,6 +20,7 @@ from nemo_gym.sandbox import AsyncSandbox, SandboxSpec, SandboxStatus
 from nemo_gym.sandbox.lifecycle import LEDGER
 from nemo_gym.sandbox.providers.docker import DockerProvider
 from nemo_gym.sandbox.providers.docker.engine import demultiplex, request_sync, socket_path
+from nemo_gym.serving.server import _current_rollout_id
 
 
 def _daemon() -> str | None:
@@ -157,7 +158,11 @@ async def test_containers_start_isolated_labelled_and_limited(engine: tuple[Fake
         resources={"cpu": 1.5, "memory_mib": 512},
     )
     async with AsyncSandbox({"docker": {"socket": sock, "stack": "my_stack"}}, spec) as box:
-        await box.start()
+        token = _current_rollout_id.set("r-9")  # as while serving /ng-rollout/r-9/seed_session
+        try:
+            await box.start()
+        finally:
+            _current_rollout_id.reset(token)
         ((name, body),) = fake.containers.items()
         assert body["Image"] == "python:3.12-slim" and "A=1" in body["Env"]
         assert body["NetworkDisabled"] is True and body["HostConfig"]["NetworkMode"] == "none"
@@ -171,6 +176,7 @@ async def test_containers_start_isolated_labelled_and_limited(engine: tuple[Fake
             "nemo_gym.sandbox": name,
             "nemo_gym.sandbox.owner": LEDGER.owner_id,
             "nemo_gym.stack": "my_stack",
+            "nemo_gym.rollout": "r-9",
         }
         with tarfile.open(fileobj=io.BytesIO(fake.archives["/work"])) as tar:
             assert tar.getnames() == ["a.txt"]

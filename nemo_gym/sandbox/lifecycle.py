@@ -190,6 +190,13 @@ class SandboxLedger:
             self.swept += count
 
 
+def current_rollout_id() -> str | None:
+    """The rollout id of the request being served (``/ng-rollout/<id>`` prefix), if any."""
+    from nemo_gym.serving.server import _current_rollout_id
+
+    return _current_rollout_id.get()
+
+
 def _hook_into_servers(counts: Callable[[], dict[str, int]], stop_all: Callable[[], None]) -> None:
     """A server process answers ``GET /`` with ``"sandboxes": {started, stopped, swept, active}``
     and removes its sandboxes when it stops."""

@@ -6,7 +6,8 @@ none``) unless the provider config or ``provider_options`` ask for it, every cap
 except a small set a shell needs, ``no-new-privileges``, a process limit, and the spec's CPU and
 memory limits (``NanoCpus``, ``Memory``). Every container carries labels naming the sandbox, the
 owning process (for the sweep after a crash), the stack (``NEMO_GYM_STACK`` or ``stack``) and
-the spec's metadata (a rollout id goes there).
+the rollout being served (``nemo_gym.rollout``, from the request's ``/ng-rollout/<id>`` prefix)
+and the spec's metadata.
 
 Config (``docker:`` block): ``socket`` (default ``DOCKER_HOST`` or the usual paths),
 ``network`` (false), ``default_image`` (``python:3.12-slim``), ``pull`` (``missing``),
@@ -27,7 +28,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from nemo_gym.sandbox.lifecycle import LEDGER, owner_alive
+from nemo_gym.sandbox.lifecycle import LEDGER, current_rollout_id, owner_alive
 from nemo_gym.sandbox.providers.base import (
     SandboxCreateError,
     SandboxEndpoint,
@@ -49,6 +50,7 @@ SANDBOX_RUNTIME_RETURN_CODE = 125
 LABEL = "nemo_gym.sandbox"
 OWNER_LABEL = "nemo_gym.sandbox.owner"
 STACK_LABEL = "nemo_gym.stack"
+ROLLOUT_LABEL = "nemo_gym.rollout"
 KEEPALIVE = "trap 'exit 0' TERM; while :; do sleep 3600 & wait $!; done"
 # What a shell and package managers inside need; everything else (net admin, mknod, raw sockets,
 # ptrace of the host's tools, ...) stays dropped.
@@ -145,6 +147,7 @@ class DockerProvider:
                 LABEL: sandbox_id,
                 OWNER_LABEL: LEDGER.owner_id,
                 STACK_LABEL: self._stack,
+                **({ROLLOUT_LABEL: rollout} if (rollout := current_rollout_id()) else {}),
             },
             "NetworkDisabled": not network,
             "ExposedPorts": {f"{p}/tcp": {} for p in spec.ports},

@@ -48,7 +48,7 @@ from nemo_gym.sandbox.isolation.runner import (
     run_confined,
 )
 from nemo_gym.sandbox.isolation.tree import TreeEscapeError, copy_into_tree, copy_out_of_tree, split_inside
-from nemo_gym.sandbox.lifecycle import LEDGER
+from nemo_gym.sandbox.lifecycle import LEDGER, current_rollout_id
 from nemo_gym.sandbox.providers.base import (
     SandboxEndpoint,
     SandboxExecResult,
@@ -149,7 +149,7 @@ class LocalProvider:
         """Make a fresh working tree (milliseconds); nothing runs until ``exec``."""
         sandbox_id = f"local-{uuid.uuid4().hex[:12]}"
         root = os.path.join(self._root, sandbox_id)
-        LEDGER.record(sandbox_id, self.name, root=root)
+        LEDGER.record(sandbox_id, self.name, root=root, rollout=current_rollout_id())
         tree = os.path.join(root, "work")
         os.makedirs(os.path.join(tree, ".tmp"), mode=0o700)
         os.chmod(root, 0o711)
