@@ -18,9 +18,11 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 import nemo_gym
+from nemo_gym.deliverables import is_deliverable
 from nemo_gym.episode_types import BaseEpisodeResponse, EpisodeFailure, EpisodeId, TaskId
 from nemo_gym.failure_kinds import FAILURE_KINDS, JUDGE_FAILED, is_namespaced, validate_failure_kind
 from nemo_gym.judge import JudgeError, call_judge, judge_failsafe, reraise_judge_errors
+from nemo_gym.path_utils import aggregate_metrics_path_for, failures_path_for, materialized_path_for
 from nemo_gym.prompt import (
     PromptConfig,
     apply_prompt_to_row,
@@ -39,6 +41,8 @@ from nemo_gym.rollout_collection import RolloutCollectionHelper
 from nemo_gym.server_utils import ServerClient
 from nemo_gym.serving.server_client import ServerClient as CollectorClient
 from nemo_gym.testing import running_app
+from nemo_gym.tool_access import DirectHTTPToolAccess, MCPToolAccess, ToolAccess
+from nemo_gym.verifier_fixture import VerifierFixture, VerifierFixtureError, exercise_verifier_fixture
 
 
 class JudgeAnswer(BaseModel):
@@ -284,3 +288,103 @@ def test_package_level_names() -> None:
     assert nemo_gym.CACHE_DIR.name == "cache" and nemo_gym.RESULTS_DIR.name == "results"
     assert nemo_gym._resolve_under_cwd_or_install("pyproject.toml").is_file()
     assert nemo_gym._resolve_under_cwd_or_install("/abs/x") == Path("/abs/x")
+
+
+class ScoreRequest(BaseModel):
+    answer: str
+    expected: str
+
+
+class ExactScorer:
+    """A scorer for the fixture tests: 1.0 when the answer matches, 0.0 otherwise."""
+
+    async def verify(self, request: ScoreRequest) -> dict[str, float]:
+        return {"reward": 1.0 if request.answer == request.expected else 0.0}
+
+
+def write_cases(path: Path, *cases: dict[str, Any]) -> Path:
+    path.write_text("".join(json.dumps(case) + "\n" for case in cases))
+    return path
+
+
+FULL = {
+    "name": "right",
+    "kind": "full_reward",
+    "request": {"answer": "4", "expected": "4"},
+    "expected_reward": 1.0,
+}
+ZERO = {
+    "name": "wrong",
+    "kind": "zero_reward",
+    "request": {"answer": "5", "expected": "4"},
+    "expected_reward": 0.0,
+}
+BAD = {"name": "no answer", "kind": "malformed", "request": {"expected": "4"}, "expected_error": "answer"}
+SAME = {
+    "name": "same",
+    "kind": "determinism",
+    "request": {"answer": "4", "expected": "4"},
+    "expected_reward": 1.0,
+}
+
+
+def test_verifier_fixture_runs_the_cases_and_names_what_does_not_hold(tmp_path: Path) -> None:
+    cases = write_cases(tmp_path / "cases.jsonl", FULL, ZERO, BAD, SAME)
+    fixture = VerifierFixture(server_factory=ExactScorer, request_model=ScoreRequest, cases_path=cases)
+    results = asyncio.run(exercise_verifier_fixture(fixture, reward_range=(0.0, 1.0), determinism="unknown"))
+    assert [(r.name, r.observed_rewards) for r in results] == [
+        ("right", (1.0,)),
+        ("wrong", (0.0,)),
+        ("no answer", ()),
+    ]
+    seeded = VerifierFixture(ExactScorer, ScoreRequest, cases, reseed=lambda server, request: None)
+    results = asyncio.run(exercise_verifier_fixture(seeded, reward_range=(0.0, 1.0), determinism="seeded"))
+    assert results[-1].observed_rewards == (1.0, 1.0)
+
+    def fails(*lines: dict[str, Any], **options: Any) -> str:
+        path = write_cases(tmp_path / "bad.jsonl", *lines)
+        with pytest.raises(VerifierFixtureError) as info:
+            asyncio.run(
+                exercise_verifier_fixture(
+                    VerifierFixture(ExactScorer, ScoreRequest, path),
+                    **{"reward_range": (0.0, 1.0), "determinism": "unknown", **options},
+                )
+            )
+        return str(info.value)
+
+    assert "reward: expected 0.5, observed 1.0" in fails({**FULL, "expected_reward": 0.5}, ZERO, BAD)
+    assert "lacks case kinds: malformed" in fails(FULL, ZERO)
+    assert "must reach the best reward" in fails(FULL, ZERO, BAD, higher_is_better=False)
+    assert "raised no error" in fails(FULL, ZERO, {**BAD, "request": {"answer": "1", "expected": "4"}})
+    assert "line 1: " in fails({"name": "x", "kind": "malformed", "request": {}, "expected_reward": 1.0})
+
+    # update_expected rewrites the expected rewards from what was observed.
+    stale = write_cases(tmp_path / "stale.jsonl", {**FULL, "expected_reward": 0.25}, ZERO, BAD)
+    asyncio.run(
+        exercise_verifier_fixture(
+            VerifierFixture(ExactScorer, ScoreRequest, stale),
+            reward_range=(0, 1),
+            determinism="unknown",
+            update_expected=True,
+        )
+    )
+    assert json.loads(stale.read_text().splitlines()[0])["expected_reward"] == 1.0
+
+
+def test_tool_access_path_utils_and_deliverables(tmp_path: Path) -> None:
+    from pydantic import TypeAdapter
+
+    access = TypeAdapter(ToolAccess).validate_python(
+        {"kind": "mcp", "name": "weather", "required": True, "connection": {"url": "http://127.0.0.1:9/mcp"}}
+    )
+    assert isinstance(access, MCPToolAccess) and access.connection.transport == "streamable_http"
+    with pytest.raises(ValidationError):
+        DirectHTTPToolAccess(name="-bad", required=False, base_url="http://127.0.0.1:1")
+    out = Path("results/run.jsonl")
+    assert failures_path_for(out) == Path("results/run_failures.jsonl")
+    assert materialized_path_for(out) == Path("results/run_materialized_inputs.jsonl")
+    assert aggregate_metrics_path_for(out) == Path("results/run_aggregate_metrics.json")
+    (tmp_path / "report.md").write_text("x")
+    (tmp_path / "history.json").write_text("[]")
+    assert is_deliverable(tmp_path / "report.md") and not is_deliverable(tmp_path / "history.json")
+    assert not is_deliverable(tmp_path / "missing.txt")
