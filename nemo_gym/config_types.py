@@ -11,12 +11,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from nemo_gym.collection.settings import BaseNeMoGymCLIConfig
 from nemo_gym.serving.server import BaseServerConfig, ServerRef
 
 __all__ = [
     "AgentServerRef",
     "AggregateMetrics",
     "AggregateMetricsRequest",
+    "BaseNeMoGymCLIConfig",
     "BaseServerConfig",
     "ModelServerRef",
     "ResourcesServerRef",

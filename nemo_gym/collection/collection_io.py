@@ -611,20 +611,25 @@ def _iter_tolerant(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
 SIDE_FILE_SUFFIXES = ("_materialized_inputs.jsonl", "_failures.jsonl")
 
 
-def expand_input_glob(patterns: str) -> list[Path]:
-    """Result files matching a glob, or a comma-separated list of globs (sorted, each file once;
-    a collection's ``*_materialized_inputs.jsonl`` and ``*_failures.jsonl`` side files skipped)."""
+def match_result_files(patterns: str) -> list[str]:
+    """The files a glob, or comma-separated globs, match: each pattern's matches sorted, each file
+    once (first match wins), a collection's ``*_materialized_inputs.jsonl`` and ``*_failures.jsonl``
+    side files skipped (they sit next to its results and match ``shard*.jsonl`` too)."""
     found: dict[str, None] = {}
     for pattern in (p.strip() for p in patterns.split(",")):
-        if not pattern:
-            continue
-        matches = sorted(glob.glob(pattern))
-        if not matches:
-            raise ConfigError(f"+input_glob: no file matches {pattern!r}")
-        for match in matches:
-            # A collection's side files sit next to its results and match 'shard*.jsonl' too.
+        for match in sorted(glob.glob(pattern)) if pattern else ():
             if not match.endswith(SIDE_FILE_SUFFIXES):
-                found.setdefault(os.path.abspath(match), None)
+                found.setdefault(match, None)
+    return list(found)
+
+
+def expand_input_glob(patterns: str) -> list[Path]:
+    """:func:`match_result_files` as absolute paths (one file once however it is spelled); a
+    pattern that matches nothing, or no pattern at all, is an error naming it."""
+    for pattern in (p.strip() for p in patterns.split(",")):
+        if pattern and not glob.glob(pattern):
+            raise ConfigError(f"+input_glob: no file matches {pattern!r}")
+    found = dict.fromkeys(os.path.abspath(match) for match in match_result_files(patterns))
     if not found:
         raise ConfigError("+input_glob is empty; give a glob such as 'results/shard*.jsonl'")
     return [Path(p) for p in found]

@@ -1,0 +1,96 @@
+"""The bodies of ``ng_collect_rollouts``, ``ng_aggregate_rollouts`` and ``ng_e2e_collect_rollouts``.
+
+Each takes the command line (``+name=value`` overrides) and returns an exit code; the public
+module :mod:`nemo_gym.rollout_collection` wraps them as console commands.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from typing import Any
+
+from nemo_gym.collection.collection_io import AGENT_KIND
+from nemo_gym.collection.collector import CollectionSummary
+from nemo_gym.collection.helper import RolloutAggregationHelper, RolloutCollectionHelper
+from nemo_gym.collection.settings import (
+    E2ERolloutCollectionConfig,
+    RolloutAggregationConfig,
+    RolloutCollectionConfig,
+)
+from nemo_gym.launch.config import ConfigError, load_config, server_instances
+
+EXIT_TOO_MANY_FAILURES = 3
+
+
+def run_async(coro: Any) -> Any:
+    """Run ``coro`` on a fresh event loop of the kind the servers use."""
+    from nemo_gym.serving.server import _loop_factory
+
+    with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+        return runner.run(coro)
+
+
+def failure_exit_code(summary: CollectionSummary, max_failure_ratio: float) -> int:
+    """0, or :data:`EXIT_TOO_MANY_FAILURES` (with a line on stderr) when more than
+    ``max_failure_ratio`` of this run's rollouts failed."""
+    ratio = summary.failure_ratio
+    if ratio <= max_failure_ratio:
+        return 0
+    classes = ", ".join(f"{k}: {v}" for k, v in sorted(summary.failures_by_class.items()))
+    if summary.malformed_lines:
+        classes += (", " if classes else "") + f"malformed input: {summary.malformed_lines}"
+    sys.stderr.write(
+        f"ng_collect_rollouts: {ratio:.1%} of the rollouts failed ({classes}), above "
+        f"+max_failure_ratio={max_failure_ratio:g}; see {summary.paths.failures}. "
+        "Fix the cause and finish with +resume_from_cache=true.\n"
+    )
+    return EXIT_TOO_MANY_FAILURES
+
+
+def collect_command(argv: list[str]) -> int:
+    """``ng_collect_rollouts``: collect rollouts from a running stack."""
+    config = load_config(argv)
+    settings = RolloutCollectionConfig.from_config(config)
+    summary = run_async(RolloutCollectionHelper().run_from_config(config))
+    return failure_exit_code(summary, settings.max_failure_ratio)
+
+
+def aggregate_command(argv: list[str]) -> int:
+    """``ng_aggregate_rollouts``: merge result shards and compute their metrics."""
+    config = load_config(argv)
+    if not config.get("input_glob") or not config.get("output_jsonl_fpath"):
+        raise ConfigError(
+            "ng_aggregate_rollouts needs +input_glob='results/shard*.jsonl' and +output_jsonl_fpath=..."
+        )
+    settings = RolloutAggregationConfig.from_config(config)
+    head = {"head_server": config.get("head_server") or {}}
+    run_async(RolloutAggregationHelper(head).run_from_config(settings))
+    return 0
+
+
+def e2e_command(argv: list[str]) -> int:
+    """``ng_e2e_collect_rollouts``: start the stack from ``config_paths``, collect, stop it."""
+    from nemo_gym.launch.launcher import StackHandle
+
+    config = load_config(argv)
+    if config.get("split") is not None and not config.get("input_jsonl_fpath"):
+        split = E2ERolloutCollectionConfig.from_config(config).split
+        raise ConfigError(
+            f"+split={split}: prepare that split first (ng_prepare_data ... +mode=train_preparation "
+            f"+output_dirpath=DIR) and pass +input_jsonl_fpath=DIR/{split}.jsonl"
+        )
+    agents = [i.name for i in server_instances(config).values() if i.kind == AGENT_KIND]
+    if not config.get("agent_name") and len(agents) == 1:
+        config["agent_name"] = agents[0]  # rows without agent_ref go to the only agent
+    settings = RolloutCollectionConfig.from_config(config)  # fail on bad arguments before starting anything
+    head = dict(config.get("head_server") or {})
+    head.setdefault("port", 0)  # a one-shot stack takes a free port unless told otherwise
+    config["head_server"] = head
+    handle = StackHandle.start(config)
+    try:
+        config["head_server"] = handle.head_server_config
+        summary = run_async(RolloutCollectionHelper().run_from_config(config))
+    finally:
+        handle.stop()
+    return failure_exit_code(summary, settings.max_failure_ratio)

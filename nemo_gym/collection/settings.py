@@ -1,0 +1,161 @@
+"""The arguments of the collection commands, as NeMo Gym's config classes (same names and fields).
+
+``SharedRolloutCollectionConfig`` holds what every collection takes; ``RolloutCollectionConfig``
+(``ng_collect_rollouts``) and ``E2ERolloutCollectionConfig`` (``ng_e2e_collect_rollouts``) extend
+it; ``RolloutAggregationConfig`` is ``ng_aggregate_rollouts``. Fields beyond NeMo Gym's are this
+project's own options (deadlines, failure ratio, shards, trackers). A config is validated from the
+whole global config dict, so unknown keys (server blocks, ``head_server``) are ignored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from nemo_gym.collection.collection_io import CollectionPaths
+from nemo_gym.launch.config import ConfigError
+
+# ng_collect_rollouts exits non-zero when more than this share of the rollouts it ran failed.
+DEFAULT_MAX_FAILURE_RATIO = 0.1
+
+_Config = TypeVar("_Config", bound="BaseNeMoGymCLIConfig")
+
+
+class BaseNeMoGymCLIConfig(BaseModel):
+    """The base of a command's arguments (``+name=value`` on the command line).
+
+    Built from the whole global config: keys that are not fields (server blocks, ``head_server``)
+    are ignored. :meth:`from_config` turns validation errors into a :class:`ConfigError` naming
+    each ``+argument``.
+    """
+
+    model_config = ConfigDict(extra="ignore")
+
+    @classmethod
+    def from_config(cls: type[_Config], config: Mapping[str, Any] | BaseModel) -> _Config:
+        """Validate a config dict (or pass an instance of this class through)."""
+        if isinstance(config, cls):
+            return config
+        data = config.model_dump() if isinstance(config, BaseModel) else dict(config)
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            problems = "; ".join(_describe(err) for err in exc.errors()[:5])
+            raise ConfigError(f"invalid collection arguments: {problems}") from exc
+
+
+def _describe(err: Any) -> str:
+    where = ".".join(str(p) for p in err["loc"])
+    message = str(err["msg"]).removeprefix("Value error, ")
+    return message if message.startswith("+") else f"+{where}: {message}" if where else message
+
+
+class SharedRolloutCollectionConfig(BaseNeMoGymCLIConfig):
+    """What every collection takes: where results go, concurrency, request overrides, trackers."""
+
+    output_jsonl_fpath: str = Field(description="The results file; side files are named after it.")
+    num_samples_in_parallel: int | None = Field(
+        default=None, ge=1, description="Rollouts in flight at once (default 32)."
+    )
+    responses_create_params: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Deep-merged into every row's responses_create_params (these values win).",
+    )
+    upload_rollouts_to_wandb: bool = Field(
+        default=True,
+        description=(
+            "Log the rollouts table to Weights & Biases with the metrics. W&B is used when this is "
+            "set explicitly to true or when the config names a wandb_project; false keeps only the metrics."
+        ),
+    )
+    disable_aggregation: bool = Field(
+        default=False, description="Skip /aggregate_metrics (shards; see ng_aggregate_rollouts)."
+    )
+    upload_rollouts_to_mlflow: bool = Field(
+        default=False,
+        description="Log the metrics and the rollouts to MLflow (mlflow_tracking_uri, default ./mlruns).",
+    )
+    wandb_project: str | None = None
+    wandb_name: str | None = None
+    mlflow_tracking_uri: str | None = None
+    mlflow_experiment_name: str | None = None
+
+    @property
+    def use_wandb(self) -> bool:
+        """Whether this collection logs to W&B: asked for explicitly, or a project is configured."""
+        explicit = "upload_rollouts_to_wandb" in self.model_fields_set and self.upload_rollouts_to_wandb
+        return bool(explicit or self.wandb_project)
+
+    @property
+    def use_mlflow(self) -> bool:
+        """Whether this collection logs to MLflow."""
+        return self.upload_rollouts_to_mlflow
+
+
+class RolloutCollectionConfig(SharedRolloutCollectionConfig):
+    """The ``ng_collect_rollouts`` arguments (each given as ``+name=value``)."""
+
+    input_jsonl_fpath: str = Field(description="The input rows (JSONL).")
+    agent_name: str | None = Field(default=None, description="The agent for rows without agent_ref.")
+    limit: int | None = Field(default=None, ge=0, description="Use only the first N valid rows.")
+    num_repeats: int | dict[str, int] = Field(
+        default=1, description="Rollouts per row: an int, or {agent name: n} with an optional _default."
+    )
+    num_repeats_add_seed: bool = False
+    resume_from_cache: bool = False
+    prompt_config: str | None = None
+    strict: bool = True
+    rollout_timeout_s: float | None = Field(default=None, gt=0)
+    max_failure_ratio: float = Field(default=DEFAULT_MAX_FAILURE_RATIO, ge=0, le=1)
+    max_attempts: int = Field(default=3, ge=1)
+    progress_interval_s: float = Field(default=30.0, gt=0)
+    num_shards: int = Field(default=1, ge=1)
+    shard_index: int = Field(default=0, ge=0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_repeats_mean_one(cls, data: Any) -> Any:
+        if isinstance(data, Mapping) and "num_repeats" in data and data["num_repeats"] is None:
+            data = {**data, "num_repeats": 1}
+        return data
+
+    @model_validator(mode="after")
+    def _check(self) -> RolloutCollectionConfig:
+        repeats = self.num_repeats
+        if any(n < 1 for n in ([repeats] if isinstance(repeats, int) else repeats.values())):
+            raise ValueError(f"+num_repeats must be >= 1 (or a map of agent name → n >= 1), got {repeats!r}")
+        if self.shard_index >= self.num_shards:
+            raise ValueError(f"+shard_index={self.shard_index} must be < +num_shards={self.num_shards}")
+        return self
+
+    @property
+    def materialized_jsonl_fpath(self) -> Path:
+        """``x_materialized_inputs.jsonl`` next to the results file ``x.jsonl``."""
+        return CollectionPaths.for_output(self.output_jsonl_fpath).materialized_inputs
+
+
+class E2ERolloutCollectionConfig(SharedRolloutCollectionConfig):
+    """``ng_e2e_collect_rollouts``: start the servers of ``config_paths``, collect, stop them.
+
+    ``split`` names the datasets NeMo Gym prepares (train, validation, benchmark);
+    ``reuse_existing_data_preparation`` keeps an already prepared file.
+    """
+
+    split: Literal["train", "validation", "benchmark"]
+    reuse_existing_data_preparation: bool = False
+
+
+class RolloutAggregationConfig(BaseNeMoGymCLIConfig):
+    """``ng_aggregate_rollouts``: merge the shards a glob matches and compute their metrics.
+
+    ``input_glob`` is a glob or comma-separated globs (side files skipped); ``merge_shards``
+    writes the merged rows to ``output_jsonl_fpath``; the metrics go next to it
+    (``<stem>_aggregate_metrics.json``) either way.
+    """
+
+    input_glob: str
+    output_jsonl_fpath: str
+    merge_shards: bool = True
