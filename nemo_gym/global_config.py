@@ -104,6 +104,8 @@ def get_global_config_dict(
 
 
 ATTEMPT_INDEX_KEY_NAME = "_ng_attempt_index"
+# A caller-chosen id for one rollout (NeMo RL stamps one per row): the rollout's calls carry it as
+# their /ng-rollout/<id> prefix, and the row comes back with it.
 ROLLOUT_ID_KEY_NAME = "_ng_rollout_id"
 CACHE_DIR_KEY_NAME = "cache_dir"
 RESULTS_DIR_KEY_NAME = "results_dir"

@@ -203,7 +203,24 @@ class HeadServer:
         return json_response([r.as_dict() for r in self.registry.all()])
 
     async def _config_yaml(self, request: Request) -> Response:
-        return PlainTextResponse(dump_yaml(self.global_config))
+        return PlainTextResponse(dump_yaml(self.served_config()))
+
+    def served_config(self) -> dict[str, Any]:
+        """The global config with each registered instance's ``host`` and ``port`` set to where its
+        first replica listens (servers bind port 0, so the launch config does not know)."""
+        config = dict(self.global_config)
+        for name, replicas in self.registry.replicas.items():
+            block = config.get(name)
+            live = [r for r in replicas if r.external_url is None]
+            if not live or not isinstance(block, Mapping) or len(block) != 1:
+                continue
+            ((kind, impls),) = block.items()
+            if not isinstance(impls, Mapping) or len(impls) != 1:
+                continue
+            ((impl, fields),) = impls.items()
+            if isinstance(fields, Mapping):
+                config[name] = {kind: {impl: {**fields, "host": live[0].host, "port": live[0].port}}}
+        return config
 
 
 def allowed_hosts_setting(config: Mapping[str, Any]) -> list[str]:

@@ -17,7 +17,12 @@ from typing import Any
 import orjson
 from starlette.routing import Route
 
-from nemo_gym.models.conversion import TOKEN_ID_FIELDS, chat_completion_to_response, responses_to_chat_request
+from nemo_gym.models.conversion import (
+    ROUTED_EXPERTS_FIELD,
+    TOKEN_ID_FIELDS,
+    chat_completion_to_response,
+    responses_to_chat_request,
+)
 from nemo_gym.response_items import build_response
 from nemo_gym.serving.server import HTTPError
 
@@ -100,7 +105,7 @@ class ChatBridge:
         output = response["output"]
         if not self.return_token_id_information:
             for item in output:
-                for key in TOKEN_ID_FIELDS:
+                for key in (*TOKEN_ID_FIELDS, ROUTED_EXPERTS_FIELD):
                     item.pop(key, None)
         elif completion.get(CONTIGUITY_FIELD) is False and output:
             output[-1][CONTIGUITY_FIELD] = False

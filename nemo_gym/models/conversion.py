@@ -25,6 +25,8 @@ from uuid import uuid4
 
 TOKEN_ID_FIELDS = ("prompt_token_ids", "generation_token_ids", "generation_log_probs")
 """The per-call token-ID fields; a model call carries all three or none."""
+ROUTED_EXPERTS_FIELD = "routed_experts"
+"""A MoE engine's per-token expert routing, carried next to the token IDs when the engine gives it."""
 
 _THINK_BLOCK = re.compile(r"<think>(.*?)</think>", re.DOTALL)
 _THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
@@ -362,11 +364,17 @@ def _completion_token_fields(completion: dict[str, Any], choice: dict[str, Any])
         raise ValueError(
             f"chat completion has {len(generation_ids)} generated token IDs but {len(logprob_entries)} logprobs"
         )
-    return {
+    fields = {
         "prompt_token_ids": prompt_ids,
         "generation_token_ids": generation_ids,
         "generation_log_probs": [entry["logprob"] for entry in logprob_entries],
     }
+    # MoE engines that record expert routing (vLLM's enable_return_routed_experts) attach it to the
+    # message; NeMo RL replays it as is, so it rides next to the token IDs untouched.
+    routed = (choice.get("message") or {}).get(ROUTED_EXPERTS_FIELD, choice.get(ROUTED_EXPERTS_FIELD))
+    if routed is not None:
+        fields[ROUTED_EXPERTS_FIELD] = routed
+    return fields
 
 
 def _chat_usage_to_responses(usage: dict[str, Any] | None) -> dict[str, Any] | None:

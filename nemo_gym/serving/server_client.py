@@ -604,6 +604,38 @@ class NeMoGymServerClient(ServerClient):
         """A client for the head server named by ``NEMO_GYM_HEAD_URL`` (set by ``ng_run``)."""
         return cls(head_url=os.environ.get(ENV_HEAD_URL))
 
+    @classmethod
+    def load_from_global_config(cls, head_server_config: Any = None) -> NeMoGymServerClient:
+        """A client whose ``global_config_dict`` is the head server's config, fetched now (an
+        OmegaConf ``DictConfig``, each running instance's ``host`` and ``port`` where it listens).
+
+        ``head_server_config`` has ``host`` and ``port`` (attributes or keys); by default the head
+        server is ``$NEMO_GYM_HEAD_URL``, else 127.0.0.1:11000. Raises ``ValueError`` naming the URL
+        when the head server cannot be read.
+        """
+        import urllib.request
+
+        import yaml
+        from omegaconf import OmegaConf
+
+        if head_server_config is None:
+            base = (os.environ.get(ENV_HEAD_URL) or "http://127.0.0.1:11000").rstrip("/")
+        else:
+            host = getattr(head_server_config, "host", None) or head_server_config["host"]
+            port = getattr(head_server_config, "port", None) or head_server_config["port"]
+            base = f"http://{host}:{port}"
+        url = f"{base}/global_config_dict_yaml"
+        request = urllib.request.Request(url, headers=auth_headers())
+        try:
+            with urllib.request.urlopen(request, timeout=30) as answer:  # noqa: S310 - an http URL built above
+                text = answer.read().decode()
+        except OSError as exc:
+            raise ValueError(
+                f"could not read the global config from the head server at {url}: {exc}"
+            ) from exc
+        config = OmegaConf.create(yaml.safe_load(text) or {})
+        return cls(head_server_config=head_server_config, global_config_dict=config, head_url=base)
+
     async def post(self, server_name: str, url_path: str, json: Any = None, **kwargs: Any) -> Any:  # type: ignore[override]
         """POST to a named server; an aiohttp-shaped :class:`ClientResponse`."""
         if hasattr(json, "model_dump"):
