@@ -310,8 +310,8 @@ def test_tool_choice_without_tools_is_dropped_or_refused() -> None:
         ({"content": "no role, no type"}, "input item 1 has unsupported type None"),
         ({"role": "robot", "content": "x"}, "input item 1 has unsupported role 'robot'"),
         (
-            {"type": "message", "role": "user", "content": [{"type": "input_image", "image_url": "data:"}]},
-            "input item 1 has a content part of type 'input_image'",
+            {"type": "message", "role": "user", "content": [{"type": "input_audio", "input_audio": {}}]},
+            "input item 1 has a content part of type 'input_audio'",
         ),
         (
             {

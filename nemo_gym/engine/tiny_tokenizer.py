@@ -12,6 +12,9 @@ templates are offered, each a compact re-implementation of a family seen in prac
 - ``"qwen3"``: ``"chatml"`` plus ``<think>...</think>``. Reasoning of assistant turns before the
   last user query is dropped; later turns render ``reasoning_content``. This is the template
   that breaks position-based token splicing, which is why tests need it.
+- ``"chatml_vision"``: ``"chatml"`` whose messages may hold image and video parts, rendered as
+  Qwen2-VL's placeholders ``<|vision_start|><|image_pad|><|vision_end|>`` (``<|video_pad|>`` for a
+  video), one placeholder token per part: a multimodal template for the token-ID tests.
 - ``"llama3"``: Llama 3.1 style. ``<|begin_of_text|>``, ``<|start_header_id|>role<|end_header_id|>``
   headers, ``<|eot_id|>`` turn ends, tool calls as a bare JSON object.
 
@@ -38,8 +41,8 @@ __all__ = [
     "turn_end_token_ids",
 ]
 
-TemplateName = Literal["chatml", "qwen3", "llama3"]
-TEMPLATES: Final[tuple[str, ...]] = ("chatml", "qwen3", "llama3")
+TemplateName = Literal["chatml", "qwen3", "llama3", "chatml_vision"]
+TEMPLATES: Final[tuple[str, ...]] = ("chatml", "qwen3", "llama3", "chatml_vision")
 
 # Pre-tokenizer patterns of the two families (Qwen2 and Llama 3). They differ in how digits are
 # grouped, which matters little here but keeps each family's splitting honest.
@@ -112,7 +115,23 @@ _CONTENT_MACRO: Final = (
     "{%- endmacro -%}"
 )
 
-# The tools block and tool-call rendering shared by the two ChatML-family templates.
+# Qwen2-VL style: an image or video part becomes its placeholder between vision tags.
+_VISION_CONTENT_MACRO: Final = (
+    "{%- macro render_content(content) -%}"
+    "{%- if content is none -%}"
+    "{%- elif content is string -%}{{- content -}}"
+    "{%- else -%}{%- for part in content -%}"
+    "{%- if part.type in ('image_url', 'image', 'input_image') -%}"
+    "{{- '<|vision_start|><|image_pad|><|vision_end|>' -}}"
+    "{%- elif part.type in ('video_url', 'video', 'input_video') -%}"
+    "{{- '<|vision_start|><|video_pad|><|vision_end|>' -}}"
+    "{%- elif part.text is defined -%}{{- part.text -}}"
+    "{%- endif -%}{%- endfor -%}"
+    "{%- endif -%}"
+    "{%- endmacro -%}"
+)
+
+# The tools block and tool-call rendering shared by the ChatML-family templates.
 _CHATML_TOOLS_BLOCK: Final = (
     "{{- '# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\n"
     "You are provided with function signatures within <tools></tools> XML tags:\\n<tools>' }}"
@@ -252,6 +271,7 @@ _LLAMA3_TEMPLATE: Final = (
 
 _CHAT_TEMPLATES: Final[dict[str, str]] = {
     "chatml": _CHATML_TEMPLATE,
+    "chatml_vision": _VISION_CONTENT_MACRO + _CHATML_TEMPLATE[len(_CONTENT_MACRO) :],
     "qwen3": _QWEN3_TEMPLATE,
     "llama3": _LLAMA3_TEMPLATE,
 }
@@ -270,6 +290,13 @@ _CHATML_ADDED: Final[tuple[tuple[str, bool], ...]] = (
 _ADDED_TOKENS: Final[dict[str, tuple[tuple[str, bool], ...]]] = {
     "chatml": _CHATML_ADDED,
     "qwen3": _CHATML_ADDED + (("<think>", False), ("</think>", False)),
+    "chatml_vision": _CHATML_ADDED
+    + (
+        ("<|vision_start|>", True),
+        ("<|vision_end|>", True),
+        ("<|image_pad|>", True),
+        ("<|video_pad|>", True),
+    ),
     "llama3": (
         ("<|begin_of_text|>", True),
         ("<|end_of_text|>", True),
@@ -285,11 +312,13 @@ _ADDED_TOKENS: Final[dict[str, tuple[tuple[str, bool], ...]]] = {
 _ROLE_TOKENS: Final[dict[str, dict[str, str]]] = {
     "chatml": {"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"},
     "qwen3": {"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"},
+    "chatml_vision": {"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"},
     "llama3": {"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>", "pad_token": "<|end_of_text|>"},
 }
 _TURN_END_TOKENS: Final[dict[str, tuple[str, ...]]] = {
     "chatml": ("<|im_end|>",),
     "qwen3": ("<|im_end|>",),
+    "chatml_vision": ("<|im_end|>",),
     "llama3": ("<|eot_id|>",),
 }
 

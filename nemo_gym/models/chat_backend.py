@@ -23,6 +23,7 @@ from nemo_gym.models.conversion import (
     chat_completion_to_response,
     responses_to_chat_request,
 )
+from nemo_gym.models.media import MediaLimitError
 from nemo_gym.response_items import build_response
 from nemo_gym.serving.server import HTTPError
 
@@ -64,13 +65,20 @@ class ChatBridge:
     replace_developer_role_with_system: bool = True
     chat_template_kwargs: dict[str, Any] | None = None
     extra_body: dict[str, Any] = field(default_factory=dict)
+    limit_mm_per_prompt: dict[str, int] | None = None
 
     def chat_request(self, params: dict[str, Any]) -> dict[str, Any]:
         """The Chat Completions request for Responses create-params (raises ``HTTPError`` 400/422)."""
         try:
             # With a reasoning parser the chat template reads `reasoning_content`; without one the
             # reasoning goes back as <think> text, as the model wrote it.
-            request = responses_to_chat_request(params, think_tags=not self.uses_reasoning_parser)
+            request = responses_to_chat_request(
+                params,
+                think_tags=not self.uses_reasoning_parser,
+                limit_mm_per_prompt=self.limit_mm_per_prompt,
+            )
+        except MediaLimitError as exc:
+            raise HTTPError(400, str(exc)) from exc
         except (ValueError, KeyError, TypeError) as exc:
             raise HTTPError(422, f"cannot convert the Responses request to Chat Completions: {exc}") from exc
         for message in request["messages"]:

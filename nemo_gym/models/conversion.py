@@ -20,8 +20,11 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Mapping
 from typing import Any
 from uuid import uuid4
+
+from nemo_gym.models.media import MediaLimits, media_kind, responses_part_to_chat
 
 TOKEN_ID_FIELDS = ("prompt_token_ids", "generation_token_ids", "generation_log_probs")
 """The per-call token-ID fields; a model call carries all three or none."""
@@ -42,14 +45,19 @@ _INCOMPLETE_TO_FINISH = {reason: finish for finish, reason in _FINISH_TO_INCOMPL
 # --- Responses -> Chat Completions (requests)
 
 
-def responses_to_chat_request(params: dict[str, Any], *, think_tags: bool = True) -> dict[str, Any]:
+def responses_to_chat_request(
+    params: dict[str, Any], *, think_tags: bool = True, limit_mm_per_prompt: Mapping[str, int] | None = None
+) -> dict[str, Any]:
     """Convert Responses create-params into a Chat Completions request.
 
     Returns a new dict with ``messages`` and, when set, ``model``, ``tools``, ``tool_choice``,
     ``parallel_tool_calls``, ``temperature``, ``top_p``, ``max_tokens``, ``response_format`` and
     ``reasoning_effort``. Assistant messages rebuilt from items that carried token IDs get the
     :data:`TOKEN_ID_FIELDS` keys. ``metadata`` and other Responses-only fields are dropped.
-    Raises ``ValueError`` naming the offending item, part or tool.
+    Image, file and video parts of user/system messages become Chat parts (see
+    :mod:`nemo_gym.models.media`), at most ``limit_mm_per_prompt[kind]`` of each kind
+    (:class:`~nemo_gym.models.media.MediaLimitError` past it). Raises ``ValueError`` naming the
+    offending item, part or tool.
     """
     if "input" not in params or params["input"] is None:
         raise ValueError("Responses create-params have no 'input'; give a string or a list of items")
@@ -60,7 +68,7 @@ def responses_to_chat_request(params: dict[str, Any], *, think_tags: bool = True
     if isinstance(raw_input, str):
         messages.append({"role": "user", "content": raw_input})
     else:
-        messages.extend(_input_items_to_messages(raw_input, think_tags))
+        messages.extend(_input_items_to_messages(raw_input, think_tags, MediaLimits(limit_mm_per_prompt)))
 
     request: dict[str, Any] = {"messages": messages}
     for key in ("model", "temperature", "top_p"):
@@ -127,7 +135,9 @@ class _AssistantTurn:
         return message
 
 
-def _input_items_to_messages(items: list[dict[str, Any]], think_tags: bool) -> list[dict[str, Any]]:
+def _input_items_to_messages(
+    items: list[dict[str, Any]], think_tags: bool, media: MediaLimits
+) -> list[dict[str, Any]]:
     messages: list[dict[str, Any]] = []
     turn: _AssistantTurn | None = None
     for index, item in enumerate(items):
@@ -141,7 +151,9 @@ def _input_items_to_messages(items: list[dict[str, Any]], think_tags: bool) -> l
             content = _text_of(item["output"], where)
             messages.append({"role": "tool", "tool_call_id": item["call_id"], "content": content})
         elif not from_model:
-            messages.append({"role": item["role"], "content": _text_of(item.get("content") or "", where)})
+            messages.append(
+                {"role": item["role"], "content": _content_of(item.get("content") or "", where, media)}
+            )
         else:
             turn = turn or _AssistantTurn()
             turn.add(item, kind, where)
@@ -186,6 +198,22 @@ def _text_of(content: Any, where: str) -> str:
         else:
             raise ValueError(f"{where} has a content part of type {kind!r}; only text parts convert")
     return "".join(texts)
+
+
+def _content_of(content: Any, where: str, media: MediaLimits) -> Any:
+    """A user/system message's content: its text, or Chat parts when it holds images, files or videos."""
+    if not isinstance(content, list) or not any(isinstance(p, dict) and media_kind(p) for p in content):
+        return _text_of(content, where)
+    parts: list[dict[str, Any]] = []
+    for index, part in enumerate(content):
+        part_where = f"{where} content[{index}]"
+        kind = media_kind(part)
+        if kind is None:
+            parts.append({"type": "text", "text": _text_of([part], part_where)})
+            continue
+        media.add(kind, part_where)
+        parts.append(responses_part_to_chat(part, part_where))
+    return parts
 
 
 def _token_fields(source: dict[str, Any], where: str) -> dict[str, Any] | None:

@@ -136,9 +136,20 @@ def _api(handler: Callable[[Request], Any]) -> Callable[[Request], Awaitable[Res
     return endpoint
 
 
+# Rollouts are untrusted text: the page loads nothing but its own files, and images only from
+# data: URLs, so no row can make the browser fetch a remote URL or run a script.
+_PAGE_CSP = (
+    "default-src 'self'; img-src 'self' data:; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+    "connect-src 'self'; media-src 'none'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'"
+)
+
+
 def _static(name: str) -> Response:
     data = resources.files("nemo_gym.viewer").joinpath("static", name).read_bytes()
-    return Response(data, media_type=_STATIC_TYPES[Path(name).suffix], headers={"Cache-Control": "no-cache"})
+    headers = {"Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff"}
+    if name == "index.html":
+        headers["Content-Security-Policy"] = _PAGE_CSP
+    return Response(data, media_type=_STATIC_TYPES[Path(name).suffix], headers=headers)
 
 
 def build_app(

@@ -41,6 +41,7 @@ from starlette.routing import Route
 
 from nemo_gym.base_responses_api_model import BaseResponsesAPIModelConfig, SimpleResponsesAPIModel
 from nemo_gym.models.chat_backend import ChatBridge, is_context_length_error, template_messages
+from nemo_gym.models.media import media_kind
 from nemo_gym.models.token_ids import TOKEN_ID_FIELDS, render_chat_token_ids, spliced_prompt_token_ids
 from nemo_gym.serving.server import HTTPError
 from responses_api_models.local_hf_model.engine import Generation, HFCausalLM, SamplingSettings
@@ -76,7 +77,7 @@ class LocalHFModelConfig(BaseResponsesAPIModelConfig):
 
     model: str | None = None
     tiny: bool = False
-    tiny_template: Literal["chatml", "qwen3", "llama3"] = "chatml"
+    tiny_template: Literal["chatml", "qwen3", "llama3", "chatml_vision"] = "chatml"
     tiny_seed: int = 0
     served_model_name: str | None = None
     max_model_len: int | None = Field(default=None, gt=0)
@@ -90,6 +91,10 @@ class LocalHFModelConfig(BaseResponsesAPIModelConfig):
     turn_end_token_ids: list[int] | None = None
     forced_completions: list[str] | None = None
     return_token_id_information: bool = False
+    # Accept image and video parts: the chat template renders their placeholder tokens (a text
+    # model here does not read pixels; tiny_template chatml_vision is such a template).
+    vision: bool = False
+    limit_mm_per_prompt: dict[str, int] | None = None
 
     @model_validator(mode="after")
     def _check(self) -> LocalHFModelConfig:
@@ -132,7 +137,9 @@ class LocalHFModel(SimpleResponsesAPIModel):
             for text in config.forced_completions or []
         ]
         self.bridge = ChatBridge(
-            model=self.served_model_name, return_token_id_information=config.return_token_id_information
+            model=self.served_model_name,
+            return_token_id_information=config.return_token_id_information,
+            limit_mm_per_prompt=config.limit_mm_per_prompt,
         )
         self.requests_served = 0
         # When the last generation ended (time.monotonic()): streaming tests compare event times with it.
@@ -285,6 +292,8 @@ class ChatRequest:
             raise HTTPError(400, "'messages' must be a non-empty list")
         if body.get("n") not in (None, 1):
             raise HTTPError(400, f"n={body['n']!r} is not supported by local_hf_model (one sample per call)")
+        if not self.config.vision:
+            self._refuse_media(body["messages"])
         for key, default in _UNSUPPORTED_IF_SET.items():
             if body.get(key) not in (None, default) and body.get(key) != {}:
                 raise HTTPError(400, f"{key}={body[key]!r} is not supported by local_hf_model")
@@ -324,6 +333,20 @@ class ChatRequest:
             raise HTTPError(400, "stop must be a string or a list of strings")
 
     # ---- on the generation thread --------------------------------------------------------
+    def _refuse_media(self, messages: list[Any]) -> None:
+        for index, message in enumerate(messages):
+            content = message.get("content") if isinstance(message, dict) else None
+            for part_index, part in enumerate(content if isinstance(content, list) else []):
+                kind = media_kind(part) if isinstance(part, dict) else None
+                if kind is not None:
+                    raise HTTPError(
+                        400,
+                        f"messages[{index}].content[{part_index}] is a{'n' if kind == 'image' else ''} {kind} part, "
+                        f"but this local_hf_model serves a text-only model; configure a vision model "
+                        "(vision: true with a multimodal chat template, e.g. tiny_template: chatml_vision) "
+                        "or send text only",
+                    )
+
     def run(self) -> dict[str, Any]:
         """Build the prompt, generate, and return the chat completion dict."""
         self.prepare()

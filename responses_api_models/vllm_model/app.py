@@ -45,6 +45,7 @@ from nemo_gym.models.chat_backend import (
 )
 from nemo_gym.models.chat_stream import ChatCompletionAccumulator, ResponsesEventStream
 from nemo_gym.models.streaming import stream_chat_completion, stream_responses
+from nemo_gym.models.media import MediaLimitError, MediaLimits, check_chat_media
 from nemo_gym.serving.server import HTTPError, ServerRef
 from nemo_gym.serving.sse import EventStreamResponse, SSEParser, relay_events, sse_bytes
 from nemo_gym.serving.upstream import (
@@ -96,6 +97,17 @@ class VLLMModelConfig(BaseResponsesAPIModelConfig):
     max_retries: int = Field(default=3, ge=0)
     max_retry_delay_s: float = Field(default=30.0, gt=0)
     max_connections: int | None = None
+    # Most image / video / file parts one prompt may carry, as vLLM's limit_mm_per_prompt
+    # ({image: 4, video: 1}); a prompt over it is answered 400 before the backend sees it.
+    limit_mm_per_prompt: dict[str, int] | None = None
+
+    @field_validator("limit_mm_per_prompt")
+    @classmethod
+    def _check_media_limits(cls, value: dict[str, int] | None) -> dict[str, int] | None:
+        MediaLimits(value)  # names an unknown kind
+        if value and any(n < 0 for n in value.values()):
+            raise ValueError(f"limit_mm_per_prompt values must be >= 0, got {value}")
+        return value
 
     @field_validator("base_url")
     @classmethod
@@ -167,6 +179,7 @@ class VLLMModel(SimpleResponsesAPIModel):
             replace_developer_role_with_system=config.replace_developer_role_with_system,
             chat_template_kwargs=config.chat_template_kwargs,
             extra_body=dict(config.extra_body or {}),
+            limit_mm_per_prompt=config.limit_mm_per_prompt,
         )
         headers = dict(config.default_headers or {})
         if config.api_key:
@@ -203,6 +216,10 @@ class VLLMModel(SimpleResponsesAPIModel):
 
     async def chat_completions(self, body: dict[str, Any]) -> dict[str, Any]:
         """Pass a Chat Completions request through to the rollout's backend replica."""
+        try:
+            check_chat_media(body.get("messages"), self.config.limit_mm_per_prompt)
+        except MediaLimitError as exc:
+            raise HTTPError(400, str(exc)) from exc
         request = dict(body)
         if self.config.model and not request.get("model"):
             request["model"] = self.config.model
@@ -214,6 +231,10 @@ class VLLMModel(SimpleResponsesAPIModel):
     async def chat_completions_stream(self, body: dict[str, Any]) -> Response:
         """The backend's chat completion chunks, passed on as they arrive (token IDs and logprobs
         where the backend puts them: vLLM sends them on each chunk)."""
+        try:
+            check_chat_media(body.get("messages"), self.config.limit_mm_per_prompt)
+        except MediaLimitError as exc:
+            raise HTTPError(400, str(exc)) from exc
         request = dict(body)
         if self.config.model and not request.get("model"):
             request["model"] = self.config.model

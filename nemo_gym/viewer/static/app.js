@@ -244,6 +244,42 @@ function textOf(content) {
   if (Array.isArray(content)) return content.map((p) => (p && (p.text ?? p.output ?? "")) || "").join("\n");
   return content === undefined || content === null ? "" : JSON.stringify(content, null, 2);
 }
+// Images show inline only as data: URLs of raster types (no remote fetch, no SVG); the page's CSP
+// (img-src 'self' data:) enforces the same. Anything else is named, escaped, never loaded.
+const SAFE_IMAGE = /^data:image\/(png|jpeg|gif|webp);base64,[A-Za-z0-9+\/=\s]*$/;
+const IMAGE_PARTS = new Set(["input_image", "image_url", "image"]);
+const VIDEO_PARTS = new Set(["input_video", "video_url", "video"]);
+function mediaSource(part) {
+  const raw = part.image_url ?? part.video_url ?? part.video ?? part.url ?? part.file_url ?? part.filename ?? part.file_id ?? "";
+  return typeof raw === "string" ? raw : (raw && typeof raw.url === "string" ? raw.url : "");
+}
+function short(text) { return text.length > 80 ? `${text.slice(0, 77)}…` : text; }
+function renderContent(content) {
+  if (!Array.isArray(content) || !content.some((p) => p && (IMAGE_PARTS.has(p.type) || VIDEO_PARTS.has(p.type) || p.type === "input_file" || p.type === "file")))
+    return `<pre>${esc(textOf(content))}</pre>`;
+  const html = [];
+  let text = [];
+  const flush = () => { if (text.length) html.push(`<pre>${esc(text.join("\n"))}</pre>`); text = []; };
+  for (const part of content) {
+    if (!part || typeof part !== "object") continue;
+    if (IMAGE_PARTS.has(part.type)) {
+      flush();
+      const url = mediaSource(part);
+      html.push(SAFE_IMAGE.test(url)
+        ? `<img class="part-image" alt="image" src="${esc(url)}">`
+        : `<div class="media muted">[image not shown: ${esc(short(url) || "no data: URL")}; only data: URLs are displayed]</div>`);
+    } else if (VIDEO_PARTS.has(part.type)) {
+      flush();
+      html.push(`<div class="media muted">[video: ${esc(short(mediaSource(part)))}]</div>`);
+    } else if (part.type === "input_file" || part.type === "file") {
+      flush();
+      const file = part.file && typeof part.file === "object" ? part.file : part;
+      html.push(`<div class="media muted">[file: ${esc(short(file.filename || file.file_id || file.file_url || "inline data"))}]</div>`);
+    } else text.push(part.text ?? part.output ?? "");
+  }
+  flush();
+  return html.join("");
+}
 function prettyJson(text) {
   try { return JSON.stringify(JSON.parse(text), null, 2); } catch { return text; }
 }
@@ -252,7 +288,7 @@ function renderItem(item) {
   const type = item.type || (item.role ? "message" : "item");
   if (type === "message") {
     const role = item.role || "assistant";
-    return `<div class="item ${esc(role)}"><div class="role">${esc(role)}</div><pre>${esc(textOf(item.content))}</pre></div>`;
+    return `<div class="item ${esc(role)}"><div class="role">${esc(role)}</div>${renderContent(item.content)}</div>`;
   }
   if (type === "reasoning") {
     const text = textOf(item.summary && item.summary.length ? item.summary : item.content);
