@@ -42,6 +42,7 @@ from nemo_gym.collection.collection_io import (
 )
 from nemo_gym.collection.rollouts import RolloutOutcome
 from nemo_gym.collection.settings import RolloutCollectionConfig
+from nemo_gym.collection.trackers import log_collection, require_packages
 from nemo_gym.launch.config import ConfigError
 from nemo_gym.serving.secrets import redact_text
 from nemo_gym.serving.server_client import ServerCallError, ServerClient
@@ -133,6 +134,7 @@ class CollectionRun:
 
     async def run(self) -> CollectionSummary:
         settings, paths = self.settings, self.paths
+        require_packages(settings)  # before any work: a missing tracker package is a config error
         if settings.resume_from_cache:
             scan = scan_results(paths.output)
             if scan.torn_line_dropped:
@@ -207,6 +209,15 @@ class CollectionRun:
             self.summary.metrics = await aggregate_results_file(
                 paths.output, paths.aggregate_metrics, self.client, verbose=self.verbose
             )
+        if settings.use_wandb or settings.use_mlflow:
+            s = self.summary
+            counts = {
+                "succeeded": s.succeeded,
+                "failed": s.failed,
+                "malformed_lines": s.malformed_lines,
+                "results_in_file": s.results_in_file,
+            }
+            log_collection(settings, s.metrics, counts, paths.output)
         return self.summary
 
     async def _unknown_agent_message(self, agent: str) -> str:
