@@ -121,6 +121,14 @@ _COLLECT_OPTIONS = (
     Option("+max_attempts=N", "most attempts per rollout across resumed runs", "3"),
     Option("+progress_interval_s=S", "seconds between progress lines", "30"),
     Option("+num_shards=N +shard_index=I", "run only rows whose position % N == I", "1, 0"),
+    Option(
+        "+upload_rollouts_to_wandb=BOOL", "log metrics and a Rollouts table to W&B (+wandb_project)", "false"
+    ),
+    Option(
+        "+upload_rollouts_to_mlflow=BOOL",
+        "log metrics and rollouts to MLflow (+mlflow_tracking_uri)",
+        "false",
+    ),
 )
 
 _EXAMPLE_CONFIGS = (
