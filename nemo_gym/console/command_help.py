@@ -122,7 +122,9 @@ _COLLECT_OPTIONS = (
     Option("+progress_interval_s=S", "seconds between progress lines", "30"),
     Option("+num_shards=N +shard_index=I", "run only rows whose position % N == I", "1, 0"),
     Option(
-        "+upload_rollouts_to_wandb=BOOL", "log metrics and a Rollouts table to W&B (+wandb_project)", "false"
+        "+upload_rollouts_to_wandb=BOOL",
+        "log metrics and a Rollouts table to W&B (+wandb_project, +wandb_name)",
+        "off unless set or wandb_project",
     ),
     Option(
         "+upload_rollouts_to_mlflow=BOOL",
