@@ -86,7 +86,13 @@ def test_wandb_offline_run_holds_metrics_and_rollouts(
     pytest.importorskip("wandb", reason="the wandb extra is not installed (pip install 'nemo_gym[wandb]')")
     for key, value in {"WANDB_MODE": "offline", "WANDB_DIR": str(tmp_path), "WANDB_SILENT": "true"}.items():
         monkeypatch.setenv(key, value)
-    summary = collect(agent_url, tmp_path, upload_rollouts_to_wandb=True, wandb_name="trackers-test")
+    summary = collect(
+        agent_url,
+        tmp_path,
+        upload_rollouts_to_wandb=True,
+        wandb_name="trackers-test",
+        wandb_api_key="sekrit-" + "x" * 33,
+    )
     (run_dir,) = (tmp_path / "wandb").glob("offline-run-*")
     deadline = time.monotonic() + 20
     while True:  # W&B's service process writes the run file behind finish(); it flushes at exit at the latest
@@ -105,6 +111,9 @@ def test_wandb_offline_run_holds_metrics_and_rollouts(
     assert rows["columns"] == ["Rollout"]
     assert sorted(json.loads(r[0])["_ng_rollout_index"] for r in rows["data"]) == [0, 0, 0, 1, 1, 1]
     assert [json.loads(r[0]) for r in rows["data"]] == read_jsonl(tmp_path / "out.jsonl")
+    assert not [
+        p for p in run_dir.rglob("*") if p.is_file() and b"sekrit" in p.read_bytes()
+    ]  # key not logged
 
 
 def test_mlflow_file_store_holds_metrics_and_rollouts(agent_url: str, tmp_path: Path) -> None:

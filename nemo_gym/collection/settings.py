@@ -80,6 +80,7 @@ class SharedRolloutCollectionConfig(BaseNeMoGymCLIConfig):
     )
     wandb_project: str | None = None
     wandb_name: str | None = None
+    wandb_api_key: str | None = None  # else W&B's own login ($WANDB_API_KEY, ~/.netrc)
     mlflow_tracking_uri: str | None = None
     mlflow_experiment_name: str | None = None
 

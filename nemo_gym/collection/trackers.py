@@ -33,6 +33,7 @@ from nemo_gym.launch.config import ConfigError
 ROLLOUTS_TABLE_KEY = "Rollouts"
 _PRIMITIVE = (bool, int, float, str, type(None))
 _MLFLOW_KEY_CHARS = re.compile(r"[^\w\-. :/]")
+_SECRET_NAME = re.compile(r"key|token|secret|password", re.IGNORECASE)
 
 
 def require_packages(settings: SharedRolloutCollectionConfig) -> None:
@@ -77,7 +78,12 @@ def _result_lines(results_path: Path) -> Iterator[str]:
 
 
 def _run_config(settings: SharedRolloutCollectionConfig) -> dict[str, Any]:
-    return {key: value for key, value in settings.model_dump().items() if isinstance(value, _PRIMITIVE)}
+    """The run's scalar arguments, secrets left out (they are logged to a third party)."""
+    return {
+        key: value
+        for key, value in settings.model_dump().items()
+        if isinstance(value, _PRIMITIVE) and not _SECRET_NAME.search(key)
+    }
 
 
 def log_to_wandb(
@@ -91,6 +97,7 @@ def log_to_wandb(
         name=settings.wandb_name,
         config=_run_config(settings),
         reinit="create_new",
+        settings=wandb.Settings(api_key=settings.wandb_api_key) if settings.wandb_api_key else None,
     )
     try:
         run.log(metrics)
