@@ -63,6 +63,8 @@ class CollectionSummary:
     already_done: int = 0
     attempts_exhausted: int = 0
     malformed_lines: int = 0
+    malformed_line_numbers: list[int] = field(default_factory=list)  # the first few
+    input_path: str = ""
     results_in_file: int = 0
     metrics: list[dict[str, Any]] | None = None
 
@@ -72,6 +74,30 @@ class CollectionSummary:
         failed = self.failed + self.malformed_lines
         tried = self.succeeded + failed
         return failed / tried if tried else 0.0
+
+    def next_step(self) -> str | None:
+        """The one thing to do next, or None when nothing is left to collect.
+
+        Malformed lines keep their task index, so after fixing them a resume collects exactly
+        them (and retries failed rollouts); every case ends in the same command.
+        """
+        retry = self.failed + self.attempts_exhausted
+        if not self.malformed_lines and not retry:
+            return None
+        resume = "run the same command with +resume_from_cache=true (it collects only what is missing)"
+        if not self.malformed_lines:
+            return (
+                f"see {self.paths.failures} for why {retry} rollout(s) failed, fix the cause, then {resume}"
+            )
+        lines = ", ".join(str(n) for n in self.malformed_line_numbers)
+        if self.malformed_lines > len(self.malformed_line_numbers):
+            lines += f" and {self.malformed_lines - len(self.malformed_line_numbers)} more"
+        also = f" (it also retries the {retry} failed rollout(s))" if retry else ""
+        plural = "s" if self.malformed_lines > 1 else ""
+        return (
+            f"fix input line{plural} {lines} of {self.input_path} (what is wrong with each is in {self.paths.failures}), "
+            f"then {resume}{also}"
+        )
 
     def results(self) -> Iterator[dict[str, Any]]:
         """Stream the rows of the results file."""
@@ -188,6 +214,8 @@ class CollectionRun:
                 on_row=count,
             )
             self.summary.malformed_lines = report.bad_line_count
+            self.summary.malformed_line_numbers = [bad.line_number for bad in report.bad_lines]
+            self.summary.input_path = settings.input_jsonl_fpath
             self.summary.already_done = counts["done"]
             self.summary.attempts_exhausted = counts["exhausted"]
             if report.bad_line_count:
@@ -361,12 +389,9 @@ class CollectionRun:
             + (f" ({'; '.join(notes)})" if notes else "")
         )
         print(f"Results: {s.paths.output} ({s.results_in_file} rows)")
-        if s.failed or s.attempts_exhausted:
-            print(f"Failures: {s.paths.failures} (not scored; +resume_from_cache=true retries them)")
-        if s.malformed_lines:
-            # A resume reads the same input again: these lines need fixing, not retrying.
-            print(
-                f"Malformed input lines: {s.malformed_lines}, recorded in {s.paths.failures}; fix them in "
-                f"{self.settings.input_jsonl_fpath} and collect them again"
-            )
+        if s.failed or s.attempts_exhausted or s.malformed_lines:
+            print(f"Failures: {s.paths.failures} (not scored)")
+        step = s.next_step()
+        if step:
+            print(f"Next: {step}")
         sys.stdout.flush()

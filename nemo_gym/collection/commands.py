@@ -39,11 +39,10 @@ def failure_exit_code(summary: CollectionSummary, max_failure_ratio: float) -> i
         return 0
     classes = ", ".join(f"{k}: {v}" for k, v in sorted(summary.failures_by_class.items()))
     if summary.malformed_lines:
-        classes += (", " if classes else "") + f"malformed input: {summary.malformed_lines}"
+        classes += (", " if classes else "") + f"malformed input lines: {summary.malformed_lines}"
     sys.stderr.write(
-        f"ng_collect_rollouts: {ratio:.1%} of the rollouts failed ({classes}), above "
-        f"+max_failure_ratio={max_failure_ratio:g}; see {summary.paths.failures}. "
-        "Fix the cause and finish with +resume_from_cache=true.\n"
+        f"ng_collect_rollouts: {ratio:.1%} of what this run tried failed ({classes}), above "
+        f"+max_failure_ratio={max_failure_ratio:g}. Next: {summary.next_step()}.\n"
     )
     return EXIT_TOO_MANY_FAILURES
 

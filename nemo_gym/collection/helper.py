@@ -10,6 +10,7 @@ itself streams.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import tempfile
 from collections import deque
@@ -198,15 +199,19 @@ class RolloutCollectionHelper:
             return await self.run_one(row, client=client, agent_name=agent_name, timeout_s=timeout_s)
 
         run = CollectionRun(one, settings, client, verbose, config if isinstance(config, Mapping) else None)
-        failures = run.paths.failures
-        failures_existed = failures.exists()
+        failures, materialized = run.paths.failures, run.paths.materialized_inputs
+        failures_existed, materialized_existed = failures.exists(), materialized.exists()
         try:
             with output_lock(run.paths.output):
                 return await run.run()
         except BaseException:
-            # A rejected input file (or agent) leaves no empty failures file behind.
-            if not failures_existed and failures.exists() and failures.stat().st_size == 0:
-                failures.unlink()
+            # A rejected input file (or agent) leaves no empty failures file behind, and a run that
+            # stopped before sending anything leaves no materialized inputs it created.
+            with contextlib.suppress(OSError):  # the output path itself may be what is wrong
+                if not failures_existed and failures.exists() and failures.stat().st_size == 0:
+                    failures.unlink()
+                if not materialized_existed and run.summary.dispatched == 0:
+                    materialized.unlink(missing_ok=True)
             raise
         finally:
             if client is not self.server_client:

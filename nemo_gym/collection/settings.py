@@ -108,7 +108,7 @@ class RolloutCollectionConfig(SharedRolloutCollectionConfig):
     num_repeats_add_seed: bool = False
     resume_from_cache: bool = False
     prompt_config: str | None = None
-    strict: bool = True
+    strict: bool = False
     rollout_timeout_s: float | None = Field(default=None, gt=0)
     max_failure_ratio: float = Field(default=DEFAULT_MAX_FAILURE_RATIO, ge=0, le=1)
     max_attempts: int = Field(default=3, ge=1)
