@@ -20,7 +20,7 @@ from pydantic import ValidationError
 from nemo_gym import rollout_collection as rc
 from nemo_gym.base_responses_api_agent import SimpleResponsesAPIAgent
 from nemo_gym.config_types import BaseNeMoGymCLIConfig
-from nemo_gym.launch.config import ConfigError
+from nemo_gym.launch.config import ConfigError, project_root
 from nemo_gym.launch.head_server import HeadServer, Replica
 from nemo_gym.testing import read_jsonl, running_app, running_server, write_jsonl
 
@@ -180,12 +180,41 @@ def test_helpers_and_commands_end_to_end(head_port: int, tmp_path: Path) -> None
     assert list(path.parent.iterdir()) == [path]
 
 
-def test_e2e_command_names_a_split_without_prepared_data(capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.slow
+def test_e2e_collection_of_a_prepared_split(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert rc.e2e_rollout_collection is rc.ng_e2e_collect_rollouts
+    env = "resources_servers/example_single_tool_call"
+    bench = write_jsonl(tmp_path / "bench.jsonl", read_jsonl(project_root() / env / "data/example.jsonl")[:2])
+    datasets = [{"name": "bench", "type": "benchmark", "jsonl_fpath": str(bench), "num_repeats": 2}]
+    extra = tmp_path / "bench.yaml"
+    extra.write_text(json.dumps({"example_single_tool_call_simple_agent": {"responses_api_agents": {"simple_agent": {"datasets": datasets}}}}))  # fmt: skip
+    configs = f"+config_paths=[{env}/configs/example_single_tool_call.yaml,responses_api_models/scripted_model/configs/scripted_model.yaml,{extra}]"
+    out = tmp_path / "run" / "bench.jsonl"
+    argv = [
+        configs,
+        "+split=benchmark",
+        f"+output_jsonl_fpath={out}",
+        "+reuse_existing_data_preparation=true",
+    ]
     with pytest.raises(SystemExit) as exited:
-        rc.e2e_rollout_collection(["+output_jsonl_fpath=x.jsonl", "+split=validation"])
-    assert exited.value.code == 2
-    assert "+split=validation" in capsys.readouterr().err
+        rc.e2e_rollout_collection(argv)
+    assert exited.value.code == 0, capsys.readouterr()
+    prepared = tmp_path / "run" / "bench" / "preprocessed_datasets" / "benchmark.jsonl"
+    assert len(read_jsonl(prepared)) == 4  # two rows, each twice (the dataset's num_repeats)
+    rows = read_jsonl(out)
+    assert len(rows) == 4 and all(
+        r["agent_ref"]["name"] == "example_single_tool_call_simple_agent" for r in rows
+    )
+    capsys.readouterr()
+    out.unlink()
+    with pytest.raises(SystemExit) as exited:  # the same run again: the prepared data is reused
+        rc.e2e_rollout_collection(argv)
+    assert exited.value.code == 0 and "Reusing the prepared benchmark data" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exited:  # a split no agent lists
+        rc.e2e_rollout_collection(
+            [configs, "+split=validation", f"+output_jsonl_fpath={tmp_path / 'v.jsonl'}"]
+        )
+    assert exited.value.code == 2 and "+split=validation" in capsys.readouterr().err
 
 
 def test_attach_trajectory_record() -> None:

@@ -7,7 +7,9 @@ module :mod:`nemo_gym.rollout_collection` wraps them as console commands.
 from __future__ import annotations
 
 import asyncio
+import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 from nemo_gym.collection.collection_io import AGENT_KIND
@@ -68,16 +70,39 @@ def aggregate_command(argv: list[str]) -> int:
     return 0
 
 
+def prepared_split(argv: list[str], settings: E2ERolloutCollectionConfig) -> Path:
+    """The collated ``<split>.jsonl`` of the config's agent datasets, prepared as NeMo Gym does it:
+    ``ng_prepare_data +mode=train_preparation`` into ``<output stem>/preprocessed_datasets`` (kept
+    when ``reuse_existing_data_preparation`` and the file exists)."""
+    folder = Path(settings.output_jsonl_fpath).with_suffix("") / "preprocessed_datasets"
+    prepared = folder / f"{settings.split}.jsonl"
+    if settings.reuse_existing_data_preparation and prepared.exists():
+        print(f"Reusing the prepared {settings.split} data at {prepared}", flush=True)
+        return prepared
+    # ng_prepare_data is an application command (a layer above this one): run it as one.
+    command = "from nemo_gym.tools.prepare_data import ng_prepare_data; ng_prepare_data()"
+    options = ["+mode=train_preparation", f"++output_dirpath={folder}", "++should_download=true"]
+    done = subprocess.run([sys.executable, "-c", command, *argv, *options], check=False)
+    if done.returncode != 0:
+        raise ConfigError(
+            f"+split={settings.split}: preparing the data failed (ng_prepare_data exit {done.returncode}, above)"
+        )
+    if not prepared.exists():
+        raise ConfigError(
+            f"+split={settings.split}: no agent in this config lists a dataset of type {settings.split} "
+            f"(nothing at {prepared}); add one to an agent's datasets, or pass +input_jsonl_fpath"
+        )
+    return prepared
+
+
 def e2e_command(argv: list[str]) -> int:
     """``ng_e2e_collect_rollouts``: start the stack from ``config_paths``, collect, stop it."""
     from nemo_gym.launch.launcher import StackHandle
 
     config = load_config(argv)
     if config.get("split") is not None and not config.get("input_jsonl_fpath"):
-        split = E2ERolloutCollectionConfig.from_config(config).split
-        raise ConfigError(
-            f"+split={split}: prepare that split first (ng_prepare_data ... +mode=train_preparation "
-            f"+output_dirpath=DIR) and pass +input_jsonl_fpath=DIR/{split}.jsonl"
+        config["input_jsonl_fpath"] = str(
+            prepared_split(argv, E2ERolloutCollectionConfig.from_config(config))
         )
     agents = [i.name for i in server_instances(config).values() if i.kind == AGENT_KIND]
     if not config.get("agent_name") and len(agents) == 1:
