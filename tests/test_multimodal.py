@@ -66,6 +66,19 @@ def test_media_parts_become_chat_parts_unchanged() -> None:
         {"type": "video_url", "video_url": {"url": "file:///data/d.mp4"}},
     ]
     assert messages[1]["content"] == "plain"  # text-only content stays a string
+    screenshot = [{"type": "input_text", "text": "clicked"}, {"type": "input_image", "image_url": PNG}]
+    tool_turn = {
+        "input": [
+            {"type": "function_call", "call_id": "c1", "name": "click", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "c1", "output": screenshot},
+        ]
+    }
+    tool_message = responses_to_chat_request(tool_turn)["messages"][1]
+    assert tool_message == {
+        "role": "tool",
+        "tool_call_id": "c1",
+        "content": [{"type": "text", "text": "clicked"}, {"type": "image_url", "image_url": {"url": PNG}}],
+    }
 
     limited = {
         "input": [

@@ -148,7 +148,8 @@ def _input_items_to_messages(
             messages.append(turn.to_message(think_tags))
             turn = None
         if kind == "function_call_output":
-            content = _text_of(item["output"], where)
+            # A tool may answer with images (a screenshot): they ride in the tool message as parts.
+            content = _content_of(item["output"], where, media)
             messages.append({"role": "tool", "tool_call_id": item["call_id"], "content": content})
         elif not from_model:
             messages.append(

@@ -296,8 +296,11 @@ function renderItem(item) {
   }
   if (type === "function_call")
     return `<div class="item function_call"><div class="role">tool call · ${esc(item.name)}</div><pre>${esc(prettyJson(item.arguments || ""))}</pre></div>`;
-  if (type === "function_call_output")
-    return `<div class="item function_call_output"><div class="role">tool output</div><pre>${esc(prettyJson(typeof item.output === "string" ? item.output : JSON.stringify(item.output)))}</pre></div>`;
+  if (type === "function_call_output") {
+    const body = Array.isArray(item.output) ? renderContent(item.output)
+      : `<pre>${esc(prettyJson(typeof item.output === "string" ? item.output : JSON.stringify(item.output)))}</pre>`;
+    return `<div class="item function_call_output"><div class="role">tool output</div>${body}</div>`;
+  }
   return `<div class="item"><div class="role">${esc(type)}</div><pre>${esc(JSON.stringify(item, null, 2))}</pre></div>`;
 }
 const HIDDEN_FIELDS = new Set(["responses_create_params", "response", "agent_ref"]);
