@@ -44,8 +44,8 @@ from nemo_gym.models.chat_backend import (
     is_context_length_error,
 )
 from nemo_gym.models.chat_stream import ChatCompletionAccumulator, ResponsesEventStream
-from nemo_gym.models.streaming import stream_chat_completion, stream_responses
 from nemo_gym.models.media import MediaLimitError, MediaLimits, check_chat_media
+from nemo_gym.models.streaming import stream_chat_completion, stream_responses
 from nemo_gym.serving.server import HTTPError, ServerRef
 from nemo_gym.serving.sse import EventStreamResponse, SSEParser, relay_events, sse_bytes
 from nemo_gym.serving.upstream import (
