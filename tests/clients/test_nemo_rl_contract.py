@@ -35,16 +35,17 @@ from nemo_gym.server_utils import BaseServerConfig, ServerClient
 from nemo_gym.serving.server import HTTPError
 from nemo_gym.testing import running_app, running_server
 
-ROUTES = [[[3, 7]], [[1, 2]]]  # tokens x layers x top-k, as vLLM's enable_return_routed_experts gives
+ROUTES = [[[3, 7]], [[1, 2]]]
+SEEN_ROLLOUT_IDS: list[
+    str | None
+] = []  # tokens x layers x top-k, as vLLM's enable_return_routed_experts gives
 
 
 class TrainerFacingAgent(SimpleResponsesAPIAgent):
     """Answers like an environment with multi-reward verify, a masked sample and MoE token data."""
 
-    seen_rollout_ids: list[str | None] = []
-
     async def run(self, body: dict[str, Any]) -> dict[str, Any]:
-        type(self).seen_rollout_ids.append(self.rollout_id)
+        SEEN_ROLLOUT_IDS.append(self.rollout_id)
         if body.get("fail"):
             raise HTTPError(500, "the sandbox died: out of memory")
         item = {
@@ -126,7 +127,7 @@ def test_rows_results_and_errors_as_nemo_rl_reads_them(head: BaseServerConfig) -
         attach_trajectory_record(row, result)
         assert result["ng_trajectory"]["rollout_id"] == row[ROLLOUT_ID_KEY_NAME]
         assert result["ng_trajectory"]["model_calls"][0]["token_stats"]["completion_tokens"] == 1
-    assert {"sabc-0", "sabc-1"} <= set(TrainerFacingAgent.seen_rollout_ids)  # the id on the wire
+    assert {"sabc-0", "sabc-1"} <= set(SEEN_ROLLOUT_IDS)  # the id on the wire
 
     (error,) = errors
     assert isinstance(error, RolloutFailedError) and error.status == 500
