@@ -523,7 +523,8 @@ class BaseServer(BaseModel):
             # A config mistake: one line per problem naming the server and the field, no traceback.
             name = os.environ.get(ENV_INSTANCE_NAME, cls.__name__)
             for error in exc.errors():
-                where = ".".join(str(p) for p in error["loc"])
+                loc = error["loc"][1:] if error["loc"][:1] == ("config",) else error["loc"]
+                where = ".".join(str(p) for p in loc)
                 message = str(error["msg"]).removeprefix("Value error, ")
                 sys.stderr.write(f"config error: {name}: {where + ': ' if where else ''}{message}\n")
             sys.exit(2)
