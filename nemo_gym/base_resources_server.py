@@ -32,13 +32,14 @@ import inspect
 import typing
 from collections.abc import Callable
 from enum import Enum
-from typing import Annotated, Any, ClassVar, TypeVar
+from typing import Annotated, Any, ClassVar, Generic, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, WrapSerializer, WrapValidator
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, WrapSerializer, WrapValidator
 from starlette.requests import Request
 from starlette.routing import Route
 
 from nemo_gym.config_types import AggregateMetrics, AggregateMetricsRequest
+from nemo_gym.episode_types import EpisodeId, TaskId
 from nemo_gym.openai_utils import NeMoGymResponse, NeMoGymResponseCreateParamsNonStreaming
 from nemo_gym.response_items import create_params_shape_errors, response_shape_errors
 from nemo_gym.serving.protocol import MCP_METADATA_KEY, MCP_SESSION_TOKEN_HEADER, RESERVED_MCP_TOOL_NAMES  # noqa: F401
@@ -160,6 +161,69 @@ class BaseMultiRewardVerifyResponse(BaseVerifyResponse):
     reward_components: dict[str, float]  # type: ignore[assignment]
 
 
+class MCPServerMetadata(BaseModel):
+    """What a client needs to reach one rollout's tools over MCP (the seed answer's ``mcp`` key)."""
+
+    server_name: str
+    url_path: str = "/mcp"
+    transport: str = "http"
+    headers: dict[str, str]
+
+
+class ResourcesSeedSessionRequest(BaseModel):
+    """An Environment Server's seed: state opened under a caller-chosen ``resources_session_id``.
+
+    Seeding the same id for the same episode again returns the existing session.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    resources_session_id: str = Field(min_length=1)
+    episode_id: EpisodeId
+    task_id: TaskId
+    task_data: dict[str, JsonValue]
+
+
+class ResourcesSeedSessionResponse(BaseModel):
+    """The seeded ``resources_session_id`` and, optionally, how the agent reaches tools or a sandbox."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    resources_session_id: str
+    resources_tools: MCPServerMetadata | None = None
+    sandbox_access: Any = None
+
+
+VerificationInputT = TypeVar("VerificationInputT")
+
+
+class ResourcesVerifyRequest(BaseModel, Generic[VerificationInputT]):
+    """An environment's typed output sent to a resources server for scoring."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    episode_id: EpisodeId
+    task_id: TaskId
+    verification_input: VerificationInputT
+
+
+class ResourcesCloseSessionRequest(BaseModel):
+    """Close the state seeded under ``resources_session_id`` (``/close_session``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    resources_session_id: str
+    episode_id: EpisodeId
+
+
+class ResourcesCloseSessionResponse(BaseModel):
+    """The closed ``resources_session_id``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    resources_session_id: str
+
+
 def normalize_tool_name(name: str, server_name: str | None = None) -> str:
     """A trajectory's tool-call name without an MCP client's ``mcp__<server>__`` namespace."""
     if not name.startswith("mcp__"):
@@ -215,7 +279,11 @@ class SimpleResourcesServer(BaseServer):
             # same routes ng_run serves, MCP's session-bound seed and /mcp included.
             app.router.routes.extend(r for r in self.routes() if getattr(r, "path", None) != "/")
             return app
-        app.post("/seed_session")(self.seed_session)
+        if type(self).seed_session is SimpleResourcesServer.seed_session:
+            app.post("/seed_session")(self._default_seed)
+        else:
+            app.post("/seed_session")(self.seed_session)
+        app.post("/close_session")(self.close_resources_session)
         app.post("/verify")(verify_route(self))
         app.router.routes.append(
             Route("/aggregate_metrics", self._aggregate_metrics_endpoint(), methods=["POST"])
@@ -239,6 +307,11 @@ class SimpleResourcesServer(BaseServer):
         handlers = [self.seed_session, self.verify, *self.tools().values()]
         return any(_needs_fastapi(handler) for handler in handlers)  # type: ignore[arg-type]
 
+    async def _default_seed(
+        self, body: ResourcesSeedSessionRequest | BaseSeedSessionRequest
+    ) -> ResourcesSeedSessionResponse | BaseSeedSessionResponse:
+        return await self.seed_session(body)  # type: ignore[arg-type]
+
     async def get_reverify_mode(self) -> ReverifyMode:
         """Whether ``/verify`` can score a recorded rollout again (the config's ``REVERIFY_MODE``)."""
         return self.config.REVERIFY_MODE
@@ -252,8 +325,24 @@ class SimpleResourcesServer(BaseServer):
         return AggregateMetrics.model_validate(self._metrics_of(body.verify_responses))
 
     async def seed_session(self, body: BaseSeedSessionRequest) -> BaseSeedSessionResponse:
-        """Open per-rollout state from the row (store it in ``self.session``). Default: nothing."""
+        """Open per-rollout state from the row (store it in ``self.session``). Default: nothing.
+
+        An Environment Server's :class:`ResourcesSeedSessionRequest` gets its
+        ``resources_session_id`` back.
+        """
+        if isinstance(body, ResourcesSeedSessionRequest):
+            return ResourcesSeedSessionResponse(resources_session_id=body.resources_session_id)  # type: ignore[return-value]
         return BaseSeedSessionResponse()
+
+    async def close_resources_session(
+        self, body: ResourcesCloseSessionRequest
+    ) -> ResourcesCloseSessionResponse:
+        """Close state an Environment Server seeded (``/close_session``); the default keeps none.
+
+        An override succeeds for a session already closed or never seeded, and keeps a seed
+        arriving after the close from opening it again.
+        """
+        return ResourcesCloseSessionResponse(resources_session_id=body.resources_session_id)
 
     async def verify(self, body: BaseVerifyRequest) -> BaseVerifyResponse:
         """Score the rollout: return the request plus ``reward`` (and any diagnostics)."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from omegaconf import DictConfig, OmegaConf
 from pydantic import BaseModel, ConfigDict
@@ -65,6 +65,18 @@ class GlobalConfigDictParserConfig(BaseModel):
     skip_load_from_cli: bool = False
     skip_load_from_dotenv: bool = False
     hide_secrets: bool = False
+    # Accepted for NeMo Gym's signature: composing never reaches the network here.
+    offline: bool = False
+
+    # What NeMo Gym's tests merge in to compose a stack without a policy model.
+    NO_MODEL_GLOBAL_CONFIG_DICT: ClassVar[DictConfig] = DictConfig(
+        {
+            "policy_base_url": "",
+            "policy_api_key": "",
+            "policy_model_name": "",
+            "policy_model": {"responses_api_models": {"dummy_model": {"entrypoint": "app.py"}}},
+        }
+    )
 
     def load(self) -> dict[str, Any]:
         """The composed config as a plain dict."""
@@ -132,3 +144,11 @@ def find_open_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+class GlobalConfigDictParser:
+    """NeMo Gym's config composer: ``GlobalConfigDictParser().parse(GlobalConfigDictParserConfig(...))``."""
+
+    def parse(self, parse_config: GlobalConfigDictParserConfig | None = None) -> DictConfig:
+        """The composed config (see :meth:`GlobalConfigDictParserConfig.load`) as a ``DictConfig``."""
+        return OmegaConf.create((parse_config or GlobalConfigDictParserConfig()).load())

@@ -193,7 +193,13 @@ def verify_route(server: Any) -> Any:
     produces, so a recorded rollout replayed through ``/verify`` is scored afresh), calls
     ``verify``, and frees the rollout's ``self.session`` state afterwards.
     """
+    import inspect
+
     from nemo_gym.serving.request_guard import parse_json_object
+
+    # A verify that also takes the ``Request`` (NeMo Gym's FastAPI binding) gets it first.
+    params = [p for p in inspect.signature(server.verify).parameters.values() if p.name != "self"]
+    takes_request = len(params) > 1
 
     async def verify(request: Request) -> Response:
         try:
@@ -207,6 +213,8 @@ def verify_route(server: Any) -> Any:
         except ValidationError as exc:
             return json_response(validation_error_body(exc, server.name), 422)
         try:
+            if takes_request:
+                return json_response(await server.verify(request, body))
             return json_response(await server.verify(body))
         finally:
             session_id = _current_session_id.get()

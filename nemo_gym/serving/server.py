@@ -222,6 +222,12 @@ def body_model(handler: Callable[..., Any]) -> type[BaseModel] | None:
         except Exception:  # noqa: BLE001 - unresolvable forward refs: try the next candidate
             continue
         params = [p for p in inspect.signature(candidate).parameters.values() if p.name != "self"]
+        # A ``Request`` parameter (NeMo Gym's FastAPI style) is not the body.
+        params = [
+            p
+            for p in params
+            if not (inspect.isclass(hints.get(p.name)) and issubclass(hints[p.name], Request))
+        ]
         hint = hints.get(params[0].name) if params else None
         if inspect.isclass(hint) and issubclass(hint, BaseModel):
             return hint
@@ -264,13 +270,13 @@ class BaseServer(BaseModel):
         if isinstance(config, BaseModel) and not isinstance(config, config_class):
             config = config.model_dump()  # a parent config class's instance: revalidate its fields
         super().__init__(config=config if config is not None else {}, server_client=server_client, **data)
-
-    def model_post_init(self, context: Any, /) -> None:
-        """Open the session store; a server built without a client gets one for ``ng_run``'s head server."""
+        # Here rather than in model_post_init: NeMo Gym servers override that without calling
+        # the parent's.
         object.__setattr__(
             self, "sessions", SessionStore(self.config.session_ttl_s, self.config.max_sessions)
         )
         if self.server_client is None:
+            # A server built without a client gets one for ng_run's head server.
             from nemo_gym.serving.server_client import NeMoGymServerClient
 
             object.__setattr__(self, "server_client", NeMoGymServerClient.from_env())
