@@ -165,7 +165,7 @@ class CollectionRun:
             scan = scan_results(paths.output)
             if scan.torn_line_dropped:
                 warn(
-                    f"{paths.output}: dropped a cut-off last line (a write interrupted by a kill); it is rerun"
+                    f"{paths.output}: dropped a cut-off last line (a write interrupted by a kill or a full disk); it is rerun"
                 )
             if scan.duplicates:
                 dropped = drop_duplicate_results(paths.output)

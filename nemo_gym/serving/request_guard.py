@@ -242,7 +242,7 @@ class RequestGuard:
                 if held:
                     held_body.append(message.get("body", b""))
                     if last:
-                        await _send_redacted(send, held[0], b"".join(held_body))
+                        await _send_redacted(send, held[0], b"".join(held_body), self.server_name)
                     return
             await send(message)
 
@@ -270,9 +270,17 @@ class RequestGuard:
             await send_json_error(send, 500, f"{type(exc).__name__}: {exc}", self.server_name)
 
 
-async def _send_redacted(send: Send, start: Message, raw: bytes) -> None:
+async def _send_redacted(send: Send, start: Message, raw: bytes, server_name: str) -> None:
     hidden = redact_bytes(raw)
     headers = start.get("headers", [])
+    kind = next((v for k, v in headers if k.lower() == b"content-type"), b"")
+    if not kind.split(b";", 1)[0].strip().endswith(b"json") and start["status"] != 499:
+        # An error in plain text (a mounted app's, a library's own answer): every error a client
+        # gets from us is JSON naming the server.
+        text = hidden.decode("utf-8", "replace")[:2000] or f"HTTP {start['status']}"
+        hidden = orjson.dumps({"error": text, "server": server_name})
+        headers = [(k, v) for k, v in headers if k.lower() != b"content-type"]
+        headers.append((b"content-type", b"application/json"))
     if hidden is not raw:
         headers = [(k, v) for k, v in headers if k.lower() != b"content-length"]
         headers.append((b"content-length", str(len(hidden)).encode()))
