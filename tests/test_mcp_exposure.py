@@ -12,13 +12,16 @@ from typing import Any
 
 import httpx
 import pytest
+from fastapi import Request
 from mcp import ClientSession
 from mcp.client.streamable_http import create_mcp_http_client, streamable_http_client
 from mcp.types import CallToolResult
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from nemo_gym.base_resources_server import (
     BaseResourcesServerConfig,
+    BaseSeedSessionRequest,
+    BaseSeedSessionResponse,
     BaseVerifyRequest,
     BaseVerifyResponse,
     SimpleResourcesServer,
@@ -29,6 +32,7 @@ from nemo_gym.mcp_auto_exposure import (
     maybe_auto_expose,
     normalize_tool_name,
 )
+from nemo_gym.server_utils import SESSION_ID_KEY
 from nemo_gym.testing import running_server
 
 
@@ -256,3 +260,61 @@ def test_verify_scores_namespaced_tool_names_bare_and_keeps_them_in_the_answer()
         answer = httpx.post(base + "/verify", json={**ROW, "response": {"output": output}}).json()
     assert answer["reward"] == 1.0 and answer["called_tool"] is True
     assert answer["response"]["output"][0]["name"] == "mcp__weather__get_weather"
+
+
+class NeMoGymStyleWeather(SimpleResourcesServer):
+    """Written the way NeMo Gym's environments are: a FastAPI app extended in ``setup_webserver``,
+    handlers taking ``Request``, state keyed by ``request.session[SESSION_ID_KEY]``."""
+
+    config: BaseResourcesServerConfig
+    calls_by_session: dict[str, list[str]] = Field(default_factory=dict)
+
+    def setup_webserver(self) -> Any:
+        app = super().setup_webserver()
+        app.post("/get_weather")(self.get_weather)
+        return app
+
+    async def seed_session(self, request: Request, body: BaseSeedSessionRequest) -> BaseSeedSessionResponse:
+        self.calls_by_session[request.session[SESSION_ID_KEY]] = []
+        return BaseSeedSessionResponse()
+
+    async def get_weather(self, request: Request, body: CityRequest) -> dict[str, str]:
+        """Get the weather of a city."""
+        self.calls_by_session.setdefault(request.session[SESSION_ID_KEY], []).append(body.city)
+        return {"weather": f"sunny in {body.city}"}
+
+    async def verify(self, body: BaseVerifyRequest) -> BaseVerifyResponse:
+        calls = self.calls_by_session.get(self.session_id or "", [])
+        return BaseVerifyResponse(**body.model_dump(), reward=float(calls == ["Oslo"]))
+
+
+class CityRequest(BaseModel):
+    """Arguments of `get_weather`."""
+
+    city: str
+
+
+def test_a_nemo_gym_style_server_shares_request_session_with_mcp():
+    server = NeMoGymStyleWeather(config=BaseResourcesServerConfig(name="ngw", expose_tools_over_mcp=True))
+
+    async def go(base: str) -> None:
+        async with httpx.AsyncClient() as one, httpx.AsyncClient() as two:
+            headers = await seed(one, base)
+            await seed(two, base)
+            async with mcp_session(base + "/mcp", headers) as session:
+                tools = (await session.list_tools()).tools
+                assert [t.name for t in tools] == ["get_weather"]
+                assert tools[0].inputSchema["required"] == ["city"]
+                result = await session.call_tool("get_weather", {"city": "Oslo"})
+                assert result.structuredContent == {"weather": "sunny in Oslo"}
+                bad = await session.call_tool("get_weather", {"town": "Oslo"})
+                assert bad.isError and "city" in text(bad)
+            assert (await one.post(base + "/verify", json={**ROW, "response": {"output": []}})).json()[
+                "reward"
+            ] == 1.0
+            assert (await two.post(base + "/verify", json={**ROW, "response": {"output": []}})).json()[
+                "reward"
+            ] == 0.0
+
+    with running_server(server) as base:
+        asyncio.run(go(base))

@@ -27,7 +27,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from nemo_gym.serving.error_answers import error_response, json_response, validation_error_body
-from nemo_gym.serving.protocol import SESSION_COOKIE
+from nemo_gym.serving.protocol import SESSION_COOKIE, SESSION_SCOPE_KEY
 from nemo_gym.serving.request_context import _current_session_id
 from nemo_gym.serving.request_guard import HTTPError
 
@@ -55,7 +55,11 @@ class SessionIdMiddleware:
         session = scope["session"]
         # Assigned every time (not setdefault): starlette re-sends the cookie only for a
         # session marked modified, and a caller without a cookie jar needs it each answer.
-        session[SESSION_ID_KEY] = session.get(SESSION_ID_KEY) or uuid.uuid4().hex
+        # An in-process call (an MCP tool call run through the tool's own route) names its
+        # session in the scope, which nothing from the wire can set.
+        session[SESSION_ID_KEY] = (
+            scope.get(SESSION_SCOPE_KEY) or session.get(SESSION_ID_KEY) or uuid.uuid4().hex
+        )
         token = _current_session_id.set(session[SESSION_ID_KEY])
         try:
             await self.app(scope, receive, send)

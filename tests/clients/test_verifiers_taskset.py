@@ -40,18 +40,10 @@ from mcp import ClientSession
 from mcp.client.streamable_http import create_mcp_http_client, streamable_http_client
 from mcp.types import CallToolResult, TextContent, Tool
 
-from nemo_gym.base_resources_server import SimpleResourcesServer
 from nemo_gym.launch.config import project_root
 from nemo_gym.testing import read_jsonl
 
-pytestmark = [
-    pytest.mark.slow,
-    # verifiers hosts the class through NeMo Gym's server-class API ([ENVS] item 1).
-    pytest.mark.skipif(
-        not hasattr(SimpleResourcesServer, "setup_webserver"),
-        reason="NeMo Gym's server-class API (setup_webserver, setup_liveness, setup_exception_middleware) is not here yet",
-    ),
-]
+pytestmark = pytest.mark.slow
 
 HOSTING_SCRIPT = Path(__file__).with_name("verifiers_taskset_server.py")
 REQUEST_TIMEOUT_S = 60.0
