@@ -216,3 +216,22 @@ def _processes_running(pattern: str) -> bool:
     import psutil
 
     return any(pattern in " ".join(p.info["cmdline"] or []) for p in psutil.process_iter(["cmdline"]))
+
+
+async def test_each_local_sandbox_has_its_own_tmp():
+    provider = LocalProvider(default_timeout_s=20)
+    if not provider._private_tmp:
+        pytest.skip("a private /tmp needs a root server on Linux with trees outside /tmp")
+    marker = f"/tmp/ng_private_{os.getpid()}_{time.monotonic_ns()}"
+    spec = SandboxSpec(files={f"{marker}/driver.py": "print('driver ran')"})
+    async with (
+        AsyncSandbox(provider, spec, owns_provider=False) as one,
+        AsyncSandbox(provider, SandboxSpec()) as two,
+    ):
+        await one.start()
+        await two.start()
+        assert (
+            await one.exec(f"python3 {marker}/driver.py && echo one > {marker}/x")
+        ).stdout == "driver ran\n"
+        assert (await two.exec(f"cat {marker}/x || echo absent")).stdout == "absent\n"
+        assert not os.path.exists(marker)  # nothing reached the host's /tmp

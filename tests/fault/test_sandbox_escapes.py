@@ -34,8 +34,9 @@ def provider() -> LocalProvider:
 
 @pytest.fixture
 def open_dir() -> Iterator[Path]:
-    """A host directory every user may read and write (as /tmp is): only the sandbox stops them."""
-    path = Path(tempfile.mkdtemp(prefix="ng_escape_", dir="/tmp"))
+    """A host directory every user may read and write: only the sandbox stops them."""
+    # Not under /tmp: each sandbox has its own /tmp, which would hide the directory altogether.
+    path = Path(tempfile.mkdtemp(prefix="ng_escape_", dir="/var/tmp" if os.path.isdir("/var/tmp") else None))
     path.chmod(0o777)
     yield path
     shutil.rmtree(path, ignore_errors=True)

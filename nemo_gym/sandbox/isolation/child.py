@@ -53,6 +53,8 @@ MARKER = "__NG_SANDBOX__"
 PR_SET_PDEATHSIG = 1
 
 # --- Linux constants -------------------------------------------------------------------------
+CLONE_NEWNS = 0x00020000
+MS_BIND, MS_REC, MS_PRIVATE = 0x1000, 0x4000, 0x40000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWNET = 0x40000000
 CLONE_THREAD = 0x00010000
@@ -239,7 +241,13 @@ def landlock_abi(libc: ctypes.CDLL) -> int:
     return int(version) if version > 0 else 0
 
 
-def apply_landlock(libc: ctypes.CDLL, workdir: str, read_roots: list[str], network: bool = False) -> int:
+def apply_landlock(
+    libc: ctypes.CDLL,
+    workdir: str,
+    read_roots: list[str],
+    network: bool = False,
+    write_roots: tuple[str, ...] = (),
+) -> int:
     """Writes beneath ``workdir`` only, reads beneath ``read_roots`` only (no TCP unless
     ``network``); returns the ABI used."""
     abi = landlock_abi(libc)
@@ -273,7 +281,12 @@ def apply_landlock(libc: ctypes.CDLL, workdir: str, read_roots: list[str], netwo
         raise SandboxSetupError(f"landlock_create_ruleset failed: {_errno_text()}")
     try:
         # Mask with what was handled: a rule may not grant rights the ruleset does not handle.
-        rules = [(workdir, (write_access | FS_READ_ACCESS) & ~(FS_MAKE_CHAR | FS_MAKE_BLOCK))]
+        # Extra write roots are directories of the tree seen through a bind mount (a private /tmp):
+        # Landlock walks the path it is reached by, which passes their inode, not the tree's.
+        rules = [
+            (path, (write_access | FS_READ_ACCESS) & ~(FS_MAKE_CHAR | FS_MAKE_BLOCK))
+            for path in (workdir, *write_roots)
+        ]
         rules.append(("/dev/null", FS_WRITE_FILE | FS_READ_FILE | (FS_TRUNCATE if abi >= 3 else 0)))
         rules += [(root, FS_READ_ACCESS) for root in read_roots]
         for path, access in rules:
@@ -413,7 +426,9 @@ def apply_sandbox(job: dict[str, Any]) -> dict[str, Any]:
     libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
     no_new_privs = libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0
     if no_new_privs and job.get("use_landlock", True):
-        layers["landlock_abi"] = apply_landlock(libc, job["workdir"], job.get("read_roots") or ["/"], network)
+        layers["landlock_abi"] = apply_landlock(
+            libc, job["workdir"], job.get("read_roots") or ["/"], network, tuple(job.get("write_roots") or ())
+        )
     if no_new_privs and job.get("use_seccomp", True):
         layers["seccomp"] = apply_seccomp(
             libc,
@@ -446,6 +461,8 @@ def _read_job() -> dict[str, Any]:
     while chunk := os.read(0, 1 << 20):
         chunks.append(chunk)
     job: dict[str, Any] = json.loads(b"".join(chunks))
+    if job.get("private_tmp"):
+        layers_private_tmp(job["private_tmp"])
     if job.get("run_as"):
         uid, gid = job["run_as"]
         os.setgroups([])
@@ -456,6 +473,19 @@ def _read_job() -> dict[str, Any]:
     os.dup2(fd, 0)
     os.close(fd)
     return job
+
+
+def layers_private_tmp(source: str) -> None:
+    """Give this process (and what it starts) its own ``/tmp``: ``source`` bind-mounted there in a
+    new, private mount namespace (needs CAP_SYS_ADMIN: the runner asks only when it is root)."""
+    libc = _libc()
+    libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_void_p]
+    if libc.unshare(CLONE_NEWNS) != 0:
+        raise OSError(ctypes.get_errno(), f"unshare(CLONE_NEWNS) failed: {_errno_text()}")
+    if libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None) != 0:
+        raise OSError(ctypes.get_errno(), f"making mounts private failed: {_errno_text()}")
+    if libc.mount(source.encode(), b"/tmp", None, MS_BIND | MS_REC, None) != 0:
+        raise OSError(ctypes.get_errno(), f"bind-mounting the private /tmp failed: {_errno_text()}")
 
 
 def _die_with_parent(parent_pid: int, how: int) -> None:
@@ -497,7 +527,11 @@ def _supervise(run: dict[str, Any]) -> int:
 
 def main() -> int:
     """Read the job, confine this process, run it; returns the exit status."""
-    job = _read_job()
+    try:
+        job = _read_job()
+    except (OSError, ValueError) as exc:
+        _report(f"sandbox setup failed: {exc}")
+        return EXIT_SANDBOX_FAILURE
     run = job["run"]
     harness = None
     if run["kind"] == "python":

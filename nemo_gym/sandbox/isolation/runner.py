@@ -89,7 +89,8 @@ class Confinement:
     ``allow_chmod``: mode changes (granted only to an unprivileged user, whose ownership already
     limits them to its own files). ``use_*`` switch a layer off for machines where it misbehaves;
     ``require`` names layers whose absence must fail the run (``netns``, ``landlock_abi``,
-    ``seccomp``).
+    ``seccomp``). ``private_tmp``: the run sees ``<workdir>/.tmp`` as ``/tmp`` (a mount namespace;
+    the runner must be root).
     """
 
     network: bool = False
@@ -100,6 +101,7 @@ class Confinement:
     use_seccomp: bool = True
     require: tuple[str, ...] = ()
     read_roots: tuple[str, ...] = ()
+    private_tmp: bool = False
 
 
 @dataclass(frozen=True)
@@ -195,6 +197,9 @@ async def run_confined(
         "run_as": list(run_as) if run_as is not None else None,
         "run": run,
     }
+    if confinement.private_tmp:
+        private = os.path.join(workdir, ".tmp")
+        job["private_tmp"], job["write_roots"] = private, [private]
     started = time.monotonic()
     proc = await asyncio.create_subprocess_exec(
         python or sys.executable,

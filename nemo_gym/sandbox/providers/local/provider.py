@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import logging
 import os
 import posixpath
 import shutil
@@ -57,6 +58,8 @@ from nemo_gym.sandbox.providers.base import (
     SandboxSpec,
     SandboxStatus,
 )
+
+logger = logging.getLogger("nemo_gym.sandbox")
 
 # Not the command's exit status: the sandbox could not run it to the end.
 SANDBOX_RUNTIME_RETURN_CODE = 125
@@ -111,7 +114,9 @@ class LocalProvider:
             raise ValueError(f"local sandbox concurrency must be >= 1, got {concurrency}")
         if not os.path.isabs(shell) or not os.access(shell, os.X_OK):
             raise ValueError(f"local sandbox shell {shell!r} is not an executable absolute path")
-        root = Path(workspace_root or Path(tempfile.gettempdir()) / "nemo_gym_sandbox_trees").expanduser()
+        # Not under /tmp by default: each sandbox gets its own /tmp, which would hide the trees.
+        default_parent = "/var/tmp" if os.path.isdir("/var/tmp") else tempfile.gettempdir()
+        root = Path(workspace_root or Path(default_parent) / "nemo_gym_sandbox_trees").expanduser()
         root.mkdir(parents=True, exist_ok=True)
         # The unprivileged user must traverse to its tree; the tree itself is its own.
         with contextlib.suppress(OSError):
@@ -127,6 +132,13 @@ class LocalProvider:
         unprivileged = self._run_as is not None or os.geteuid() != 0
         self._extra_read_roots = tuple(extra_read_roots)
         self._require = tuple(require_layers)
+        # Each sandbox sees its own /tmp (a bind mount in a private mount namespace): needs root.
+        self._private_tmp = (
+            os.geteuid() == 0
+            and sys.platform.startswith("linux")
+            and not (self._root + "/").startswith("/tmp/")
+        )
+        self._warned_user = False
         self._confinement = {
             net: Confinement(
                 network=net,
@@ -134,6 +146,7 @@ class LocalProvider:
                 allow_chmod=unprivileged,
                 require=self._require,
                 read_roots=tuple(read_roots(self._python, self._extra_read_roots, shell=True, network=net)),
+                private_tmp=self._private_tmp,
             )
             for net in (False, True)
         }
@@ -173,7 +186,7 @@ class LocalProvider:
         env = {
             "PATH": SAFE_PATH,
             "HOME": tree,
-            "TMPDIR": os.path.join(tree, ".tmp"),
+            "TMPDIR": "/tmp" if self._private_tmp else os.path.join(tree, ".tmp"),
             "LANG": "C.UTF-8",
             **spec.env,
         }
@@ -192,8 +205,10 @@ class LocalProvider:
     ) -> SandboxExecResult:
         """Run ``shell -c command`` confined to the tree; the deadline kills the whole group."""
         inst = self._live(handle)
-        if user is not None:
-            raise ValueError("the local sandbox provider runs every command as its one unprivileged user")
+        if user is not None and not self._warned_user:
+            # Running as less than asked is safe; a command that truly needs root fails visibly.
+            self._warned_user = True
+            logger.warning("local sandbox: user=%r ignored; every command runs as the sandbox's user", user)
         if inst.paused:
             raise RuntimeError(f"sandbox {handle.sandbox_id} is paused; resume() it first")
         timeout = float(timeout_s if timeout_s is not None else self._default_timeout_s)
@@ -317,13 +332,16 @@ class LocalProvider:
         if not path.startswith("/"):
             return path
         normalized = posixpath.normpath(path)
+        if self._private_tmp and (normalized == "/tmp" or normalized.startswith("/tmp/")):
+            return ".tmp" + normalized[len("/tmp") :]
         for base in (inst.tree, inst.alias):
             if base and (normalized == base or normalized.startswith(base.rstrip("/") + "/")):
                 return normalized[len(base) :].lstrip("/")
         raise TreeEscapeError(
             13,
             f"{path!r} is outside the local sandbox's working tree"
-            + (f" (paths beneath {inst.alias} map into it)" if inst.alias else " (use a relative path)"),
+            + (f" (paths beneath {inst.alias} map into it)" if inst.alias else " (use a relative path)")
+            + (" or its private /tmp" if self._private_tmp else ""),
         )
 
     def _parts(self, inst: _LocalSandbox, path: str) -> list[str]:
