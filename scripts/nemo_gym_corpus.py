@@ -55,6 +55,8 @@ DEFAULT_CACHE = Path(os.environ.get("NEMO_GYM_CORPUS_CACHE", Path.home() / ".cac
 # Requirements never installed by the corpus run: the GPU stacks ``gym env pull`` also leaves
 # out, and unbabel-comet (it pulls torch).
 HEAVY_REQUIREMENTS = GPU_REQUIREMENTS | {"tensorrt", "unbabel-comet"}
+# Trees of the wheel besides the server folders that folders import from.
+SHARED_TREES = ("benchmarks", "environment_servers", "environments")
 
 # The classification rule. A folder "needs" something when any file in it (code, config,
 # requirements) matches one of these patterns; the matching pattern is reported as the reason.
@@ -179,36 +181,48 @@ def prepare_scratch(wheel_root: Path, scratch: Path, folders: list[tuple[str, st
     """Copy the folders into ``scratch/<kind>/<name>``, importable as ``<kind>.<name>``.
 
     Each kind directory gets an ``__init__.py`` so that it wins over a same-named package of
-    this repository further down ``sys.path``.
+    this repository further down ``sys.path``. The wheel's shared trees that folders import
+    (helper packages without an ``app.py`` such as ``resources_servers/gymnasium``,
+    ``benchmarks/``, ``environment_servers/``) are copied too.
     """
     scratch.mkdir(parents=True, exist_ok=True)
     (scratch / "pytest.ini").write_text(PYTEST_INI)
-    for kind, name in folders:
+    ignore = shutil.ignore_patterns(".venv", "__pycache__")
+    copies = list(folders)
+    for kind in KINDS:
+        base = wheel_root / kind
+        if base.is_dir():
+            copies += [(kind, p.name) for p in base.iterdir() if p.is_dir() and not (p / "app.py").exists()]
+    for kind, name in copies:
         (scratch / kind).mkdir(exist_ok=True)
         (scratch / kind / "__init__.py").touch()
         dest = scratch / kind / name
         if dest.exists():
             shutil.rmtree(dest)
-        shutil.copytree(wheel_root / kind / name, dest, ignore=shutil.ignore_patterns(".venv", "__pycache__"))
+        shutil.copytree(wheel_root / kind / name, dest, ignore=ignore)
+    for tree in SHARED_TREES:
+        if (wheel_root / tree).is_dir() and not (scratch / tree).exists():
+            shutil.copytree(wheel_root / tree, scratch / tree, ignore=ignore)
 
 
-def layered_venv(cache_dir: Path, reqs: list[str], timeout: float) -> tuple[Path | None, str]:
+def layered_venv(
+    cache_dir: Path, reqs: list[str], timeout: float, below: list[str] | None = None
+) -> tuple[Path | None, str]:
     """A virtual environment holding ``reqs`` on top of the current one (cached by content).
 
-    The current environment's site-packages are appended through a ``.pth`` file, so pip
-    installs only what is missing and nothing in the current environment changes.
-    Returns ``(python, "")`` or ``(None, reason)``.
+    The site-packages of ``below`` (another layered venv) and of the current environment are
+    appended through a ``.pth`` file, so pip installs only what is missing and nothing below
+    changes. Returns ``(python, "")`` or ``(None, reason)``.
     """
-    key = hashlib.sha256("\n".join(sorted(reqs)).encode()).hexdigest()[:16]
+    layers = [*(below or []), *(p for p in sys.path if p.endswith("site-packages") and Path(p).is_dir())]
+    key = hashlib.sha256("\n".join([*sorted(reqs), "--", *layers]).encode()).hexdigest()[:16]
     venv = cache_dir / "venvs" / key
     python = venv / "bin" / "python"
     if (venv / ".complete").is_file():
         return python, ""
     shutil.rmtree(venv, ignore_errors=True)
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
-    site = next((venv / "lib").glob("python*/site-packages"))
-    ours = [p for p in sys.path if p.endswith("site-packages") and Path(p).is_dir()]
-    (site / "_nemo_gym_corpus_base.pth").write_text("\n".join(ours) + "\n")
+    (site_packages(venv) / "_nemo_gym_corpus_layers.pth").write_text("\n".join(layers) + "\n")
     proc = subprocess.run(
         [str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q", *reqs],
         capture_output=True,
@@ -220,6 +234,94 @@ def layered_venv(cache_dir: Path, reqs: list[str], timeout: float) -> tuple[Path
         return None, f"pip install failed: {tail[0][:200] if tail else proc.returncode}"
     (venv / ".complete").touch()
     return python, ""
+
+
+def site_packages(venv: Path) -> Path:
+    """A venv's site-packages folder."""
+    return next((venv / "lib").glob("python*/site-packages"))
+
+
+# NeMo Gym's folders list ``-e nemo-gym[dev]`` as a requirement: NeMo Gym's own dependencies
+# come with it. Those a folder's code names (by import name) and this environment lacks are
+# installed, once for the whole run, into a base venv the folders' own venvs layer on.
+IMPORT_NAMES = {
+    "pyyaml": "yaml",
+    "hydra-core": "hydra",
+    "pillow": "PIL",
+    "requests-mock": "requests_mock",
+    "mlflow-skinny": "mlflow",
+    "pyjwt": "jwt",
+    "gitpython": "git",
+    "python-multipart": "multipart",
+    "pydantic-core": "pydantic_core",
+    "pytest-asyncio": "pytest_asyncio",
+    "pytest-xdist": "xdist",
+    "pytest-cov": "pytest_cov",
+}
+
+
+def nemo_gym_dependencies(wheel_root: Path) -> dict[str, list[str]]:
+    """The wheel's ``Requires-Dist``: ``{"": core, "<extra>": that extra's}`` requirement lines."""
+    import email.parser
+
+    dist_info = next(wheel_root.glob("nemo_gym-*.dist-info"), None)
+    if dist_info is None:
+        return {}
+    meta = email.parser.Parser().parsestr((dist_info / "METADATA").read_text(errors="replace"))
+    out: dict[str, list[str]] = {}
+    for line in meta.get_all("Requires-Dist") or []:
+        spec, _, marker = line.partition(";")
+        extra = re.search(r"extra\s*==\s*[\"']([^\"']+)", marker)
+        if requirement_name(spec) != "nemo-gym":
+            out.setdefault(extra.group(1) if extra else "", []).append(spec.strip())
+    return out
+
+
+# Development tools of NeMo Gym's ``dev`` extra that no folder's tests need.
+DEV_TOOLS = {"pre-commit", "mypy", "ruff", "coverage", "pytest-cov"}
+# What NeMo Gym's own modules import through its dependencies' dependencies (its metrics
+# import pandas), so its folders use them without listing them.
+TRANSITIVE = ["pandas", "numpy", "requests", "httpx", "huggingface-hub"]
+# Pytest plugins are used by fixture name, not imported.
+FIXTURE_NAMES = {"requests-mock": "requests_mock"}
+
+
+def runtime_requirements(folder: Path, dependencies: dict[str, list[str]]) -> list[str]:
+    """NeMo Gym's dependencies (core, plus the extras its ``nemo-gym[...]`` line names) that the
+    folder's code imports (or, for a pytest plugin, names as a fixture) and that are not
+    installed here at all. A dependency installed at another version is left alone: this
+    package's own pins (openai, ...) win."""
+    text = (
+        (folder / "requirements.txt").read_text(errors="replace")
+        if (folder / "requirements.txt").exists()
+        else ""
+    )
+    extras = {e.strip() for m in re.finditer(r"nemo[-_]gym\[([^\]]*)\]", text) for e in m.group(1).split(",")}
+    candidates = [r for extra in ("", *sorted(extras)) for r in dependencies.get(extra, [])] + TRANSITIVE
+    code = "\n".join(p.read_text(errors="replace") for p in folder.rglob("*.py") if ".venv" not in p.parts)
+    needed = []
+    for req in candidates:
+        dist = requirement_name(req)
+        if dist in DEV_TOOLS:
+            continue
+        if dist in FIXTURE_NAMES:
+            used = re.search(rf"\b{FIXTURE_NAMES[dist]}\b", code)
+        else:
+            module = IMPORT_NAMES.get(dist, dist.replace("-", "_"))
+            used = re.search(rf"^\s*(import|from)\s+{re.escape(module)}\b", code, re.M)
+        if used and not _installed(dist):
+            needed.append(req)
+    return needed
+
+
+def _installed(dist: str) -> bool:
+    from importlib import metadata
+
+    try:
+        metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return False
+    return True
 
 
 def child_env(scratch: Path, allow_network: bool) -> dict[str, str]:
@@ -308,8 +410,14 @@ def run_folder(
     started = time.monotonic()
     folder = scratch / kind / name
     result = FolderResult(kind=kind, name=name, needs=classify_folder(folder))
-    python = Path(sys.executable)
-    missing = unmet_requirements(read_requirements(folder / "requirements.txt"))
+    base_python: Path = opts.base_python or Path(sys.executable)
+    python = base_python
+    provided = {requirement_name(r) for r in opts.base_requirements}
+    missing = [
+        r
+        for r in unmet_requirements(read_requirements(folder / "requirements.txt"))
+        if requirement_name(r) not in provided
+    ]
     result.requirements_missing = missing
     if missing:
         heavy = [r for r in missing if requirement_name(r) in HEAVY_REQUIREMENTS]
@@ -318,7 +426,8 @@ def run_folder(
         elif heavy:
             result.install = f"skipped: GPU-sized requirement {', '.join(heavy)}"
         else:
-            venv_python, reason = layered_venv(cache_dir, missing, opts.install_timeout)
+            below = [str(site_packages(base_python.parent.parent))] if opts.base_python else []
+            venv_python, reason = layered_venv(cache_dir, missing, opts.install_timeout, below)
             result.install = reason or "installed"
             if venv_python is not None:
                 python = venv_python
@@ -430,6 +539,15 @@ def main(argv: list[str] | None = None) -> int:
     scratch = opts.scratch or Path(tempfile.mkdtemp(prefix="nemo_gym_corpus."))
     prepare_scratch(wheel_root, scratch, folders)
     env = child_env(scratch, opts.allow_network)
+    dependencies = nemo_gym_dependencies(wheel_root)
+    base = sorted({r for k, n in folders for r in runtime_requirements(scratch / k / n, dependencies)})
+    opts.base_python, opts.base_requirements = None, base
+    if base and opts.install != "none":
+        print(f"installing NeMo Gym's own dependencies the folders use: {' '.join(base)}", file=sys.stderr)
+        opts.base_python, reason = layered_venv(opts.cache_dir, base, opts.install_timeout)
+        if opts.base_python is None:
+            print(f"  not installed: {reason}", file=sys.stderr)
+            opts.base_requirements = []
     results: list[FolderResult] = []
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, opts.jobs)) as pool:
         futures = [pool.submit(run_folder, k, n, scratch, opts.cache_dir, opts, env) for k, n in folders]
