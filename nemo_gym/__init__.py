@@ -20,13 +20,18 @@ RESULTS_DIR = _WORKING_DIR / "results"
 
 
 def _resolve_under_cwd_or_install(rel_path: "str | _Path") -> _Path:
-    """A path to read: absolute as given; relative, under the working directory if it exists
-    there, else under the project root (``PARENT_DIR``, where the bundled servers live), else as
-    given relative to the working directory (so an error names the user's own location)."""
+    """A path to read: absolute as given; relative, under the first root where it exists: the
+    ``NEMO_GYM_EXTRA_ROOTS`` folders (``os.pathsep``-separated), the working directory, the
+    project root (``PARENT_DIR``, where the bundled servers live); else under the first of
+    those (so an error names the user's own location)."""
+    import os
+
     path = _Path(rel_path)
     if path.is_absolute():
         return path
-    for root in (_Path.cwd(), PARENT_DIR):
+    extra = [_Path(p) for p in os.environ.get("NEMO_GYM_EXTRA_ROOTS", "").split(os.pathsep) if p]
+    roots = [*extra, _Path.cwd(), PARENT_DIR]
+    for root in roots:
         if (root / path).exists():
             return root / path
-    return _Path.cwd() / path
+    return roots[0] / path

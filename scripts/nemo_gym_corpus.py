@@ -332,6 +332,8 @@ def child_env(scratch: Path, allow_network: bool) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(scratch), ours])
     env["PYTHONDONTWRITEBYTECODE"] = "1"
+    # NeMo Gym folders name their own files relative to the project root (prompts/x.yaml ...).
+    env["NEMO_GYM_EXTRA_ROOTS"] = str(scratch)
     if not allow_network:
         # Fail fast instead of hanging on a remote host; loopback stays reachable.
         env.update(

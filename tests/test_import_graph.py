@@ -114,7 +114,9 @@ def test_no_import_runs_up_a_layer() -> None:
 
 def test_top_level_is_the_public_surface_only() -> None:
     top = sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__")
-    assert len(top) <= 24, f"{len(top)} top-level modules: move internals into a subpackage ({top})"
+    # NeMo Gym's environment folders import its public modules by path (nemo_gym.judge,
+    # nemo_gym.verifier_fixture, ...), so each of those has to live at the top level.
+    assert len(top) <= 32, f"{len(top)} top-level modules: move internals into a subpackage ({top})"
     for path in PACKAGE.glob("*.py"):
         first_line = (ast.get_docstring(ast.parse(path.read_text())) or "").strip().splitlines()
         assert first_line and first_line[0], f"{path.name} needs a docstring saying what it is for"

@@ -388,3 +388,46 @@ def test_tool_access_path_utils_and_deliverables(tmp_path: Path) -> None:
     (tmp_path / "history.json").write_text("[]")
     assert is_deliverable(tmp_path / "report.md") and not is_deliverable(tmp_path / "history.json")
     assert not is_deliverable(tmp_path / "missing.txt")
+
+
+def test_rollout_correlation() -> None:
+    import httpx
+
+    from nemo_gym.rollout_correlation import (
+        RolloutContextMiddleware,
+        current_rollout_id,
+        maybe_rollout_id_from_run_body,
+        rollout_context,
+    )
+
+    async def where(request: Request) -> Response:
+        return JSONResponse({"path": request.url.path, "rollout": current_rollout_id()})
+
+    app = RolloutContextMiddleware(Starlette(routes=[Route("/tool", where, methods=["POST"])]))
+    with running_app(app) as url:
+        assert httpx.post(f"{url}/ng-rollout/t3-r1/tool").json() == {"path": "/tool", "rollout": "t3-r1"}
+        assert httpx.post(f"{url}/tool").json() == {"path": "/tool", "rollout": None}
+    assert current_rollout_id() is None
+    with rollout_context("r9"):
+        assert current_rollout_id() == "r9"
+    assert current_rollout_id() is None
+    assert maybe_rollout_id_from_run_body({"_ng_task_index": 3, "_ng_rollout_index": 1}) == "3-1"
+    assert (
+        maybe_rollout_id_from_run_body({"_ng_task_index": 3, "_ng_rollout_index": 1, "_ng_attempt_index": 2})
+        == "3-1-a2"
+    )
+    assert maybe_rollout_id_from_run_body({"_ng_rollout_id": "abc"}) == "abc"
+    assert maybe_rollout_id_from_run_body({"x": 1}) is None and maybe_rollout_id_from_run_body(None) is None
+    with pytest.raises(ValueError, match="_ng_rollout_id must be"):
+        maybe_rollout_id_from_run_body({"_ng_rollout_id": "../x"})
+
+
+def test_files_named_from_the_project_root_are_found_under_extra_roots(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "resources_servers" / "env" / "prompts").mkdir(parents=True)
+    (tmp_path / "resources_servers" / "env" / "prompts" / "p.yaml").write_text("user: '{q}'\n")
+    monkeypatch.setenv("NEMO_GYM_EXTRA_ROOTS", str(tmp_path))
+    found = nemo_gym._resolve_under_cwd_or_install("resources_servers/env/prompts/p.yaml")
+    assert found == tmp_path / "resources_servers/env/prompts/p.yaml"
+    assert load_prompt_config("resources_servers/env/prompts/p.yaml").user == "{q}"
