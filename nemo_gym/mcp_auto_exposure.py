@@ -69,6 +69,7 @@ _NO_BROWSER_CHECKS = TransportSecuritySettings(enable_dns_rebinding_protection=F
 _TOOL_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
 
 __all__ = [
+    "CatchAll",
     "MCPTool",
     "McpExposure",
     "NEMO_GYM_MCP_METADATA_KEY",
@@ -174,6 +175,48 @@ def harvest_app_tools(app: Any) -> list[MCPTool]:
     return harvested
 
 
+class CatchAll:
+    """The one ``POST /{name}`` route of a FastAPI app, handed to ``mcp_tools(harvested, catchall)``.
+
+    ``catchall.tool(name, input_schema, description)`` makes a tool that route answers (NeMo
+    Gym's dispatcher servers keep their per-tool schemas in data): a call posts to ``/<name>``.
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    @classmethod
+    def of(cls, app: Any, server: Any) -> CatchAll | None:
+        """The app's catch-all route, if it has exactly one (two are ambiguous: an error)."""
+        from fastapi.routing import APIRoute
+
+        paths = [
+            r.path
+            for r in app.router.routes
+            if isinstance(r, APIRoute)
+            and "POST" in (r.methods or ())
+            and "{" in r.path
+            and "/" not in r.path[1:]
+        ]
+        if len(paths) > 1:
+            raise ValueError(
+                f"{type(server).__name__} has several catch-all routes {sorted(paths)}; MCP cannot tell which "
+                "answers a tool: keep one, or set expose_tools_over_mcp: false"
+            )
+        return cls(paths[0]) if paths else None
+
+    def tool(
+        self, name: str, input_schema: dict[str, Any] | None = None, description: str | None = None
+    ) -> MCPTool:
+        """A tool named ``name`` answered by the catch-all route."""
+        schema = input_schema or dict(PERMISSIVE_SCHEMA)
+        return MCPTool(
+            name=name,
+            tool=types.Tool(name=name, description=description, inputSchema=schema),
+            path=f"/{name}",
+        )
+
+
 def _body_model_of(endpoint: Callable[..., Any]) -> type[BaseModel] | None:
     try:
         hints = typing.get_type_hints(endpoint)
@@ -225,9 +268,13 @@ class McpExposure:
         """The exposed tools by name: the ``@tool`` methods, or on a FastAPI app (NeMo Gym's
         style) its typed POST routes as they are when first asked (every route added by then)."""
         if self._tools is None:
-            harvested = harvest_app_tools(self._app) if self._app is not None else harvest_tools(self.server)
+            catchall = None
+            if self._app is not None:
+                harvested, catchall = harvest_app_tools(self._app), CatchAll.of(self._app, self.server)
+            else:
+                harvested = harvest_tools(self.server)
             hook = getattr(self.server, "mcp_tools", None)
-            self._tools = _checked(self.server, hook(harvested, None) if hook is not None else harvested)
+            self._tools = _checked(self.server, hook(harvested, catchall) if hook is not None else harvested)
         return self._tools
 
     # ---- /seed_session ----------------------------------------------------------------

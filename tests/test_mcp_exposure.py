@@ -283,8 +283,8 @@ class NeMoGymStyleWeather(SimpleResourcesServer):
         self.calls_by_session.setdefault(request.session[SESSION_ID_KEY], []).append(body.city)
         return {"weather": f"sunny in {body.city}"}
 
-    async def verify(self, body: BaseVerifyRequest) -> BaseVerifyResponse:
-        calls = self.calls_by_session.get(self.session_id or "", [])
+    async def verify(self, request: Request, body: BaseVerifyRequest) -> BaseVerifyResponse:
+        calls = self.calls_by_session.get(request.session[SESSION_ID_KEY], [])
         return BaseVerifyResponse(**body.model_dump(), reward=float(calls == ["Oslo"]))
 
 
@@ -315,6 +315,52 @@ def test_a_nemo_gym_style_server_shares_request_session_with_mcp():
             assert (await two.post(base + "/verify", json={**ROW, "response": {"output": []}})).json()[
                 "reward"
             ] == 0.0
+
+    with running_server(server) as base:
+        asyncio.run(go(base))
+
+
+class Dispatcher(SimpleResourcesServer):
+    """NeMo Gym's dispatcher shape: one ``POST /{path}`` route; the tools' schemas live in data."""
+
+    config: BaseResourcesServerConfig
+    seen: dict[str, list[int]] = Field(default_factory=dict)
+
+    def setup_webserver(self) -> Any:
+        app = super().setup_webserver()
+        app.post("/{path}")(self.route_to_function)
+        return app
+
+    def mcp_tools(self, harvested: list[Any], catchall: Any) -> list[Any]:
+        schema = {"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]}
+        return harvested + [catchall.tool("double", schema, "Double x.")]
+
+    async def route_to_function(self, path: str, body: dict[str, Any], request: Request) -> dict[str, Any]:
+        self.seen.setdefault(request.session[SESSION_ID_KEY], []).append(body["x"])
+        return {"tool": path, "result": body["x"] * 2}
+
+    async def verify(self, request: Request, body: BaseVerifyRequest) -> BaseVerifyResponse:
+        return BaseVerifyResponse(
+            **body.model_dump(), reward=float(sum(self.seen.get(request.session[SESSION_ID_KEY], [])))
+        )
+
+
+def test_catch_all_route_tools_over_mcp():
+    server = Dispatcher(config=BaseResourcesServerConfig(name="dispatch", expose_tools_over_mcp=True))
+
+    async def go(base: str) -> None:
+        async with httpx.AsyncClient() as http:
+            headers = await seed(http, base)
+            async with mcp_session(base + "/mcp", headers) as session:
+                tools = (await session.list_tools()).tools
+                assert [(t.name, t.description) for t in tools] == [("double", "Double x.")]
+                assert (await session.call_tool("double", {"x": 21})).structuredContent == {
+                    "tool": "double",
+                    "result": 42,
+                }
+            assert (await http.post(base + "/verify", json={**ROW, "response": {"output": []}})).json()[
+                "reward"
+            ] == 21
 
     with running_server(server) as base:
         asyncio.run(go(base))
