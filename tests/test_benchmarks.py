@@ -19,8 +19,8 @@ import pytest
 import yaml
 
 from nemo_gym.launch.config import ConfigError, project_root
+from nemo_gym.testing import SCRIPTED_MODEL_CONFIG
 from nemo_gym.tools.benchmarks import (
-    SCRIPTED_MODEL_CONFIG,
     Benchmark,
     format_benchmark_table,
     list_benchmarks,
