@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import dataclasses
+import fcntl
 import hashlib
 import json
 import os
@@ -220,6 +221,18 @@ def layered_venv(
     python = venv / "bin" / "python"
     if (venv / ".complete").is_file():
         return python, ""
+    (cache_dir / "venvs").mkdir(parents=True, exist_ok=True)
+    # Several corpus runs (other sessions, other --folders) share the cache: one builds a given
+    # venv while the others wait for it, instead of deleting it under a running pip.
+    with open(cache_dir / "venvs" / f"{key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (venv / ".complete").is_file():
+            return python, ""
+        return _build_venv(venv, layers, reqs, timeout)
+
+
+def _build_venv(venv: Path, layers: list[str], reqs: list[str], timeout: float) -> tuple[Path | None, str]:
+    python = venv / "bin" / "python"
     shutil.rmtree(venv, ignore_errors=True)
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     (site_packages(venv) / "_nemo_gym_corpus_layers.pth").write_text("\n".join(layers) + "\n")

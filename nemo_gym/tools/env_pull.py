@@ -106,13 +106,13 @@ def unpack_wheel(wheel: Path) -> Path:
     """The wheel unpacked beside itself (``<cache>/nemo_gym-<version>/``), once."""
     version = wheel_version(wheel)
     unpacked = wheel.parent / f"nemo_gym-{version}"
-    if (unpacked / ".complete").is_file():
+    # Extracted beside it and renamed into place: the final name never holds a partial tree,
+    # so a folder of that name is complete, whoever unpacked it.
+    if unpacked.is_dir():
         return unpacked
     staging = Path(tempfile.mkdtemp(prefix=f".nemo_gym-{version}.", dir=wheel.parent))
     with zipfile.ZipFile(wheel) as zf:
         zf.extractall(staging)
-    (staging / ".complete").touch()
-    shutil.rmtree(unpacked, ignore_errors=True)
     try:
         staging.rename(unpacked)
     except OSError:  # another process unpacked it at the same moment
