@@ -43,10 +43,9 @@ class AddRequest(BaseModel):
 
 
 class CounterServer(SimpleResourcesServer):
-    """A per-session counter; `slow` waits until released, `boom` fails."""
+    """A per-session counter; `slow` sleeps, `boom` fails."""
 
     config: BaseResourcesServerConfig
-    release: asyncio.Event | None = None
 
     @tool
     async def add(self, body: AddRequest) -> dict[str, int]:
@@ -212,9 +211,13 @@ def test_request_guard_limits_the_mcp_route():
         assert resp.status_code == 413 and resp.json()["server"] == "small"
 
 
-def test_auth_token_guards_the_mcp_route(monkeypatch: pytest.MonkeyPatch):
+@pytest.mark.parametrize("style", ["ours", "nemo_gym"])
+def test_auth_token_and_host_guard_cover_the_mcp_route(monkeypatch: pytest.MonkeyPatch, style: str):
     monkeypatch.setenv("NEMO_GYM_AUTH_TOKEN", "s3cret-token")
-    with running_server(CounterServer({"name": "authed", "expose_tools_over_mcp": True})) as base:
+    config = BaseResourcesServerConfig(name="authed", expose_tools_over_mcp=True)
+    server = CounterServer(config=config) if style == "ours" else NeMoGymStyleWeather(config=config)
+    tool, arguments = ("add", {"amount": 2}) if style == "ours" else ("get_weather", {"city": "Oslo"})
+    with running_server(server) as base:
         bearer = {"Authorization": "Bearer s3cret-token"}
 
         async def go() -> None:
@@ -224,9 +227,11 @@ def test_auth_token_guards_the_mcp_route(monkeypatch: pytest.MonkeyPatch):
             accept = {"Accept": "application/json, text/event-stream"}
             async with httpx.AsyncClient() as anon:
                 refused = await anon.post(base + "/mcp", json=probe, headers={**accept, **headers})
-                assert refused.status_code == 401
+                assert refused.status_code == 401 and refused.json()["server"] == "authed"
+                rebound = {**accept, **headers, **bearer, "Host": "attacker.example"}
+                assert (await anon.post(base + "/mcp", json=probe, headers=rebound)).status_code == 400
             async with mcp_session(base + "/mcp", {**headers, **bearer}) as session:
-                assert (await session.call_tool("add", {"amount": 2})).structuredContent == {"total": 2}
+                assert not (await session.call_tool(tool, arguments)).isError
 
         asyncio.run(go())
 
