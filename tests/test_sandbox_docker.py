@@ -20,7 +20,7 @@ from nemo_gym.sandbox import AsyncSandbox, SandboxSpec, SandboxStatus
 from nemo_gym.sandbox.lifecycle import LEDGER
 from nemo_gym.sandbox.providers.docker import DockerProvider
 from nemo_gym.sandbox.providers.docker.engine import demultiplex, request_sync, socket_path
-from nemo_gym.serving.server import _current_rollout_id
+from nemo_gym.serving.request_context import _current_rollout_id
 
 
 def _daemon() -> str | None:

@@ -192,7 +192,7 @@ class SandboxLedger:
 
 def current_rollout_id() -> str | None:
     """The rollout id of the request being served (``/ng-rollout/<id>`` prefix), if any."""
-    from nemo_gym.serving.server import _current_rollout_id
+    from nemo_gym.serving.request_context import _current_rollout_id
 
     return _current_rollout_id.get()
 
