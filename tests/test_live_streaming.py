@@ -159,13 +159,20 @@ def test_a_client_that_goes_away_stops_the_generation(engine) -> None:
     }
 
     async def read_a_little() -> None:
-        reader, writer = await asyncio.open_connection(*url.removeprefix("http://").split(":"))
+        host, port = url.removeprefix("http://").split(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
         raw = orjson.dumps(body)
-        head = f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len(raw)}\r\n\r\n"
+        head = (
+            f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}:{port}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(raw)}\r\n\r\n"
+        )
         writer.write(head.encode() + raw)
         seen = b""
         while seen.count(b"data:") < 4:
-            seen += await reader.read(4096)
+            got = await asyncio.wait_for(reader.read(4096), 30)
+            assert got, f"the stream ended early: {seen[:500]!r}"
+            seen += got
+        assert seen.startswith(b"HTTP/1.1 200"), seen[:300]
         writer.close()
 
     asyncio.run(read_a_little())

@@ -13,6 +13,7 @@ finish reason, logprobs and token IDs, so the chunks add up to the non-streaming
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import threading
 import time
@@ -196,14 +197,20 @@ async def stream_chat_completion_live(server: LocalHFModel, body: dict[str, Any]
 
     async def events() -> AsyncIterator[bytes]:
         yield sse_bytes(live.role_chunk(), named=False)
-        async for kind, value in items:
-            if kind == "chunk":
-                yield sse_bytes(value, named=False)
-            elif kind == "done":
-                closing = live.closing_chunks(value, include_usage)
-                yield b"".join(sse_bytes(chunk, named=False) for chunk in closing) + b"data: [DONE]\n\n"
-            else:
-                yield sse_bytes(error_event(f"generation failed: {value}", "server_error"), named=False)
+        async for batch in items:
+            out = []
+            for kind, value in batch:
+                if kind == "chunk":
+                    out.append(sse_bytes(value, named=False))
+                elif kind == "done":
+                    out += [
+                        sse_bytes(chunk, named=False) for chunk in live.closing_chunks(value, include_usage)
+                    ]
+                    out.append(b"data: [DONE]\n\n")
+                else:
+                    error = error_event(f"generation failed: {value}", "server_error")
+                    out.append(sse_bytes(error, named=False))
+            yield b"".join(out)
 
     return EventStreamResponse(events(), cancel)
 
@@ -225,16 +232,17 @@ async def stream_responses_live(server: LocalHFModel, body: dict[str, Any]) -> R
 
     async def events() -> AsyncIterator[bytes]:
         yield b"".join(sse_bytes(event, named=True) for event in stream.start())
-        async for kind, value in items:
-            if kind == "chunk":
-                out = stream.feed(value)
-            elif kind == "done":
-                out = []
-                for chunk in live.closing_chunks(value, include_usage=False):
-                    out += stream.feed(chunk)
-                out += stream.finish(server.bridge.response(value, params))
-            else:
-                out = stream.fail(f"generation failed: {value}", "server_error")
+        async for batch in items:
+            out = []
+            for kind, value in batch:
+                if kind == "chunk":
+                    out += stream.feed(value)
+                elif kind == "done":
+                    for chunk in live.closing_chunks(value, include_usage=False):
+                        out += stream.feed(chunk)
+                    out += stream.finish(server.bridge.response(value, params))
+                else:
+                    out += stream.fail(f"generation failed: {value}", "server_error")
             if out:
                 yield b"".join(sse_bytes(event, named=True) for event in out)
 
@@ -243,22 +251,21 @@ async def stream_responses_live(server: LocalHFModel, body: dict[str, Any]) -> R
 
 async def start_generation(
     server: LocalHFModel, request: ChatRequest
-) -> tuple[LiveChat, AsyncIterator[tuple[str, Any]], Callable[[], None]]:
+) -> tuple[LiveChat, AsyncIterator[list[tuple[str, Any]]], Callable[[], None]]:
     """Prepare ``request`` (its errors raised here, before any event) and start generating it.
 
-    Returns the live chunk maker, the items the generation thread sends (``("chunk", c)`` as
-    tokens arrive, then ``("done", completion)`` or ``("error", text)``), and the function that
-    stops the generation (for a client that went away).
+    Returns the live chunk maker, the items the generation thread sends in batches (all that
+    arrived since the last batch: ``("chunk", c)`` as tokens arrive, then ``("done",
+    completion)`` or ``("error", text)``), and the function that stops the generation (for a
+    client that went away).
     """
     loop = asyncio.get_running_loop()
     await loop.run_in_executor(server.executor, request.prepare)
-    queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+    channel = ThreadToLoop(loop)
     cancelled = threading.Event()
 
     def put(item: tuple[str, Any]) -> None:
-        try:
-            loop.call_soon_threadsafe(queue.put_nowait, item)
-        except RuntimeError:
+        if not channel.put(item):
             cancelled.set()  # the server's loop is gone: nobody reads this any more
 
     live = LiveChat(request, lambda chunk: put(("chunk", chunk)))
@@ -277,11 +284,56 @@ async def start_generation(
     server.requests_served += 1
     loop.run_in_executor(server.executor, work)
 
-    async def items() -> AsyncIterator[tuple[str, Any]]:
+    async def batches() -> AsyncIterator[list[tuple[str, Any]]]:
         while True:
-            item = await queue.get()
-            yield item
-            if item[0] != "chunk":
+            batch = await channel.get_all()
+            yield batch
+            if batch[-1][0] != "chunk":
                 return
 
-    return live, items(), cancelled.set
+    return live, batches(), cancelled.set
+
+
+class ThreadToLoop:
+    """Items from one producer thread to a coroutine on ``loop``, woken once per batch.
+
+    The thread's :meth:`put` wakes the loop only when the reader is not already due to run, so a
+    fast generator costs one wake-up (a write to the loop's self-pipe) per batch of tokens the
+    loop takes at once, not one per token.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._items: collections.deque[Any] = collections.deque()
+        self._lock = threading.Lock()
+        self._wake_due = False
+        self._ready = asyncio.Event()
+
+    def put(self, item: Any) -> bool:
+        """Add ``item`` (from the producer thread); False when the loop is closed."""
+        with self._lock:
+            self._items.append(item)
+            if self._wake_due:
+                return True
+            self._wake_due = True
+        try:
+            self._loop.call_soon_threadsafe(self._wake)
+        except RuntimeError:
+            return False
+        return True
+
+    def _wake(self) -> None:
+        with self._lock:
+            self._wake_due = False
+        self._ready.set()
+
+    async def get_all(self) -> list[Any]:
+        """Every item put so far and not yet taken (waits for at least one)."""
+        while True:
+            with self._lock:
+                if self._items:
+                    items = list(self._items)
+                    self._items.clear()
+                    return items
+                self._ready.clear()
+            await self._ready.wait()
