@@ -45,7 +45,7 @@ async def main(url):
     try:
         started = time.monotonic()
         try:
-            print("returned", await execute_tool_call(client.rollout(), "env", call))  # never
+            print("returned", await execute_tool_call(client.rollout(), "env", call, {"tool"}))  # never
         except HopFault as exc:
             print("hop", exc.failure_class, round(time.monotonic() - started, 1))
         started = time.monotonic()

@@ -131,7 +131,13 @@ def stack():
 def collect(agent_url: str, tmp_path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     tmp_path.mkdir(parents=True, exist_ok=True)
     source = tmp_path / "in.jsonl"
-    row = {"responses_create_params": {"input": [{"role": "user", "content": "weather in Oslo?"}]}}
+    weather = {"type": "function", "name": "get_weather", "parameters": {"type": "object", "properties": {}}}
+    row = {
+        "responses_create_params": {
+            "input": [{"role": "user", "content": "weather in Oslo?"}],
+            "tools": [weather],
+        }
+    }
     source.write_bytes(b"".join(orjson.dumps(row) + b"\n" for _ in range(ROWS)))
     out = tmp_path / "out.jsonl"
     helper = RolloutCollectionHelper(server_client=ServerClient(static_urls={"agent": agent_url}))
@@ -258,7 +264,7 @@ def test_an_unreachable_tool_server_is_a_fault_not_a_tool_output():
         client = ServerClient(static_urls={"env": f"http://127.0.0.1:{free_port()}"}, connect_retries=1)
         try:
             with pytest.raises(HopFault) as caught:
-                await execute_tool_call(client.rollout(), "env", call_item(), timeout_s=5)
+                await execute_tool_call(client.rollout(), "env", call_item(), {"get_weather"}, timeout_s=5)
         finally:
             await client.close()
         assert caught.value.failure_class == "unreachable"
