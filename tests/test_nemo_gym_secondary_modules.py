@@ -9,6 +9,7 @@ import logging
 import math
 from pathlib import Path
 from typing import Any
+from unittest.mock import MagicMock
 
 import pytest
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -18,6 +19,14 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 import nemo_gym
+from nemo_gym.base_resources_server import (
+    BaseResourcesServerConfig,
+    ResourcesCloseSessionRequest,
+    ResourcesCloseSessionResponse,
+    ResourcesSeedSessionRequest,
+    ResourcesSeedSessionResponse,
+    SimpleResourcesServer,
+)
 from nemo_gym.deliverables import is_deliverable
 from nemo_gym.episode_types import BaseEpisodeResponse, EpisodeFailure, EpisodeId, TaskId
 from nemo_gym.failure_kinds import FAILURE_KINDS, JUDGE_FAILED, is_namespaced, validate_failure_kind
@@ -41,6 +50,7 @@ from nemo_gym.rollout_collection import RolloutCollectionHelper
 from nemo_gym.server_utils import ServerClient
 from nemo_gym.serving.server_client import ServerClient as CollectorClient
 from nemo_gym.testing import running_app
+from nemo_gym.testing.session_conformance import check_resources_session_contract
 from nemo_gym.tool_access import DirectHTTPToolAccess, MCPToolAccess, ToolAccess
 from nemo_gym.verifier_fixture import VerifierFixture, VerifierFixtureError, exercise_verifier_fixture
 
@@ -431,3 +441,33 @@ def test_files_named_from_the_project_root_are_found_under_extra_roots(
     found = nemo_gym._resolve_under_cwd_or_install("resources_servers/env/prompts/p.yaml")
     assert found == tmp_path / "resources_servers/env/prompts/p.yaml"
     assert load_prompt_config("resources_servers/env/prompts/p.yaml").user == "{q}"
+
+
+def test_session_conformance_check() -> None:
+    class Stateless(SimpleResourcesServer):
+        pass
+
+    class Remembering(SimpleResourcesServer):
+        """Keeps sessions, but (the bug the check exists for) lets a late seed reopen a closed one."""
+
+        async def seed_session(self, body: ResourcesSeedSessionRequest) -> ResourcesSeedSessionResponse:  # type: ignore[override]
+            return ResourcesSeedSessionResponse(resources_session_id=body.resources_session_id)
+
+        async def close_resources_session(
+            self, body: ResourcesCloseSessionRequest
+        ) -> ResourcesCloseSessionResponse:
+            return ResourcesCloseSessionResponse(resources_session_id=body.resources_session_id)
+
+    seed = ResourcesSeedSessionRequest(
+        resources_session_id="s1",
+        episode_id=EpisodeId(rollout_id="r1"),
+        task_id=TaskId(taskset="t", task_id="1"),
+        task_data={},
+    )
+    config = BaseResourcesServerConfig(host="127.0.0.1", port=0, entrypoint="", name="env")
+    check_resources_session_contract(
+        Stateless(config=config, server_client=MagicMock()).setup_webserver(), seed, keeps_state=False
+    )
+    app = Remembering(config=config, server_client=MagicMock()).setup_webserver()
+    with pytest.raises(AssertionError, match="a seed after close brought session 's1' back"):
+        check_resources_session_contract(app, seed, keeps_state=True)
