@@ -5,7 +5,10 @@ As its code does it, for ``example_mcp_weather`` (tools over MCP) and ``example_
 
 - ``NeMoGymEnv.start``: run ``server.py`` as a child process with ``NEMO_GYM_RESOURCE_SERVER`` set
   to the taskset's class, read ``nemo_gym.port`` from its working directory, GET the base URL
-  until it answers (``verifiers_taskset_server.py`` here does what ``server.py`` does);
+  until it answers. ``verifiers_taskset_server.py`` here does what ``server.py`` does; for
+  ``example_mcp_weather`` the test also runs verifiers' own ``server.py``, unchanged, from the
+  ``verifiers`` release on the package index (fetched with ``pip download`` into a cache outside
+  the repository; skipped, saying so, when the index cannot be reached);
 - ``NeMoGymTask.setup``: the row's function tools become the direct tools; ``POST /seed_session``
   with the row (cookies kept); when the answer has ``mcp``, the MCP URL is the base URL plus its
   ``url_path`` and the MCP headers are the task's headers plus its ``headers``;
@@ -29,7 +32,9 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
+import zipfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -49,13 +54,48 @@ HOSTING_SCRIPT = Path(__file__).with_name("verifiers_taskset_server.py")
 REQUEST_TIMEOUT_S = 60.0
 
 
+VERIFIERS_RELEASE = "0.4.0"  # the first release with verifiers/v1/tasksets/nemo_gym (2026-10)
+CACHE = Path(os.environ.get("NEMO_GYM_TEST_CACHE", Path.home() / ".cache" / "nemo_gym_tests"))
+
+
+def verifiers_server_py() -> Path | None:
+    """verifiers' own ``server.py`` from its release on the package index (None: not reachable)."""
+    target = CACHE / f"verifiers-{VERIFIERS_RELEASE}" / "server.py"
+    if target.exists():
+        return target
+    with tempfile.TemporaryDirectory() as tmp:
+        fetched = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "-q",
+                "--no-deps",
+                f"verifiers=={VERIFIERS_RELEASE}",
+                "-d",
+                tmp,
+            ],
+            capture_output=True,
+            timeout=180,
+        )
+        wheels = list(Path(tmp).glob("verifiers-*.whl"))
+        if fetched.returncode != 0 or not wheels:
+            return None
+        with zipfile.ZipFile(wheels[0]) as wheel:
+            source = wheel.read("verifiers/v1/tasksets/nemo_gym/server.py")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_bytes(source)
+    return target
+
+
 @contextlib.contextmanager
-def hosted_like_verifiers(entrypoint: str, workdir: Path) -> Iterator[str]:
-    """``NeMoGymEnv.start``: the class served by a child process; yields its base URL."""
+def hosted_like_verifiers(entrypoint: str, workdir: Path, script: Path = HOSTING_SCRIPT) -> Iterator[str]:
+    """``NeMoGymEnv.start``: the class served by a child process running ``script``; yields its base URL."""
     env = {**os.environ, "NEMO_GYM_RESOURCE_SERVER": entrypoint, "PYTHONPATH": str(project_root())}
     log = (workdir / "nemo_gym.log").open("wb")
     child = subprocess.Popen(
-        [sys.executable, str(HOSTING_SCRIPT)], cwd=workdir, env=env, stdout=log, stderr=subprocess.STDOUT
+        [sys.executable, str(script)], cwd=workdir, env=env, stdout=log, stderr=subprocess.STDOUT
     )
     try:
         url = None
@@ -224,10 +264,17 @@ def rows_of(folder: str) -> list[dict[str, Any]]:
     return read_jsonl(project_root() / "resources_servers" / folder / "data" / "example.jsonl")
 
 
-def test_example_mcp_weather_over_mcp(tmp_path: Path):
+@pytest.mark.parametrize("hosting", ["step_by_step", "verifiers_server_py"])
+def test_example_mcp_weather_over_mcp(tmp_path: Path, hosting: str):
     rows = rows_of("example_mcp_weather")
     entrypoint = "resources_servers.example_mcp_weather.app:ExampleMCPWeatherResourcesServer"
-    with hosted_like_verifiers(entrypoint, tmp_path) as url:
+    script = HOSTING_SCRIPT
+    if hosting == "verifiers_server_py":
+        fetched = verifiers_server_py()
+        if fetched is None:
+            pytest.skip(f"verifiers=={VERIFIERS_RELEASE} could not be fetched from the package index")
+        script = fetched
+    with hosted_like_verifiers(entrypoint, tmp_path, script) as url:
 
         async def all_rows() -> list[Any]:
             return await asyncio.gather(*(rollout(url, row, f"t{i}") for i, row in enumerate(rows)))
