@@ -235,3 +235,15 @@ async def test_each_local_sandbox_has_its_own_tmp():
         ).stdout == "driver ran\n"
         assert (await two.exec(f"cat {marker}/x || echo absent")).stdout == "absent\n"
         assert not os.path.exists(marker)  # nothing reached the host's /tmp
+
+
+async def test_the_command_limit_holds_across_providers_built_per_sandbox():
+    boxes = [AsyncSandbox({"local": {"concurrency": 1}}, SandboxSpec()) for _ in range(2)]
+    for box in boxes:
+        await box.start()
+    started = time.perf_counter()
+    results = await asyncio.gather(*(box.exec("sleep 0.6; echo done") for box in boxes))
+    assert [r.stdout for r in results] == ["done\n", "done\n"]
+    assert time.perf_counter() - started >= 1.2  # one after the other
+    for box in boxes:
+        await box.stop()

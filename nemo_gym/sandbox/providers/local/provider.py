@@ -16,7 +16,8 @@ for uploads, downloads and ``cwd``. Files are copied in and out without followin
 code may have planted.
 
 Config (``local:`` block, NeMo Gym's names first): ``workspace_root``, ``shell`` (``/bin/bash``),
-``default_timeout_s`` (180), ``concurrency`` (8 commands at once), then ``network`` (false),
+``default_timeout_s`` (180), ``concurrency`` (8 commands at once in the process, shared by
+every provider with that value), then ``network`` (false),
 ``memory_mib`` (4096, per process), ``disk_mib`` (2048, the whole tree), ``processes`` (256),
 ``uid`` (``auto``), ``extra_read_roots``, ``require_layers``.
 """
@@ -34,6 +35,7 @@ import signal
 import sys
 import tempfile
 import uuid
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -65,6 +67,11 @@ logger = logging.getLogger("nemo_gym.sandbox")
 SANDBOX_RUNTIME_RETURN_CODE = 125
 MIB = 1024 * 1024
 SAFE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+_SLOTS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[int, asyncio.Semaphore]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 @dataclass
@@ -124,7 +131,7 @@ class LocalProvider:
         self._root = str(root.resolve())
         self._shell = shell
         self._default_timeout_s = float(default_timeout_s)
-        self._semaphore = asyncio.Semaphore(concurrency)
+        self._concurrency = concurrency
         self._network = bool(network)
         self._memory_mib, self._disk_mib, self._processes = int(memory_mib), int(disk_mib), int(processes)
         self._python = _child_python()
@@ -152,6 +159,12 @@ class LocalProvider:
         }
         LEDGER.register_reaper(self.name, _reap_local)
         LEDGER.sweep()
+
+    def _slots(self) -> asyncio.Semaphore:
+        """The process-wide bound on running commands: shared by every provider with the same
+        ``concurrency`` on this event loop, because servers usually build a provider per sandbox."""
+        per_loop = _SLOTS.setdefault(asyncio.get_running_loop(), {})
+        return per_loop.setdefault(self._concurrency, asyncio.Semaphore(self._concurrency))
 
     @property
     def run_as(self) -> tuple[int, int] | None:
@@ -232,7 +245,7 @@ class LocalProvider:
             inst.groups.discard(pgid)
             LEDGER.remove_group(pgid)
 
-        async with self._semaphore:
+        async with self._slots():
             outcome = await run_confined(
                 run,
                 workdir=inst.tree,
