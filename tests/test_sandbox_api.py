@@ -178,7 +178,10 @@ async def test_pause_stops_running_commands_and_resume_lets_them_finish():
         run = asyncio.create_task(
             box.exec("for i in 1 2 3 4 5 6; do echo $i >> ticks; sleep 0.1; done; echo ok")
         )
-        await asyncio.sleep(0.3)
+        for _ in range(200):  # until the command is under way (slow on a loaded machine)
+            await asyncio.sleep(0.05)
+            if await asyncio.to_thread(_read_ticks, box):
+                break
         await box.pause()
         assert await box.status() is SandboxStatus.PAUSED
         with pytest.raises(RuntimeError, match="paused"):

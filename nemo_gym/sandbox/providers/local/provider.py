@@ -240,6 +240,9 @@ class LocalProvider:
         def spawned(pgid: int) -> None:
             inst.groups.add(pgid)
             LEDGER.add_group(pgid)
+            if inst.paused:  # paused while this command waited for a slot or was starting
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(pgid, signal.SIGSTOP)
 
         def ended(pgid: int) -> None:
             inst.groups.discard(pgid)
