@@ -45,6 +45,7 @@ from nemo_gym.tools.env_pull import (
     KINDS,
     fetch_wheel,
     list_folders,
+    pip_arguments,
     read_requirements,
     requirement_name,
     unmet_requirements,
@@ -237,7 +238,7 @@ def _build_venv(venv: Path, layers: list[str], reqs: list[str], timeout: float) 
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     (site_packages(venv) / "_nemo_gym_corpus_layers.pth").write_text("\n".join(layers) + "\n")
     proc = subprocess.run(
-        [str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q", *reqs],
+        [str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q", *pip_arguments(reqs)],
         capture_output=True,
         text=True,
         timeout=timeout,

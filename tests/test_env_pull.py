@@ -211,3 +211,35 @@ def test_unknown_name_and_available_listing(index_url: str, tmp_path: Path) -> N
         [*GYM, "env", "pull", "x==1.2.3"], env=env, capture_output=True, text=True, timeout=120
     )
     assert missing.returncode == 1 and "pip download nemo-gym==1.2.3 failed" in missing.stderr
+
+
+def test_requirement_lines_of_a_nemo_gym_folder(tmp_path: Path) -> None:
+    from nemo_gym.tools.env_pull import pip_arguments, read_requirements, unmet_requirements
+
+    (tmp_path / "nemo_gym").mkdir()  # the project root a folder's "-e ../../" points at
+    folder = tmp_path / "resources_servers" / "env"
+    (folder / "vendored").mkdir(parents=True)
+    (folder / "requirements.txt").write_text(
+        "-e nemo-gym[dev,sandbox] @ ../..\n-e ../../\ntiktoken-e nemo-gym[dev] @ ../../\n"
+        "pyyaml>=1.0  # a comment\n-e ./vendored[fast]\n./missing_dir\n--extra-index-url https://x\n"
+    )
+    reqs = read_requirements(folder / "requirements.txt")
+    assert reqs == ["tiktoken", "pyyaml>=1.0", f"-e {folder / 'vendored'}[fast]"]
+    assert unmet_requirements(reqs)[-1] == f"-e {folder / 'vendored'}[fast]"  # a local project: always installed
+        unmet_requirements(reqs)[-1] == f"-e {folder / 'vendored'}[fast]"
+    )  # a local project: always installed
+    assert pip_arguments(reqs)[-2:] == ["-e", f"{folder / 'vendored'}[fast]"]
+
+
+def test_config_paths_resolve_under_nemo_gym_extra_roots(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from nemo_gym.launch.config import ConfigError, resolve_config_path
+
+    config = tmp_path / "resources_servers" / "env" / "configs" / "env.yaml"
+    config.parent.mkdir(parents=True)
+    config.write_text("{}\n")
+    with pytest.raises(ConfigError):
+        resolve_config_path("resources_servers/env/configs/env.yaml")
+    monkeypatch.setenv("NEMO_GYM_EXTRA_ROOTS", str(tmp_path))
+    assert resolve_config_path("resources_servers/env/configs/env.yaml") == config

@@ -108,16 +108,19 @@ def deep_merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]
 
 
 def resolve_config_path(path: str | os.PathLike[str]) -> Path:
-    """Find a config file relative to the working directory, then to the project root."""
+    """Find a config file relative to the working directory, the ``NEMO_GYM_EXTRA_ROOTS``
+    folders, then the project root."""
     candidate = Path(path)
     if candidate.is_absolute() or candidate.exists():
         if not candidate.exists():
             raise ConfigError(f"config file {str(path)!r} does not exist{_did_you_mean_config(candidate)}")
         return candidate
-    in_project = project_root() / candidate
-    if in_project.exists():
-        return in_project
-    folders = list(dict.fromkeys([str(Path.cwd().resolve()), str(project_root())]))
+    # NeMo Gym's NEMO_GYM_EXTRA_ROOTS: more project roots to look in (a tree of NeMo Gym folders).
+    extra = [Path(p) for p in os.environ.get("NEMO_GYM_EXTRA_ROOTS", "").split(os.pathsep) if p]
+    for root in [*extra, project_root()]:
+        if (root / candidate).exists():
+            return root / candidate
+    folders = list(dict.fromkeys([str(Path.cwd().resolve()), *map(str, extra), str(project_root())]))
     raise ConfigError(
         f"config file {str(path)!r} not found in {' or '.join(folders)}{_did_you_mean_config(candidate)}"
     )

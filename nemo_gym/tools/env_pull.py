@@ -143,8 +143,10 @@ def list_folders(wheel_root: Path, kinds: tuple[str, ...] | list[str] = KINDS) -
 def read_requirements(path: Path) -> list[str]:
     """The third-party requirement lines of a folder's ``requirements.txt``.
 
-    NeMo Gym's self-reference (``-e nemo-gym[dev] @ ../../``) is dropped: this package stands in
-    for it. Entries glued together by a missing newline (``tiktoken-e nemo-gym...``) are split.
+    NeMo Gym's self-reference (``-e nemo-gym[dev] @ ../../``, or ``-e`` of a path holding a
+    ``nemo_gym`` package) is dropped: this package stands in for it. A local path (``-e
+    ./pocketshell[pcre]``, relative to the file) becomes ``-e <absolute path>[extras]``. Entries
+    glued together by a missing newline (``tiktoken-e nemo-gym...``) are split.
     """
     if not path.is_file():
         return []
@@ -152,9 +154,27 @@ def read_requirements(path: Path) -> list[str]:
     for raw in path.read_text(errors="replace").splitlines():
         for part in re.split(r"(?=-e\s)", raw):
             line = part.split("#", 1)[0].strip()
-            if line and not line.startswith("-") and not re.match(r"nemo[-_]gym\b", line, re.I):
+            editable = line.startswith("-e ")
+            line = line.removeprefix("-e ").strip() if editable else line
+            if not line or re.match(r"nemo[-_]gym\b", line, re.I):
+                continue
+            if line.startswith((".", "/")):
+                where, bracket, extras = line.partition("[")
+                target = (path.parent / where).resolve()
+                if not target.is_dir() or (target / "nemo_gym").is_dir():
+                    continue
+                out.append(("-e " if editable else "") + f"{target}{bracket}{extras}")
+            elif not line.startswith("-"):
                 out.append(line)
     return out
+
+
+def pip_arguments(reqs: list[str]) -> list[str]:
+    """``reqs`` as pip command-line arguments (``-e PATH`` split in two)."""
+    args: list[str] = []
+    for req in reqs:
+        args += ["-e", req[3:]] if req.startswith("-e ") else [req]
+    return args
 
 
 def requirement_name(req: str) -> str:
@@ -169,6 +189,9 @@ def unmet_requirements(reqs: list[str]) -> list[str]:
 
     out = []
     for req in reqs:
+        if req.startswith(("-e ", "/")):  # a local project: always (re)installed
+            out.append(req)
+            continue
         try:
             parsed = Requirement(req)
             have = metadata.version(parsed.name)
