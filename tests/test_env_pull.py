@@ -225,7 +225,7 @@ def test_requirement_lines_of_a_nemo_gym_folder(tmp_path: Path) -> None:
     )
     reqs = read_requirements(folder / "requirements.txt")
     assert reqs == ["tiktoken", "pyyaml>=1.0", f"-e {folder / 'vendored'}[fast]"]
-    assert unmet_requirements(reqs)[-1] == f"-e {folder / 'vendored'}[fast]"  # a local project: always installed
+    assert (
         unmet_requirements(reqs)[-1] == f"-e {folder / 'vendored'}[fast]"
     )  # a local project: always installed
     assert pip_arguments(reqs)[-2:] == ["-e", f"{folder / 'vendored'}[fast]"]
