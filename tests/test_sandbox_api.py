@@ -202,7 +202,10 @@ async def test_a_sandbox_is_stopped_at_its_ttl():
     box = AsyncSandbox(LOCAL, SandboxSpec(ttl_s=0.3))
     await box.start()
     tree = box._require_handle().raw.root
-    await asyncio.sleep(1.0)
+    for _ in range(100):
+        await asyncio.sleep(0.05)
+        if await box.status() is SandboxStatus.STOPPED:
+            break
     assert await box.status() is SandboxStatus.STOPPED
     assert not os.path.exists(tree)
 
