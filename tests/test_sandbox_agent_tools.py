@@ -28,11 +28,8 @@ class CountsWords(SimpleResourcesServer):
     config: BaseResourcesServerConfig
 
     async def verify(self, body: BaseVerifyRequest) -> BaseVerifyResponse:
-        words = (
-            sum(len(str(item)) for item in body.response.get("output", []))
-            if isinstance(body.response, dict)
-            else 0
-        )
+        response = body.response if isinstance(body.response, dict) else body.response.model_dump()
+        words = sum(len(str(item)) for item in response.get("output", []))
         return BaseVerifyResponse(**body.model_dump(), reward=1.0 if words else 0.0)
 
 

@@ -159,10 +159,11 @@ async def test_limits_from_the_spec_are_enforced():
         memory = await box.exec("python3 -c 'x = bytearray(1 << 30)'")
         assert memory.return_code != 0 and "MemoryError" in (memory.stderr or "")
         started = time.perf_counter()
-        slow = await box.exec("sleep 37.25 & sleep 37.25; echo never", timeout_s=1)
+        nap = f"sleep {30 + os.getpid() % 1000}.{time.monotonic_ns() % 997}"  # unique to this run
+        slow = await box.exec(f"{nap} & {nap}; echo never", timeout_s=1)
         assert slow.error_type == "timeout" and slow.return_code == 125 and "never" not in (slow.stdout or "")
         assert time.perf_counter() - started < 8
-        assert not _processes_running("sleep 37.25")  # the whole group is gone, the background one too
+        assert not _processes_running(nap)  # the whole group is gone, the background one too
     # disk_gib from the spec wins over the provider's default: 1 GiB here, 8 MiB below
     async with AsyncSandbox(provider, SandboxSpec()) as small:
         await small.start()
