@@ -145,14 +145,14 @@ class BaseVerifyResponse(BaseVerifyRequest):
 
     ``mask_sample`` (NeMo Gym's) marks a completed rollout whose reward is not a valid
     measurement (the environment, not the model, failed); ``failure_kind``/``failure_reason``
-    say why. Left at their defaults they are not written.
+    say why.
     """
 
     reward: float
-    reward_components: dict[str, float] | None = Field(default=None, exclude_if=lambda v: v is None)
-    mask_sample: bool = Field(default=False, exclude_if=lambda v: not v)
-    failure_kind: str | None = Field(default=None, exclude_if=lambda v: v is None)
-    failure_reason: str | None = Field(default=None, exclude_if=lambda v: v is None)
+    reward_components: dict[str, float] | None = None
+    mask_sample: bool = False
+    failure_kind: str | None = None
+    failure_reason: str | None = None
 
 
 class BaseMultiRewardVerifyResponse(BaseVerifyResponse):

@@ -216,6 +216,10 @@ class NeMoGymFunctionCallOutput(BaseModel):
 class NeMoGymResponseFunctionToolCall(ResponseFunctionToolCall):
     """A function call the model made (``type`` defaulted)."""
 
+    # ``async_`` (wire name ``async``) is read back by either name: a model dumped without
+    # aliases and validated again must not grow an ``async_`` extra.
+    model_config = ConfigDict(validate_by_name=True, validate_by_alias=True)
+
     type: Literal["function_call"] = "function_call"
 
 

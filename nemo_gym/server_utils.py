@@ -80,11 +80,21 @@ def is_nemo_gym_fastapi_entrypoint(file: str) -> bool:
 
 
 async def raise_for_status(response: Any, content: bytes | None = None) -> None:
-    """Raise :class:`~nemo_gym.serving.server_client.HTTPStatusError` (an ``aiohttp.ClientResponseError`` with ``.status`` and ``.response_content``) for a non-2xx answer."""
+    """Raise the answer's own ``aiohttp.ClientResponseError`` for a non-2xx status, its body in ``response_content``.
+
+    Answers of :class:`ServerClient` raise :class:`~nemo_gym.serving.server_client.HTTPStatusError`
+    (a ``ClientResponseError`` that the server base also files as the downstream server's failure).
+    """
     if response.ok:
         return
     if content is None:
         content = await response.read()
+    try:
+        response.raise_for_status()
+    except aiohttp.ClientResponseError as exc:
+        exc.response_content = content  # type: ignore[attr-defined]
+        raise
+    # An answer object whose raise_for_status does not raise for this status.
     where = getattr(response, "server_name", None) or str(getattr(response, "url", ""))
     raise HTTPStatusError(where, getattr(response, "url_path", ""), response.status, content or b"")
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import aiohttp
 import orjson
 from pydantic import BaseModel, ValidationError
 from starlette.responses import Response
@@ -86,6 +87,14 @@ def error_response(exc: Exception, server_name: str, method: str = "", path: str
             "server": server_name,
             "upstream": exc.server,
             "failure_class": failure_class,
+        }
+        return json_response(body, 502)
+    if isinstance(exc, aiohttp.ClientResponseError):
+        # A NeMo Gym-style call to another endpoint answered with an error status.
+        body = {
+            "error": f"an upstream call failed: HTTP {exc.status}: {exc.message}",
+            "server": server_name,
+            "failure_class": "upstream_error",
         }
         return json_response(body, 502)
     logger.error("%s: %s %s failed", server_name, method, path, exc_info=exc)

@@ -206,10 +206,16 @@ def verify_route(server: Any) -> Any:
     takes_request = len(params) > 1
 
     async def verify(request: Request) -> Response:
+        raw = await request.body()
+        data: dict[str, Any] | None
         try:
-            data = parse_json_object(await request.body())
+            data = parse_json_object(raw)
         except HTTPError as exc:
-            return json_response({"error": exc.message, "server": server.name, **exc.extra}, exc.status_code)
+            data = _lenient_json(raw) if exc.status_code == 400 else None
+            if data is None:
+                return json_response(
+                    {"error": exc.message, "server": server.name, **exc.extra}, exc.status_code
+                )
         request_model, produced = server._verify_models()
         fresh = {k: v for k, v in data.items() if k not in produced}
         try:
@@ -226,6 +232,20 @@ def verify_route(server: Any) -> Any:
                 server.sessions.free(session_id)
 
     return verify
+
+
+def _lenient_json(raw: bytes) -> dict[str, Any] | None:
+    """A JSON object orjson refused only for a lone surrogate escape (``\\udcff``), as FastAPI's
+    parser accepts it: model text relayed by a client can carry one."""
+    import json
+
+    if b"\\ud" not in raw.lower():
+        return None
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def _jsonable(err: dict[str, Any]) -> dict[str, Any]:
