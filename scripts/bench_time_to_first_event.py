@@ -11,8 +11,10 @@ Servers run in this process on 127.0.0.1 (as the tests run them):
 For each: the time from sending the request to the first text delta, to the engine's end of
 generation (or the upstream's last event), and to the last event; and the same request without
 streaming (what the first event cost before streaming was live: the events were built from the
-finished answer). Medians of ``--repeats``. Times are wall-clock on whatever machine this runs
-on: compare the columns of one run, not runs on different days.
+finished answer). Also the CPU time of this process (servers, engine and client all run in it)
+for the streamed call and for the whole one: steadier than wall time on a shared machine.
+Medians of ``--repeats``. Times are wall-clock on whatever machine this runs on: compare the
+columns of one run, not runs on different days.
 
 Usage: python scripts/bench_time_to_first_event.py [--tokens 200] [--repeats 3] [--json out.json]
 """
@@ -110,6 +112,7 @@ class PacedUpstream:
 def measure(client: openai.OpenAI, api: str, params: dict[str, Any], end_of: Any) -> dict[str, float]:
     """One streamed call and one whole call; times in ms from sending each request."""
     started = time.monotonic()
+    cpu_started = time.process_time()
     first = last = None
     if api == "chat":
         stream: Any = client.chat.completions.create(**params, stream=True)
@@ -123,18 +126,23 @@ def measure(client: openai.OpenAI, api: str, params: dict[str, Any], end_of: Any
             if first is None and event.type in TEXT_DELTAS:
                 first = last
     produced = end_of()
+    stream_cpu = time.process_time() - cpu_started
     assert first is not None and last is not None
     whole_started = time.monotonic()
+    cpu_started = time.process_time()
     if api == "chat":
         client.chat.completions.create(**params)
     else:
         client.responses.create(**params)
     whole = time.monotonic() - whole_started
+    whole_cpu = time.process_time() - cpu_started
     return {
         "first_text_event_ms": 1000 * (first - started),
         "generation_end_ms": 1000 * (produced - started),
         "last_event_ms": 1000 * (last - started),
         "whole_answer_ms": 1000 * whole,
+        "stream_cpu_ms": 1000 * stream_cpu,
+        "whole_cpu_ms": 1000 * whole_cpu,
     }
 
 
