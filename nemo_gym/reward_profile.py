@@ -18,13 +18,16 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nemo_gym.collection.collection_io import TASK_INDEX_KEY, iter_jsonl
 from nemo_gym.collection.metrics import pass_at_k
 from nemo_gym.console.command import console_command
 from nemo_gym.launch.config import ConfigError, load_config
 from nemo_gym.response_items import content_text
+
+if TYPE_CHECKING:
+    from nemo_gym.config_types import AggregateMetrics
 
 PROMPT_PREVIEW_CHARS = 50
 
@@ -399,3 +402,68 @@ class AggregateMetricsMixin:
     def get_key_metrics(self, agent_metrics: dict[str, Any]) -> dict[str, Any]:
         """The headline metrics. Default: every ``mean/*`` entry."""
         return {k: v for k, v in agent_metrics.items() if k.startswith("mean/")}
+
+
+def _by_task(rows: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """Rows grouped by ``_ng_task_index`` (tasks in index order, rollouts in rollout order)."""
+    groups: dict[Any, list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault(row.get("_ng_task_index", 0), []).append(row)
+    return [
+        sorted(groups[key], key=lambda r: r.get("_ng_rollout_index", 0) or 0)
+        for key in sorted(groups, key=str)
+    ]
+
+
+def compute_aggregate_metrics(
+    verify_responses: list[dict[str, Any]],
+    compute_metrics_fn: Callable[[list[list[dict[str, Any]]]], dict[str, Any]] | None = None,
+    get_key_metrics_fn: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    compute_repeat_metrics_fn: Callable[[list[list[dict[str, Any]]]], dict[str, Any]] | None = None,
+) -> AggregateMetrics:
+    """NeMo Gym's ``/aggregate_metrics`` computation with an environment's own hooks.
+
+    Our metrics (:func:`nemo_gym.collection.metrics.compute_aggregate_metrics`) first; then
+    ``compute_metrics_fn(tasks)`` is merged into ``agent_metrics`` (a ``per_task_metrics``
+    entry, ``{task_index: {...}}``, goes into the matching group-level rows);
+    ``compute_repeat_metrics_fn(tasks)`` runs once per repeat (rollout index), and each metric
+    finite in every repeat gets ``mean_across_repeats/<name>`` and ``std_across_repeats/<name>``;
+    ``key_metrics`` is ``get_key_metrics_fn(agent_metrics)`` when given.
+    """
+    from nemo_gym.collection.metrics import compute_aggregate_metrics as our_metrics
+    from nemo_gym.config_types import AggregateMetrics
+
+    if not verify_responses:
+        return AggregateMetrics()
+    metrics = our_metrics(verify_responses)
+    agent_metrics: dict[str, Any] = metrics["agent_metrics"]
+    if compute_metrics_fn is not None:
+        custom = dict(compute_metrics_fn(_by_task(verify_responses)) or {})
+        per_task = custom.pop("per_task_metrics", None)
+        if isinstance(per_task, dict):
+            for group in metrics["group_level_metrics"]:
+                group.update(per_task.get(group.get("_ng_task_index"), {}))
+        agent_metrics.update(custom)
+    if compute_repeat_metrics_fn is not None:
+        repeats: dict[Any, list[dict[str, Any]]] = {}
+        for row in verify_responses:
+            repeats.setdefault(row.get("_ng_rollout_index", 0), []).append(row)
+        per_repeat = [compute_repeat_metrics_fn(_by_task(repeats[r])) or {} for r in sorted(repeats, key=str)]
+        for name in sorted({n for m in per_repeat for n in m}):
+            values = [m.get(name) for m in per_repeat]
+            if all(
+                isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) for v in values
+            ):
+                numbers = [float(v) for v in values]  # type: ignore[arg-type]
+                agent_metrics[f"mean_across_repeats/{name}"] = statistics.fmean(numbers)
+                agent_metrics[f"std_across_repeats/{name}"] = (
+                    statistics.stdev(numbers) if len(numbers) > 1 else 0.0
+                )
+    key_metrics = (
+        get_key_metrics_fn(agent_metrics) if get_key_metrics_fn is not None else metrics["key_metrics"]
+    )
+    return AggregateMetrics(
+        agent_metrics=agent_metrics,
+        key_metrics=key_metrics,
+        group_level_metrics=metrics["group_level_metrics"],
+    )

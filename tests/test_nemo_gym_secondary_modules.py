@@ -471,3 +471,40 @@ def test_session_conformance_check() -> None:
     app = Remembering(config=config, server_client=MagicMock()).setup_webserver()
     with pytest.raises(AssertionError, match="a seed after close brought session 's1' back"):
         check_resources_session_contract(app, seed, keeps_state=True)
+
+
+def test_compute_aggregate_metrics_with_an_environments_hooks() -> None:
+    from nemo_gym.reward_profile import compute_aggregate_metrics
+
+    rows = [
+        {"reward": 1.0, "tier": "B", "_ng_task_index": 0, "_ng_rollout_index": 0},
+        {"reward": 0.0, "tier": "B", "_ng_task_index": 0, "_ng_rollout_index": 1},
+        {"reward": 1.0, "tier": "C", "_ng_task_index": 1, "_ng_rollout_index": 0},
+        {"reward": 1.0, "tier": "C", "_ng_task_index": 1, "_ng_rollout_index": 1},
+    ]
+    seen: list[list[list[dict[str, Any]]]] = []
+
+    def compute_metrics(tasks: list[list[dict[str, Any]]]) -> dict[str, Any]:
+        seen.append(tasks)
+        return {**compute_subset_metrics(tasks, "tier"), "per_task_metrics": {0: {"hard": True}}}
+
+    def repeat_metrics(tasks: list[list[dict[str, Any]]]) -> dict[str, Any]:
+        return {"solved": sum(r["reward"] for t in tasks for r in t)}
+
+    result = compute_aggregate_metrics(
+        rows,
+        compute_metrics_fn=compute_metrics,
+        get_key_metrics_fn=lambda m: {k: v for k, v in m.items() if k.startswith(("B/", "C/"))},
+        compute_repeat_metrics_fn=repeat_metrics,
+    )
+    assert [[r["_ng_rollout_index"] for r in task] for task in seen[0]] == [[0, 1], [0, 1]]
+    assert result.agent_metrics["mean/reward"] == 0.75
+    assert (
+        result.agent_metrics["B/pass@1/accuracy"] == 50.0
+        and result.agent_metrics["C/pass@2/accuracy"] == 100.0
+    )
+    assert result.agent_metrics["mean_across_repeats/solved"] == 1.5
+    assert result.agent_metrics["std_across_repeats/solved"] == pytest.approx(math.sqrt(0.5))
+    assert "mean/reward" not in result.key_metrics and result.key_metrics["B/pass@2/accuracy"] == 100.0
+    assert result.group_level_metrics[0]["hard"] is True and "hard" not in result.group_level_metrics[1]
+    assert compute_aggregate_metrics([]).agent_metrics == {}
