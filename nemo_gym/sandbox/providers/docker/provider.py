@@ -110,6 +110,8 @@ class DockerProvider:
         if not self._swept:
             self._swept = True
             await asyncio.to_thread(self.sweep)
+            # Dead owners' records of containers (and of anything else this process can reap).
+            await asyncio.to_thread(LEDGER.sweep, force=True)
         resources = spec.resources if isinstance(spec.resources, SandboxResources) else SandboxResources()
         network = bool((spec.provider_options or {}).get("network", self._network))
         image = spec.image or self._default_image
@@ -343,5 +345,9 @@ class PodmanProvider(DockerProvider):
 
 
 def _reap_container(record: dict[str, Any]) -> None:
-    """Remove a recorded container synchronously (at exit, in a sweep)."""
-    delete_container_sync(record["socket"], record["container"])
+    """Remove a recorded container synchronously (at exit, in a sweep). An engine that is not
+    there any more drops the record: its labels let the next sweep find the container."""
+    try:
+        delete_container_sync(record["socket"], record["container"])
+    except (FileNotFoundError, ConnectionRefusedError):
+        return
