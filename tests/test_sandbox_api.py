@@ -205,7 +205,7 @@ async def test_a_sandbox_is_stopped_at_its_ttl():
     tree = box._require_handle().raw.root
     for _ in range(100):
         await asyncio.sleep(0.05)
-        if await box.status() is SandboxStatus.STOPPED:
+        if await box.status() is SandboxStatus.STOPPED and not os.path.exists(tree):
             break
     assert await box.status() is SandboxStatus.STOPPED
     assert not os.path.exists(tree)
