@@ -91,3 +91,11 @@ def _rollout_request_debug_summary(row: dict[str, Any]) -> dict[str, Any]:
 
 if __name__ == "__main__":
     collect_rollouts(None)
+
+
+# NeMo Gym's row keys its environments read and set: the failure class a result names (our
+# collector files such a result as a failure row), whether a failure is final (not retried on
+# resume), and a result not to be written.
+NG_FAILURE_CLASS_KEY = "_ng_failure_class"
+NG_TERMINAL_KEY = "_ng_failure_terminal"
+NG_NO_PERSIST_KEY = "_ng_no_persist"

@@ -1,0 +1,58 @@
+"""NeMo Gym's own environment folders, unchanged, pass their own tests here: a fixed sample.
+
+The ``nemo-gym`` 0.7.0 wheel is fetched with ``pip download`` (never installed) and
+``scripts/nemo_gym_corpus.py`` runs the sample's folders against this package. The sample is
+folders that need no GPU, no network and no private data, and no requirement beyond what this
+project installs, so the run installs nothing. The full corpus is the script
+(docs/NEMO_GYM_ENVIRONMENTS.md has its table). Skipped, saying why, when pip cannot reach the
+package index.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nemo_gym.launch.config import project_root
+from nemo_gym.tools.env_pull import PullError, fetch_wheel
+
+VERSION = "0.7.0"
+SAMPLE = (
+    "aalcr abstention arc_agi bbq bigcodebench blackjack bunsenbench_chemistry_mcq circle_click "
+    "circle_count citation_if competitive_coding_challenges deepsearchqa deepswe denovo_swe "
+    "equivalence_rule example_mcp_weather example_multi_turn_gymnasium example_session_state_mgmt "
+    "example_tool_call_multireward false_statement_judge format_verification frontierscience_judge "
+    "generative_reward_model gui_coordinate imo_gradingbench indirect_prompt_injection inverse_if "
+    "jailbreak_detection lc_niah litmus_agent math_proof_judgement"
+).split()
+# Every folder of the sample passed when it was chosen; a few may break with their environment
+# (a test that reads the clock, a slow CI machine), none may break because of this package.
+THRESHOLD = len(SAMPLE) - 2
+
+
+@pytest.mark.slow
+def test_a_sample_of_nemo_gym_environments_passes_its_own_tests(tmp_path: Path) -> None:
+    try:
+        wheel_root = fetch_wheel(VERSION)
+    except PullError as exc:
+        pytest.skip(f"cannot fetch the nemo-gym {VERSION} wheel (pip cannot reach the package index?): {exc}")
+    out = tmp_path / "corpus.json"
+    command = [
+        sys.executable, str(project_root() / "scripts" / "nemo_gym_corpus.py"), "--wheel-dir", str(wheel_root),
+        "--kind", "resources_servers", "--folders", ",".join(SAMPLE), "--jobs", "2", "--timeout", "150",
+        "--install", "none", "--cache-dir", str(tmp_path / "cache"), "--json", str(out),
+    ]  # fmt: skip
+    env = dict(os.environ, PYTHONPATH=str(project_root()))
+    done = subprocess.run(command, capture_output=True, text=True, timeout=330, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads(out.read_text())["folders"]
+    assert sorted(r["name"] for r in results) == sorted(SAMPLE)
+    failing = {r["name"]: r["import_error"] or r["first_failure"] for r in results if not r["passes"]}
+    passed = len(SAMPLE) - len(failing)
+    assert done.stdout.strip().splitlines()[-1] == f"corpus: {passed}/{len(SAMPLE)} folders pass their own tests"
+    assert passed >= THRESHOLD, f"{passed}/{len(SAMPLE)} pass; failing: {json.dumps(failing, indent=1)}"
