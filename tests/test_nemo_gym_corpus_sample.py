@@ -54,5 +54,7 @@ def test_a_sample_of_nemo_gym_environments_passes_its_own_tests(tmp_path: Path) 
     assert sorted(r["name"] for r in results) == sorted(SAMPLE)
     failing = {r["name"]: r["import_error"] or r["first_failure"] for r in results if not r["passes"]}
     passed = len(SAMPLE) - len(failing)
-    assert done.stdout.strip().splitlines()[-1] == f"corpus: {passed}/{len(SAMPLE)} folders pass their own tests"
+    assert (
+        done.stdout.strip().splitlines()[-1] == f"corpus: {passed}/{len(SAMPLE)} folders pass their own tests"
+    )
     assert passed >= THRESHOLD, f"{passed}/{len(SAMPLE)} pass; failing: {json.dumps(failing, indent=1)}"
