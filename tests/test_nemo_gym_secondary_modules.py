@@ -508,3 +508,64 @@ def test_compute_aggregate_metrics_with_an_environments_hooks() -> None:
     assert "mean/reward" not in result.key_metrics and result.key_metrics["B/pass@2/accuracy"] == 100.0
     assert result.group_level_metrics[0]["hard"] is True and "hard" not in result.group_level_metrics[1]
     assert compute_aggregate_metrics([]).agent_metrics == {}
+
+
+def test_rollout_observability_records() -> None:
+    from nemo_gym.rollout_observability import (
+        AgentInvocation,
+        AgentObservationBundle,
+        ModelCallRef,
+        ToolCallObservation,
+        TrajectoryRecord,
+        TrajectoryTurn,
+    )
+
+    call = ModelCallRef(model_ref={"type": "responses_api_models", "name": "policy"}, response_id="resp_1")
+    bundle = AgentObservationBundle.model_validate(
+        {
+            "source": "harness",
+            "records": [
+                {"kind": "agent_invocation", "invocation_id": "a", "model_calls": [call.model_dump()]},
+                {"kind": "agent_invocation", "invocation_id": "b", "parent_invocation_id": "a"},
+                {
+                    "kind": "tool_call",
+                    "invocation_id": "b",
+                    "tool_call_id": "t1",
+                    "started_at": 1.0,
+                    "completed_at": 2.0,
+                },
+                {"kind": "sandbox", "role": "agent", "outcome": "oom"},
+            ],
+        }
+    )
+    assert isinstance(bundle.records[0], AgentInvocation) and isinstance(
+        bundle.records[2], ToolCallObservation
+    )
+    for bad in (
+        {"model_call_id": None},  # no way to join it
+    ):
+        with pytest.raises(ValidationError, match="model_call_id, or both model_ref and response_id"):
+            ModelCallRef(**bad)
+    with pytest.raises(ValidationError, match="must not form a cycle"):
+        AgentObservationBundle(
+            source="x",
+            records=[
+                AgentInvocation(invocation_id="a", parent_invocation_id="b"),
+                AgentInvocation(invocation_id="b", parent_invocation_id="a"),
+            ],
+        )
+    with pytest.raises(ValidationError, match="completed_at must not be before started_at"):
+        ToolCallObservation(invocation_id="a", tool_call_id="t", started_at=2.0, completed_at=1.0)
+    with pytest.raises(ValidationError, match="extra"):
+        AgentInvocation(invocation_id="a", typo_field=1)  # type: ignore[call-arg]
+    turn = {
+        "invocation_id": "a",
+        "task_id": "t",
+        "rollout_id": "r",
+        "turn_no": 1,
+        "timestamp": 0.0,
+        "step_count": 1,
+    }
+    TrajectoryRecord(task_id="t", rollout_id="r", turns=[TrajectoryTurn(**turn)])
+    with pytest.raises(ValidationError, match="turn numbers must be unique"):
+        TrajectoryRecord(task_id="t", rollout_id="r", turns=[TrajectoryTurn(**turn), TrajectoryTurn(**turn)])
