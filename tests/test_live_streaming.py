@@ -25,7 +25,7 @@ import orjson
 import pytest
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import StreamingResponse
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from nemo_gym.models.chat_stream import ChatCompletionAccumulator, ThinkSplitter
@@ -218,6 +218,7 @@ class SlowUpstream:
         self.gap_s = gap_s
         self.finished_at: float | None = None
         self.break_after: int | None = None
+        self.plain = False  # answer one JSON object, ignoring stream=true
 
     async def _paced(self, events: list[bytes]) -> AsyncIterator[bytes]:
         for number, event in enumerate(events):
@@ -251,7 +252,7 @@ class SlowUpstream:
             events = [b"data: " + orjson.dumps(chunk) + b"\n\n" for chunk in chunks] + [b"data: [DONE]\n\n"]
             return StreamingResponse(self._paced(events), media_type="text/event-stream")
 
-        async def responses(request: Request) -> StreamingResponse:
+        async def responses(request: Request) -> Response:
             await request.body()
             text = ["It ", "is ", "sunny ", "in ", "Oslo."]
             item = {
@@ -299,6 +300,9 @@ class SlowUpstream:
                 + b"\n\n"
                 for number, event in enumerate(events)
             ]
+            if self.plain:
+                final = {**response, "status": "completed", "output": [done_item]}
+                return JSONResponse(final)
             return StreamingResponse(self._paced(raw), media_type="text/event-stream")
 
         return Starlette(
@@ -426,6 +430,20 @@ def test_an_upstream_that_breaks_off_ends_the_stream_with_an_error(slow, server:
     finally:
         upstream.break_after = None
     assert "stream" in raised.value.message
+
+
+def test_an_upstream_that_ignores_stream_is_sent_as_events(slow) -> None:
+    upstream, urls = slow
+    upstream.plain = True
+    try:
+        events = list(client(urls["openai"]).responses.create(model="m", input="Weather?", stream=True))
+    finally:
+        upstream.plain = False
+    assert [e.type for e in events][:2] == ["response.created", "response.in_progress"]
+    assert events[-1].type == "response.completed"
+    assert (
+        "".join(e.delta for e in events if e.type == "response.output_text.delta") == "It is sunny in Oslo."
+    )
 
 
 # ---- the pieces ---------------------------------------------------------------------------
