@@ -360,11 +360,16 @@ class SimpleResourcesServer(BaseServer):
         metrics["key_metrics"] = self._key_metrics(metrics["agent_metrics"], metrics["key_metrics"])
         return metrics
 
-    def get_key_metrics(self, agent_metrics: dict[str, Any], default: dict[str, Any]) -> dict[str, Any]:
+    def get_key_metrics(
+        self, agent_metrics: dict[str, Any], default: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
         """The few metrics printed at the end of a collection. Default: mean reward and pass@k.
 
-        NeMo Gym's one-argument override ``get_key_metrics(self, agent_metrics)`` works too.
+        NeMo Gym's one-argument override ``get_key_metrics(self, agent_metrics)`` works too; called
+        that way (``super().get_key_metrics(agent_metrics)``) the default is every ``mean/`` metric.
         """
+        if default is None:
+            return {k: v for k, v in agent_metrics.items() if k.startswith("mean/")}
         return default
 
     def _key_metrics(self, agent_metrics: dict[str, Any], default: dict[str, Any]) -> dict[str, Any]:

@@ -7,6 +7,7 @@ and verl build the head server's address with it) and the server-ref types, over
 
 from __future__ import annotations
 
+from enum import Enum
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -17,6 +18,7 @@ from nemo_gym.serving.server import BaseServerConfig, ServerRef
 __all__ = [
     "AgentServerRef",
     "AggregateMetrics",
+    "Domain",
     "AggregateMetricsRequest",
     "BaseNeMoGymCLIConfig",
     "BaseServerConfig",
@@ -60,3 +62,20 @@ class AggregateMetrics(BaseModel):
     group_level_metrics: list[dict[str, Any]] = Field(default_factory=list)
     agent_metrics: dict[str, Any] = Field(default_factory=dict)
     key_metrics: dict[str, Any] = Field(default_factory=dict)
+
+
+class Domain(str, Enum):  # noqa: UP042 - NeMo Gym's str(domain)
+    """The capability a resources server mainly evaluates (a server config's ``domain``)."""
+
+    MATH = "math"
+    CODING = "coding"
+    AGENT = "agent"
+    KNOWLEDGE = "knowledge"
+    INSTRUCTION_FOLLOWING = "instruction_following"
+    LONG_CONTEXT = "long_context"
+    SAFETY = "safety"
+    GAMES = "games"
+    TRANSLATION = "translation"
+    E2E = "e2e"
+    RLHF = "rlhf"
+    OTHER = "other"
