@@ -7,13 +7,16 @@ Override :meth:`SimpleResponsesAPIAgent.run` (one dataset row → the verified r
 
 from __future__ import annotations
 
+import asyncio
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from nemo_gym.episode_types import EpisodeId, TaskId
 from nemo_gym.serving.server import (
     BaseServer,
     BaseServerConfig,
@@ -74,6 +77,11 @@ class BaseResponsesAPIAgentConfig(BaseServerConfig):
     model_server: ServerRef | None = None
     # An /aggregate_metrics body sent one verify response per line goes to a temporary file.
     max_aggregate_metrics_body_bytes: int = 64 * 1024**3
+    # NeMo Gym's agent fields.
+    skip_verification: bool = False
+    skip_verification_reward: float = 0.0
+    session_close_retry_window_seconds: float = 300
+    token_id_capture: bool = False
 
 
 class SimpleResponsesAPIAgent(BaseServer):
@@ -147,3 +155,86 @@ class SimpleResponsesAPIAgent(BaseServer):
                 )
 
         return Route("/aggregate_metrics", endpoint, methods=["POST"])
+
+
+# ---- NeMo Gym's agent-session names (an Environment Server seeding an agent) -----------------
+
+AGENT_SESSION_COOKIE_KEY = "agent_session_id"
+
+
+class AgentSeedSessionRequest(BaseModel):
+    """Open agent state under a caller-chosen ``agent_session_id`` (seeding it again returns it)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    agent_session_id: str = Field(min_length=1)
+    episode_id: EpisodeId
+    task_id: TaskId
+    tool_accesses: list[Any] = Field(default_factory=list)
+    sandbox_access: Any = None
+
+
+class AgentSeedSessionResponse(BaseModel):
+    """The seeded ``agent_session_id``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    agent_session_id: str
+
+
+class AgentCloseSessionRequest(BaseModel):
+    """Close agent state."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    agent_session_id: str
+    episode_id: EpisodeId
+
+
+class AgentCloseSessionResponse(BaseModel):
+    """The closed session, with what the agent observed."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    agent_session_id: str
+    agent_observations: Any = None
+    resources_cookies: dict[str, str] | None = None
+
+
+@dataclass
+class AgentSessionState:
+    """A harness's own state for one agent session, bound to the seed request."""
+
+    request: AgentSeedSessionRequest
+
+
+class AgentSessionSetupError(Exception):
+    """Setup failed part-way: the state kept for close, and the original error."""
+
+    def __init__(self, state: AgentSessionState, *, error: BaseException) -> None:
+        super().__init__(str(error))
+        self.state = state
+        self.error = error
+
+
+@dataclass
+class _AgentSessionRecord:
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    state: AgentSessionState | None = None
+    closing: bool = False
+    episode_id: EpisodeId | None = None
+    close_response: AgentCloseSessionResponse | None = None
+    expires_at: float = float("inf")
+
+
+BaseResponsesAPIAgent = SimpleResponsesAPIAgent
+
+
+def __getattr__(name: str) -> Any:
+    # FastAPI's Body, which NeMo Gym agents import from here: loaded only when asked for, so
+    # our own agents never import FastAPI.
+    if name == "Body":
+        from fastapi import Body
+
+        return Body
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

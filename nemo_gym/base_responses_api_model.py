@@ -191,3 +191,13 @@ def openai_error_body(
     such as ``context_length_exceeded``, or null as OpenAI sends for most errors)."""
     error_type = _ERROR_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
     return {"error": {"message": message, "type": error_type, "param": param, "code": code}}
+
+
+def __getattr__(name: str) -> Any:
+    # FastAPI's Body, which NeMo Gym model adapters import from here: loaded only when asked
+    # for, so our own model servers never import FastAPI.
+    if name == "Body":
+        from fastapi import Body
+
+        return Body
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
