@@ -264,23 +264,22 @@ class AsyncSandbox:
             )
         return resolved
 
-    async def pause(self) -> None:
-        """Pause the sandbox, keeping its state (providers with pause/resume)."""
-        handle = self._require_handle()
+    def _pause_resume_provider(self) -> SupportsSandboxPauseResume:
+        """The provider, when it can pause and resume (the sandbox must be started)."""
+        self._require_handle()
         if not isinstance(self._provider, SupportsSandboxPauseResume):
             raise NotImplementedError(
                 f"Sandbox provider {_provider_name(self._provider)!r} does not support pause/resume"
             )
-        await self._provider.pause(handle)
+        return self._provider
+
+    async def pause(self) -> None:
+        """Pause the sandbox, keeping its state (providers with pause/resume)."""
+        await self._pause_resume_provider().pause(self._require_handle())
 
     async def resume(self) -> None:
         """Resume a paused sandbox."""
-        handle = self._require_handle()
-        if not isinstance(self._provider, SupportsSandboxPauseResume):
-            raise NotImplementedError(
-                f"Sandbox provider {_provider_name(self._provider)!r} does not support pause/resume"
-            )
-        await self._provider.resume(handle)
+        await self._pause_resume_provider().resume(self._require_handle())
 
     async def stop(self) -> None:
         """Remove the sandbox (idempotent). A failed provider stop may be retried: the sandbox
