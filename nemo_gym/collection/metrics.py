@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, MutableSequence, Sequence
 from typing import Any, NamedTuple, TypeGuard
 
 TASK_INDEX_KEY = "_ng_task_index"
@@ -304,31 +304,51 @@ def _score_metrics(
     majority_by_k: dict[int, list[float]] = {k: [] for k in k_values}
     binary_cache: dict[tuple[int, int, int], float] = {}
     for scored in tasks:
-        n = len(scored)
-        values = [value for value, _ in scored]
-        prefix_sums = [0.0]
-        prefix_max: list[float] = []
-        for value in values:
-            prefix_sums.append(prefix_sums[-1] + value)
-            prefix_max.append(value if not prefix_max else max(prefix_max[-1], value))
-        correct = int(prefix_sums[-1]) if binary else 0
-        majority = _majority_scores(scored) if with_majority else []
-        for k in k_values:
-            if k > n:
-                continue  # this task has too few rollouts to say anything at this k
-            if binary:
-                key = (n, correct, k)
-                estimate = binary_cache.get(key)
-                if estimate is None:
-                    estimate = binary_cache[key] = pass_at_k(n, correct, k)
-                pass_by_k[k].append(estimate)
-            else:
-                pass_by_k[k].append(prefix_max[k - 1])
-            avg_by_k[k].append(prefix_sums[k] / k)
-            if with_majority:
-                majority_by_k[k].append(majority[k - 1])
+        add_task_estimates(
+            scored, k_values, binary, with_majority, binary_cache, pass_by_k, avg_by_k, majority_by_k
+        )
 
     return score_metrics(score, k_values, pass_by_k, avg_by_k, majority_by_k, list(run_sums.values()))
+
+
+def add_task_estimates(
+    scored: Sequence[tuple[float, Hashable | None]],
+    k_values: Sequence[int],
+    binary: bool,
+    with_majority: bool,
+    binary_cache: dict[tuple[int, int, int], float],
+    pass_by_k: Mapping[int, MutableSequence[float]],
+    avg_by_k: Mapping[int, MutableSequence[float]],
+    majority_by_k: Mapping[int, MutableSequence[float]],
+) -> None:
+    """Append one task's ``pass@k``, ``pass@1[avg-of-k]`` and ``majority@k`` estimates, at each k.
+
+    ``scored`` is the task's (value, answer) per rollout, in order. Binary scores use the unbiased
+    ``pass@k`` estimator (cached per (n, correct, k) in ``binary_cache``), others the best of the
+    first k. Shared by the batch and the streaming aggregates, so both compute the same numbers.
+    """
+    n = len(scored)
+    prefix_sums = [0.0]
+    prefix_max: list[float] = []
+    for value, _ in scored:
+        prefix_sums.append(prefix_sums[-1] + value)
+        prefix_max.append(value if not prefix_max else max(prefix_max[-1], value))
+    correct = int(prefix_sums[-1]) if binary else 0
+    majority = _majority_scores(scored) if with_majority else []
+    for k in k_values:
+        if k > n:
+            continue  # this task has too few rollouts to say anything at this k
+        if binary:
+            key = (n, correct, k)
+            estimate = binary_cache.get(key)
+            if estimate is None:
+                estimate = binary_cache[key] = pass_at_k(n, correct, k)
+            pass_by_k[k].append(estimate)
+        else:
+            pass_by_k[k].append(prefix_max[k - 1])
+        avg_by_k[k].append(prefix_sums[k] / k)
+        if with_majority:
+            majority_by_k[k].append(majority[k - 1])
 
 
 def score_metrics(

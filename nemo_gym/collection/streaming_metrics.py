@@ -25,9 +25,8 @@ from nemo_gym.collection.metrics import (
     _as_number,
     _check_ks,
     _hashable,
-    _majority_scores,
+    add_task_estimates,
     extract_numeric_fields,
-    pass_at_k,
     score_metrics,
     select_key_metrics,
 )
@@ -236,28 +235,9 @@ class MetricsAccumulator:
                 run_values[slot].append(value)
             if not scored:
                 continue
-            n = len(scored)
-            prefix_sums = [0.0]
-            prefix_max: list[float] = []
-            for value, _ in scored:
-                prefix_sums.append(prefix_sums[-1] + value)
-                prefix_max.append(value if not prefix_max else max(prefix_max[-1], value))
-            correct = int(prefix_sums[-1]) if binary else 0
-            majority = _majority_scores(scored) if with_majority else []
-            for k in k_values:
-                if k > n:
-                    continue
-                if binary:
-                    key = (n, correct, k)
-                    estimate = binary_cache.get(key)
-                    if estimate is None:
-                        estimate = binary_cache[key] = pass_at_k(n, correct, k)
-                    pass_by_k[k].append(estimate)
-                else:
-                    pass_by_k[k].append(prefix_max[k - 1])
-                avg_by_k[k].append(prefix_sums[k] / k)
-                if with_majority:
-                    majority_by_k[k].append(majority[k - 1])
+            add_task_estimates(
+                scored, k_values, binary, with_majority, binary_cache, pass_by_k, avg_by_k, majority_by_k
+            )
         if not run_values:
             return {}
         return score_metrics(
