@@ -28,9 +28,7 @@ from nemo_gym.collection.collection_io import (
     CollectionPaths,
     IntTable,
     JsonlAppender,
-    PromptConfig,
     ResultsScan,
-    RowMaterializer,
     compact_failures,
     drop_duplicate_results,
     iter_jsonl,
@@ -196,13 +194,7 @@ class CollectionRun:
             counts[self._decide(position, key)] += 1
             position += 1
 
-        materializer = RowMaterializer(
-            agent_name=settings.agent_name,
-            num_repeats=settings.num_repeats,
-            add_seed=settings.num_repeats_add_seed,
-            responses_create_params=settings.responses_create_params,
-            prompt=PromptConfig.load(settings.prompt_config) if settings.prompt_config else None,
-        )
+        materializer = settings.row_materializer()
         with JsonlAppender(paths.failures) as failures:
             report = materialize_input(
                 Path(settings.input_jsonl_fpath),

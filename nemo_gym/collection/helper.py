@@ -25,8 +25,6 @@ from nemo_gym.collection.collection_io import (
     AGENT_REF_KEY,
     ATTEMPT_INDEX_KEY,
     CollectionPaths,
-    PromptConfig,
-    RowMaterializer,
     iter_jsonl,
     materialize_input,
     read_failure_attempts,
@@ -223,13 +221,7 @@ class RolloutCollectionHelper:
         seeds, ``_ng_task_index`` / ``_ng_rollout_index``), in memory, sorted by task then rollout.
         A malformed line raises, naming it."""
         config = RolloutCollectionConfig.from_config(config)
-        materializer = RowMaterializer(
-            agent_name=config.agent_name,
-            num_repeats=config.num_repeats,
-            add_seed=config.num_repeats_add_seed,
-            responses_create_params=config.responses_create_params,
-            prompt=PromptConfig.load(config.prompt_config) if config.prompt_config else None,
-        )
+        materializer = config.row_materializer()
         with tempfile.TemporaryDirectory(prefix="ng_preprocess_") as tmp:
             out = Path(tmp) / "rows.jsonl"
             materialize_input(Path(config.input_jsonl_fpath), out, materializer, limit=config.limit)

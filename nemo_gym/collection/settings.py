@@ -15,7 +15,7 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from nemo_gym.collection.collection_io import CollectionPaths
+from nemo_gym.collection.collection_io import CollectionPaths, PromptConfig, RowMaterializer
 from nemo_gym.launch.config import ConfigError
 
 # ng_collect_rollouts exits non-zero when more than this share of the rollouts it ran failed.
@@ -136,6 +136,16 @@ class RolloutCollectionConfig(SharedRolloutCollectionConfig):
     def materialized_jsonl_fpath(self) -> Path:
         """``x_materialized_inputs.jsonl`` next to the results file ``x.jsonl``."""
         return CollectionPaths.for_output(self.output_jsonl_fpath).materialized_inputs
+
+    def row_materializer(self) -> RowMaterializer:
+        """How this collection prepares each input row (agent, repeats, seeds, overrides, prompt)."""
+        return RowMaterializer(
+            agent_name=self.agent_name,
+            num_repeats=self.num_repeats,
+            add_seed=self.num_repeats_add_seed,
+            responses_create_params=self.responses_create_params,
+            prompt=PromptConfig.load(self.prompt_config) if self.prompt_config else None,
+        )
 
 
 class E2ERolloutCollectionConfig(SharedRolloutCollectionConfig):
