@@ -385,7 +385,8 @@ def run_bounded(cmd: list[str], cwd: Path, env: dict[str, str], timeout: float) 
 
 def last_error_line(output: str) -> str:
     """The line that names the error in a traceback (or the last non-empty line)."""
-    lines = [ln.strip() for ln in output.splitlines() if ln.strip()]
+    # pytest prefixes a traceback's error lines with "E   ".
+    lines = [re.sub(r"^E\s+", "", ln.strip()) for ln in output.splitlines() if ln.strip()]
     for ln in reversed(lines):
         if re.match(r"^[A-Za-z_.]*(Error|Exception|Exit)\b", ln) or "[timed out" in ln:
             return ln[:240]

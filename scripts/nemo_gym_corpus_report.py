@@ -27,7 +27,7 @@ from typing import Any
 
 NETWORK_SIGNS = re.compile(
     r"127\.0\.0\.1:9\b|ProxyError|Name or service not known|Temporary failure in name resolution|"
-    r"git clone|ConnectError|HF_HUB_OFFLINE|offline mode|LocalEntryNotFoundError|Network is unreachable|"
+    r"git clone|'git', 'clone'|connected to the Internet|LookupError|nltk|ConnectError|HF_HUB_OFFLINE|offline mode|LocalEntryNotFoundError|Network is unreachable|"
     r"ConnectionRefusedError|api key|API_KEY",
     re.I,
 )
