@@ -213,3 +213,28 @@ def test_one_instance_name_with_two_kinds_in_two_files_is_an_error_naming_the_cl
     both = {"shared_name": {"resources_servers": {"a": {}}, "responses_api_models": {"b": {}}}}
     with pytest.raises(ConfigError, match="more than one server kind"):
         server_instances(both)
+
+
+def test_inherit_from_copies_an_instance_under_a_new_name(tmp_path: Path) -> None:
+    """NeMo Gym's ``_inherit_from``: a benchmark's instance is the named one with its keys over it."""
+    from nemo_gym.launch.config import ConfigError, resolve_inheritance
+
+    base = {
+        "env": {"resources_servers": {"impl": {"entrypoint": "app.py", "judge": {"name": "j", "t": 1}}}},
+        "bench_env": {"_inherit_from": "env", "resources_servers": {"impl": {"judge": {"t": 2}}}},
+        "bench_env2": {"_inherit_from": "bench_env", "resources_servers": {"impl": {"extra": True}}},
+    }
+    out = resolve_inheritance(base)
+    assert out["bench_env"] == {
+        "resources_servers": {"impl": {"entrypoint": "app.py", "judge": {"name": "j", "t": 2}}}
+    }
+    assert out["bench_env2"]["resources_servers"]["impl"] == {
+        "entrypoint": "app.py",
+        "judge": {"name": "j", "t": 2},
+        "extra": True,
+    }
+    assert base["env"]["resources_servers"]["impl"]["judge"]["t"] == 1  # the parent is not changed
+    with pytest.raises(ConfigError, match="no instance 'evn'.*did you mean 'env'"):
+        resolve_inheritance({"env": {}, "b": {"_inherit_from": "evn"}})
+    with pytest.raises(ConfigError, match="cycle"):
+        resolve_inheritance({"a": {"_inherit_from": "b"}, "b": {"_inherit_from": "a"}})

@@ -290,10 +290,45 @@ def load_config(
     for override in overrides:
         if override.path != "config_paths":
             apply_override(config, override)
+    config = resolve_inheritance(config)
     config = resolve_interpolations(config)
     if validate_refs:
         validate_server_refs(config)
     return config
+
+
+INHERIT_KEY = "_inherit_from"
+
+
+def resolve_inheritance(config: Mapping[str, Any]) -> dict[str, Any]:
+    """NeMo Gym's ``_inherit_from: <instance>``: an instance is the named one's block with its own
+    keys merged over it (a benchmark's copy of an environment, renamed). Chains are followed;
+    a cycle or a missing name is a config error naming the instances."""
+    resolved: dict[str, Any] = dict(config)
+
+    def block(name: str, chain: tuple[str, ...]) -> Any:
+        value = resolved.get(name)
+        if not isinstance(value, Mapping) or INHERIT_KEY not in value:
+            return value
+        parent = value[INHERIT_KEY]
+        if parent in chain or parent == name:
+            raise ConfigError(f"{INHERIT_KEY} runs in a cycle: {' -> '.join((*chain, name, str(parent)))}")
+        if parent not in resolved:
+            raise ConfigError(
+                f"instance {name!r} has {INHERIT_KEY}: {parent!r}, but no instance {parent!r} is configured"
+                + "".join(
+                    f" (did you mean {c!r}?)"
+                    for c in difflib.get_close_matches(str(parent), list(resolved), n=1)
+                )
+            )
+        own = {k: v for k, v in value.items() if k != INHERIT_KEY}
+        merged = deep_merge(copy.deepcopy(block(str(parent), (*chain, name))), own)
+        resolved[name] = merged
+        return merged
+
+    for name in list(resolved):
+        block(str(name), ())
+    return resolved
 
 
 def check_kind_clashes(loaded: Mapping[str, Any], where: str, seen: dict[str, tuple[str, str]]) -> None:
