@@ -42,7 +42,12 @@ from nemo_gym.config_types import AggregateMetrics, AggregateMetricsRequest
 from nemo_gym.episode_types import EpisodeId, TaskId
 from nemo_gym.openai_utils import NeMoGymResponse, NeMoGymResponseCreateParamsNonStreaming
 from nemo_gym.response_items import create_params_shape_errors, response_shape_errors
-from nemo_gym.serving.protocol import MCP_METADATA_KEY, MCP_SESSION_TOKEN_HEADER, RESERVED_MCP_TOOL_NAMES  # noqa: F401
+from nemo_gym.serving.protocol import (  # noqa: F401 (re-exported at NeMo Gym's path)
+    MCP_METADATA_KEY,
+    MCP_SESSION_TOKEN_HEADER,
+    RESERVED_MCP_TOOL_NAMES,
+    normalize_tool_name,
+)
 from nemo_gym.serving.request_context import lean_bodies
 from nemo_gym.serving.server import BaseServer, BaseServerConfig, body_model
 
@@ -222,17 +227,6 @@ class ResourcesCloseSessionResponse(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     resources_session_id: str
-
-
-def normalize_tool_name(name: str, server_name: str | None = None) -> str:
-    """A trajectory's tool-call name without an MCP client's ``mcp__<server>__`` namespace."""
-    if not name.startswith("mcp__"):
-        return name
-    if server_name is not None:
-        prefix = f"mcp__{server_name}__"
-        return name[len(prefix) :] if name.startswith(prefix) else name
-    _, sep, bare = name[len("mcp__") :].partition("__")
-    return bare if sep else name
 
 
 def tool(fn: F | None = None, *, name: str | None = None) -> Any:

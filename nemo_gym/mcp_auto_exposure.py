@@ -55,6 +55,7 @@ from nemo_gym.serving.protocol import (
     RESERVED_MCP_TOOL_NAMES,
     SESSION_COOKIE,
     SESSION_SCOPE_KEY,
+    normalize_tool_name,
 )
 from nemo_gym.serving.server import body_model
 
@@ -79,21 +80,6 @@ __all__ = [
     "maybe_auto_expose",
     "normalize_tool_name",
 ]
-
-
-def normalize_tool_name(name: str, server_name: str | None = None) -> str:
-    """The bare tool name of a namespaced one (``mcp__<server>__<tool>`` → ``<tool>``).
-
-    MCP-native agents record tool names namespaced per server; verifiers compare bare names.
-    With ``server_name`` only that server's prefix is removed. Other names pass unchanged.
-    """
-    if not name.startswith("mcp__"):
-        return name
-    if server_name is not None:
-        prefix = f"mcp__{server_name}__"
-        return name[len(prefix) :] if name.startswith(prefix) else name
-    _, sep, bare = name[len("mcp__") :].partition("__")
-    return bare if sep else name
 
 
 class MCPTool(BaseModel):

@@ -43,6 +43,21 @@ SESSION_SCOPE_KEY = "nemo_gym.session_id"
 RESERVED_MCP_TOOL_NAMES = frozenset({"verify", "seed_session", "close_session", "aggregate_metrics", "mcp"})
 
 
+def normalize_tool_name(name: str, server_name: str | None = None) -> str:
+    """The bare tool name of a namespaced one (``mcp__<server>__<tool>`` → ``<tool>``).
+
+    MCP-native agents record tool names namespaced per server; verifiers compare bare names.
+    With ``server_name`` only that server's prefix is removed. Other names pass unchanged.
+    """
+    if not name.startswith("mcp__"):
+        return name
+    if server_name is not None:
+        prefix = f"mcp__{server_name}__"
+        return name[len(prefix) :] if name.startswith(prefix) else name
+    _, sep, bare = name[len("mcp__") :].partition("__")
+    return bare if sep else name
+
+
 # Secrets this process was handed at start-up (see ENV_LAUNCH_PAYLOAD); kept out of os.environ
 # so that child processes (sandboxes, engines) do not inherit them.
 _handed: dict[str, str] = {}
