@@ -214,8 +214,9 @@ class VLLMModel(SimpleResponsesAPIModel):
             await self.fill_missing_token_ids(completion, chat_request, base)
         return self.bridge.response(completion, body)
 
-    async def chat_completions(self, body: dict[str, Any]) -> dict[str, Any]:
-        """Pass a Chat Completions request through to the rollout's backend replica."""
+    def _chat_passthrough_request(self, body: dict[str, Any]) -> dict[str, Any]:
+        """A Chat Completions body to pass on: its media within ``limit_mm_per_prompt`` (else a
+        400 naming the part), and the configured model where the body names none."""
         try:
             check_chat_media(body.get("messages"), self.config.limit_mm_per_prompt)
         except MediaLimitError as exc:
@@ -223,6 +224,11 @@ class VLLMModel(SimpleResponsesAPIModel):
         request = dict(body)
         if self.config.model and not request.get("model"):
             request["model"] = self.config.model
+        return request
+
+    async def chat_completions(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Pass a Chat Completions request through to the rollout's backend replica."""
+        request = self._chat_passthrough_request(body)
         answer, base = await self.post_backend("/chat/completions", request)
         if not answer.ok:
             raise backend_http_error(answer, base, error_message(answer), keep_status=True)
@@ -231,13 +237,7 @@ class VLLMModel(SimpleResponsesAPIModel):
     async def chat_completions_stream(self, body: dict[str, Any]) -> Response:
         """The backend's chat completion chunks, passed on as they arrive (token IDs and logprobs
         where the backend puts them: vLLM sends them on each chunk)."""
-        try:
-            check_chat_media(body.get("messages"), self.config.limit_mm_per_prompt)
-        except MediaLimitError as exc:
-            raise HTTPError(400, str(exc)) from exc
-        request = dict(body)
-        if self.config.model and not request.get("model"):
-            request["model"] = self.config.model
+        request = self._chat_passthrough_request(body)
         answer, base = await self.post_backend("/chat/completions", request, stream=True)
         if not answer.ok:
             raise backend_http_error(answer, base, error_message(answer), keep_status=True)
