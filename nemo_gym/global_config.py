@@ -123,6 +123,16 @@ CACHE_DIR_KEY_NAME = "cache_dir"
 RESULTS_DIR_KEY_NAME = "results_dir"
 OBSERVABILITY_ENABLED_KEY_NAME = "observability_enabled"
 DISALLOWED_PORTS_KEY_NAME = "disallowed_ports"
+TOKEN_ID_CAPTURE_BLOCK = "token_id_capture"
+TASK_SOURCE_KEY_NAME = "task_source"
+SKILLS_REF_KEY_NAME = "skills_ref"
+REWARD_KEY_NAME = "reward"
+HF_TOKEN_KEY_NAME = "hf_token"  # noqa: S105 - a key name, not a secret
+
+
+def get_hf_token() -> str | None:
+    """The Hugging Face token in the global config (``hf_token``), if any."""
+    return get_global_config_dict().get(HF_TOKEN_KEY_NAME)
 
 
 def get_first_server_config_dict(global_config_dict: Any, top_level_path: str) -> Any:
