@@ -31,19 +31,18 @@ def check_resources_session_contract(
     session_id = seed.resources_session_id
     close = ResourcesCloseSessionRequest(resources_session_id=session_id, episode_id=seed.episode_id)
 
-    for step in ("seed", "repeated seed"):
-        answer = client.post("/seed_session", json=seed.model_dump(mode="json"))
+    steps = (
+        ("seed", "/seed_session", seed, ResourcesSeedSessionResponse),
+        ("repeated seed", "/seed_session", seed, ResourcesSeedSessionResponse),
+        ("close", "/close_session", close, ResourcesCloseSessionResponse),
+        ("repeated close", "/close_session", close, ResourcesCloseSessionResponse),
+    )
+    for step, path, body, answer_type in steps:
+        answer = client.post(path, json=body.model_dump(mode="json"))
         assert answer.status_code == 200, f"{step}: HTTP {answer.status_code} {answer.text}"
-        seeded = ResourcesSeedSessionResponse.model_validate(answer.json())
-        assert seeded.resources_session_id == session_id, (
-            f"{step} answered session {seeded.resources_session_id!r}"
-        )
-    for step in ("close", "repeated close"):
-        answer = client.post("/close_session", json=close.model_dump(mode="json"))
-        assert answer.status_code == 200, f"{step}: HTTP {answer.status_code} {answer.text}"
-        closed = ResourcesCloseSessionResponse.model_validate(answer.json())
-        assert closed.resources_session_id == session_id, (
-            f"{step} answered session {closed.resources_session_id!r}"
+        answered = answer_type.model_validate(answer.json())
+        assert answered.resources_session_id == session_id, (
+            f"{step} answered session {answered.resources_session_id!r}"
         )
 
     unknown = seed.model_copy(update={"resources_session_id": f"{session_id}-never-seeded"})
