@@ -38,6 +38,7 @@ from nemo_gym.launch.config import ConfigError, load_config, load_yaml_file, pro
 from nemo_gym.tools.prepare_data import (
     DatasetConfig,
     DatasetStatistics,
+    iter_json_lines,
     metrics_drift,
     metrics_path_for,
     tool_names,
@@ -217,23 +218,18 @@ def _check_example_data(check: ServerCheck, routes: list[Any] | None) -> None:
         check.problems.append(f"{path} does not exist (five example rows are expected)")
         return
     missing_tools: dict[str, list[int]] = {}
-    with path.open("rb") as f:
-        for number, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = orjson.loads(line)
-            except orjson.JSONDecodeError as exc:
-                check.problems.append(f"{path}:{number}: not valid JSON ({exc})")
-                continue
-            check.rows += 1
-            problems = validate_row(row)
-            check.problems += [f"{path}:{number}: {p}" for p in problems]
-            if problems or routes is None:
-                continue
-            for name in tool_names(row):
-                if not _has_route(routes, f"/{name}"):
-                    missing_tools.setdefault(name, []).append(number)
+    for number, row, error in iter_json_lines(path):
+        if error is not None:
+            check.problems.append(f"{path}:{number}: {error}")
+            continue
+        check.rows += 1
+        problems = validate_row(row)
+        check.problems += [f"{path}:{number}: {p}" for p in problems]
+        if problems or routes is None:
+            continue
+        for name in tool_names(row):
+            if not _has_route(routes, f"/{name}"):
+                missing_tools.setdefault(name, []).append(number)
     for name, lines in missing_tools.items():
         check.problems.append(
             f"{path}:{','.join(map(str, lines))}: the rows offer tool {name!r} but the server has no "

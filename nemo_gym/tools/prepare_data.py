@@ -443,6 +443,21 @@ def apply_prompt(row: Mapping[str, Any], prompt: PromptConfig) -> dict[str, Any]
     return {**row, "responses_create_params": params}
 
 
+def iter_json_lines(path: Path) -> Iterator[tuple[int, Any, str | None]]:
+    """``(line number, value, None)`` for each non-blank line of a JSONL file, or
+    ``(line number, None, "not valid JSON (...)")`` for a line that does not parse."""
+    with path.open("rb") as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                value = orjson.loads(line)
+            except orjson.JSONDecodeError as exc:
+                yield number, None, f"not valid JSON ({exc})"
+                continue
+            yield number, value, None
+
+
 def iter_dataset_rows(dataset: AgentDataset) -> Iterator[tuple[int, dict[str, Any] | None, str | None]]:
     """``(line number, row or None, error or None)`` for each non-blank line, prompt template applied."""
     prompt = (
@@ -450,23 +465,18 @@ def iter_dataset_rows(dataset: AgentDataset) -> Iterator[tuple[int, dict[str, An
         if dataset.config.prompt_config
         else None
     )
-    with dataset.path.open("rb") as f:
-        for number, line in enumerate(f, 1):
-            if not line.strip():
-                continue
+    for number, row, error in iter_json_lines(dataset.path):
+        if error is not None:
+            yield number, None, error
+            continue
+        if prompt is not None and isinstance(row, dict):
             try:
-                row = orjson.loads(line)
-            except orjson.JSONDecodeError as exc:
-                yield number, None, f"not valid JSON ({exc})"
+                row = apply_prompt(row, prompt)
+            except ValueError as exc:
+                yield number, None, str(exc)
                 continue
-            if prompt is not None and isinstance(row, dict):
-                try:
-                    row = apply_prompt(row, prompt)
-                except ValueError as exc:
-                    yield number, None, str(exc)
-                    continue
-            problems = validate_row(row)
-            yield number, (None if problems else row), "; ".join(problems) or None
+        problems = validate_row(row)
+        yield number, (None if problems else row), "; ".join(problems) or None
 
 
 def check_dataset(dataset: AgentDataset) -> DatasetReport:
