@@ -78,6 +78,10 @@ def render(data: dict[str, Any]) -> str:
         else:
             kind, reason = classify(folder)
             counts[kind] = counts.get(kind, 0) + 1
+            # Paths of the machine that ran it (scratch tree, venvs) say nothing to a reader.
+            reason = re.sub(
+                r"/[^\s'\"(|]*?/(resources_servers|responses_api_\w+|nemo_gym|bin/python)\b", r"\1", reason
+            )
             reason = reason.replace("|", "\\|").replace("\n", " ")[:160]
             result = f"**{kind}**: {reason}"
         rows.append(
