@@ -25,7 +25,7 @@ GOLD = "GOLD-ANSWER-7b3f"
 class RecordingJudge(SimpleResponsesAPIModel):
     """Says "equal" to everything and keeps every prompt it was shown."""
 
-    prompts: list[str]
+    prompts: list[str] = []
 
     async def responses(self, body: dict[str, Any]) -> dict[str, Any]:
         self.prompts.append(content_text(input_items(body)[-1].get("content")))
