@@ -9,7 +9,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+# NEMO_GYM_ENVIRONMENTS.md is the corpus report: it names NeMo Gym's modules, the missing ones too.
+DOCS = [
+    ROOT / "README.md",
+    *sorted(p for p in (ROOT / "docs").glob("*.md") if p.name != "NEMO_GYM_ENVIRONMENTS.md"),
+]
 DOTTED = re.compile(r"`(nemo_gym(?:\.[A-Za-z_]\w*)+)(?:\(\))?`")
 FROM_IMPORT = re.compile(r"^\s*from (nemo_gym(?:\.\w+)*) import (?:\(([^)]*)\)|([^(\n]+))$", re.M)
 
