@@ -32,15 +32,15 @@ import inspect
 import typing
 from collections.abc import Callable
 from enum import Enum
-from typing import Annotated, Any, ClassVar, Generic, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Generic, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, WrapSerializer, WrapValidator
+from pydantic import BaseModel, ConfigDict, Field, GetJsonSchemaHandler, JsonValue, ValidationInfo
+from pydantic_core import core_schema
 from starlette.requests import Request
 from starlette.routing import Route
 
 from nemo_gym.config_types import AggregateMetrics, AggregateMetricsRequest
 from nemo_gym.episode_types import EpisodeId, TaskId
-from nemo_gym.openai_utils import NeMoGymResponse, NeMoGymResponseCreateParamsNonStreaming
 from nemo_gym.response_items import create_params_shape_errors, response_shape_errors
 from nemo_gym.serving.protocol import (  # noqa: F401 (re-exported at NeMo Gym's path)
     MCP_METADATA_KEY,
@@ -82,20 +82,49 @@ class BaseResourcesServerConfig(BaseServerConfig):
     REVERIFY_MODE: ClassVar[ReverifyMode] = ReverifyMode.UNKNOWN
 
 
-def _typed_or_plain(shape_errors: Callable[[Any], list[str]]) -> Any:
-    """A field validator: the typed model, or (for our lean endpoints) the dict, shape-checked."""
+class _LazyTyped:
+    """A field validated into a model of :mod:`nemo_gym.openai_utils`, imported on first use.
 
-    def validate(value: Any, handler: Any) -> Any:
-        if isinstance(value, dict) and lean_bodies.get():
+    ``openai_utils`` is built on the ``openai`` package (about 0.3 s and 30 MiB to import), so
+    the request models below must not import it when they are defined: our own servers keep
+    these fields as plain dicts (see :data:`~nemo_gym.serving.request_context.lean_bodies`) and
+    never need it. A NeMo Gym-style route, or a test building a request directly, validates the
+    field into the typed model (an ``openai`` type, field errors located as usual) the first
+    time it sees one.
+    """
+
+    def __init__(self, type_name: str, shape_errors: Callable[[Any], list[str]]) -> None:
+        self.type_name = type_name
+        self.shape_errors = shape_errors
+
+    def typed(self) -> type[BaseModel]:
+        """The typed model (importing ``openai`` the first time)."""
+        from nemo_gym import openai_utils
+
+        return getattr(openai_utils, self.type_name)  # type: ignore[no-any-return]
+
+    def validate(self, value: Any, info: ValidationInfo) -> Any:
+        if lean_bodies.get() and not isinstance(value, BaseModel):
             # Our own servers read these fields as dicts: check the shape a handler relies on
             # (a 422 naming the field) without building the typed model on the hot path.
-            errors = shape_errors(value)
+            errors = self.shape_errors(value)
             if errors:
                 raise ValueError("; ".join(errors[:5]))
             return value
-        return handler(value)
+        return self.typed().model_validate(value, context=info.context)
 
-    return WrapValidator(validate)
+    def __get_pydantic_core_schema__(self, source: Any, handler: Any) -> core_schema.CoreSchema:
+        return core_schema.with_info_plain_validator_function(
+            self.validate,
+            serialization=core_schema.wrap_serializer_function_ser_schema(
+                _dump_plain, schema=core_schema.any_schema()
+            ),
+        )
+
+    def __get_pydantic_json_schema__(
+        self, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
+    ) -> Any:
+        return handler(self.typed().__pydantic_core_schema__)
 
 
 def _dump_plain(value: Any, handler: Any) -> Any:
@@ -103,14 +132,16 @@ def _dump_plain(value: Any, handler: Any) -> Any:
 
 
 # NeMo Gym's typed models; a plain dict on the lean path (see nemo_gym.serving.request_context.lean_bodies).
-ResponseField = Annotated[
-    NeMoGymResponse, _typed_or_plain(response_shape_errors), WrapSerializer(_dump_plain)
-]
-CreateParamsField = Annotated[
-    NeMoGymResponseCreateParamsNonStreaming,
-    _typed_or_plain(create_params_shape_errors),
-    WrapSerializer(_dump_plain),
-]
+if TYPE_CHECKING:
+    from nemo_gym.openai_utils import NeMoGymResponse, NeMoGymResponseCreateParamsNonStreaming
+
+    ResponseField = NeMoGymResponse
+    CreateParamsField = NeMoGymResponseCreateParamsNonStreaming
+else:
+    ResponseField = Annotated[Any, _LazyTyped("NeMoGymResponse", response_shape_errors)]
+    CreateParamsField = Annotated[
+        Any, _LazyTyped("NeMoGymResponseCreateParamsNonStreaming", create_params_shape_errors)
+    ]
 
 
 class BaseRunRequest(BaseModel):
@@ -496,3 +527,13 @@ def _needs_fastapi(handler: Callable[..., Any]) -> bool:
 
 
 BaseResourcesServer = SimpleResourcesServer
+
+
+def __getattr__(name: str) -> Any:
+    # The typed models NeMo Gym's module also exposes here, imported only when asked for (they
+    # import ``openai``, which our own servers never need).
+    if name in ("NeMoGymResponse", "NeMoGymResponseCreateParamsNonStreaming"):
+        from nemo_gym import openai_utils
+
+        return getattr(openai_utils, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -36,13 +36,8 @@ import contextlib
 import json
 import logging
 from collections.abc import AsyncIterator, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
-from mcp import ClientSession, McpError, StdioServerParameters
-from mcp.client.stdio import stdio_client
-from mcp.client.streamable_http import create_mcp_http_client, streamable_http_client
-from mcp.types import INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, CallToolResult, Tool
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from nemo_gym.agents.agent_hops import hop_timeout_s
@@ -50,10 +45,18 @@ from nemo_gym.agents.hop_faults import HopFault, status_failure_class
 from nemo_gym.serving.protocol import MCP_FAILURE_CLASS_META as FAILURE_CLASS_META
 from nemo_gym.serving.protocol import MCP_METADATA_KEY, auth_headers
 
+if TYPE_CHECKING:
+    from mcp import ClientSession
+    from mcp.types import CallToolResult, Tool
+
+# The ``mcp`` package (and httpx under it) is imported where a rollout first uses an MCP server:
+# an agent configured without ``mcp_servers`` never pays its ~0.5 s and ~17 MiB at start-up.
+
 logger = logging.getLogger("nemo_gym")
 
-# JSON-RPC errors a server answers about the request itself: for tools/call, the model's mistake.
-_MODEL_MISTAKE_CODES = frozenset({INVALID_PARAMS, METHOD_NOT_FOUND, INVALID_REQUEST})
+# JSON-RPC errors a server answers about the request itself: for tools/call, the model's mistake
+# (JSON-RPC 2.0's INVALID_PARAMS, METHOD_NOT_FOUND and INVALID_REQUEST, as in mcp.types).
+_MODEL_MISTAKE_CODES = frozenset({-32602, -32601, -32600})
 
 
 class MCPServerConfig(BaseModel):
@@ -112,6 +115,9 @@ def _unwrap(exc: BaseException) -> BaseException:
 
 def classify(exc: BaseException, server: str, what: str) -> HopFault:
     """The :class:`HopFault` for a failed MCP exchange with ``server`` (``what``: the method)."""
+    import httpx
+    from mcp import McpError
+
     exc = _unwrap(exc)
     path = f" (MCP {what})"
     if isinstance(exc, HopFault):
@@ -177,6 +183,9 @@ class _StdioProcess:
             return self._session
 
     async def _own(self, ready: asyncio.Future[ClientSession]) -> None:
+        from mcp import ClientSession, StdioServerParameters
+        from mcp.client.stdio import stdio_client
+
         params = StdioServerParameters(
             command=self.config.command or "", args=self.config.args, env=self.config.env, cwd=self.config.cwd
         )
@@ -267,6 +276,10 @@ class MCPToolbox:
     async def _connect(
         self, stack: contextlib.AsyncExitStack, url: str, headers: dict[str, str]
     ) -> ClientSession:
+        import httpx
+        from mcp import ClientSession
+        from mcp.client.streamable_http import create_mcp_http_client, streamable_http_client
+
         client = await stack.enter_async_context(
             create_mcp_http_client(headers=headers, timeout=httpx.Timeout(self.timeout_s))
         )
@@ -334,6 +347,8 @@ class MCPToolbox:
         try:
             result = await self._exchange(server, "tools/call", session.call_tool(tool, arguments))
         except HopFault as fault:
+            from mcp import McpError
+
             refusal = fault.__cause__
             if isinstance(refusal, McpError) and refusal.error.code in _MODEL_MISTAKE_CODES:
                 # The server refused the call itself (no such tool, bad params): the model's mistake.
