@@ -8,6 +8,7 @@ Override :meth:`SimpleResponsesAPIAgent.run` (one dataset row → the verified r
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -16,7 +17,15 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from nemo_gym.config_types import TOKEN_CAPTURE_PATH_SEGMENT, AggregateMetrics, AggregateMetricsRequest
 from nemo_gym.episode_types import EpisodeId, TaskId
+from nemo_gym.global_config import (
+    OBSERVABILITY_ENABLED_KEY_NAME,
+    TOKEN_ID_CAPTURE_BLOCK,
+    get_first_server_config_dict,
+)
+from nemo_gym.rollout_correlation import current_rollout_id, maybe_rollout_id_from_run_body
+from nemo_gym.server_utils import apply_rollout_prefix, rollout_path_prefix
 from nemo_gym.serving.server import (
     BaseServer,
     BaseServerConfig,
@@ -27,6 +36,15 @@ from nemo_gym.serving.server import (
     validation_error_body,
 )
 from nemo_gym.serving.server_client import ServerCallError
+
+__all__ = [
+    "AggregateMetrics",
+    "AggregateMetricsRequest",
+    "BaseResponsesAPIAgent",
+    "BaseResponsesAPIAgentConfig",
+    "SimpleResponsesAPIAgent",
+    "row_create_params",
+]
 
 
 class _CreateParamsShape(BaseModel):
@@ -107,6 +125,71 @@ class SimpleResponsesAPIAgent(BaseServer):
         from nemo_gym.collection.metrics import compute_aggregate_metrics
 
         return compute_aggregate_metrics(body.get("verify_responses", []))
+
+    # ---- rollout correlation: NeMo Gym's helpers for the calls an agent makes ----------------
+    def _global_config(self) -> Mapping[str, Any]:
+        config = getattr(self.server_client, "global_config_dict", None)
+        return config if isinstance(config, Mapping) else {}
+
+    def _model_call_capture_enabled(self) -> bool:
+        """Whether the run records every model call for observability (``observability_enabled``)."""
+        return bool(self._global_config().get(OBSERVABILITY_ENABLED_KEY_NAME, False))
+
+    def _token_id_capture_enabled(self) -> bool:
+        """Whether this agent's model calls go through training token-ID capture: the run's
+        ``token_id_capture.enabled`` and either ``token_id_capture.all_agents`` or this agent's
+        own ``token_id_capture`` field."""
+        block = self._global_config().get(TOKEN_ID_CAPTURE_BLOCK) or {}
+        if not isinstance(block, Mapping) or not block.get("enabled", False):
+            return False
+        return bool(block.get("all_agents", False)) or bool(getattr(self.config, "token_id_capture", False))
+
+    def _capture_correlation_enabled(self) -> bool:
+        """Whether calls of a rollout carry its ``/ng-rollout/<id>`` prefix (either capture is on)."""
+        return self._model_call_capture_enabled() or self._token_id_capture_enabled()
+
+    def rollout_id_from_run(self, body: Any) -> str | None:
+        """The rollout id of a ``/run`` body (its ``_ng_rollout_id``, else ``<task>-<rollout>``),
+        or None when no capture is enabled or the body names no rollout."""
+        if not self._capture_correlation_enabled():
+            return None
+        return maybe_rollout_id_from_run_body(body)
+
+    def url_path_for_run(self, url_path: str, body: Any) -> str:
+        """``url_path`` with this run's rollout prefix (unchanged without a rollout id)."""
+        prefix = rollout_path_prefix(
+            self.rollout_id_from_run(body), token_capture=self._token_id_capture_enabled()
+        )
+        return prefix + url_path
+
+    def base_url_for_run(self, base_url: str, body: Any) -> str:
+        """A model server's root URL with this run's rollout prefix (add ``/v1`` after)."""
+        return apply_rollout_prefix(
+            base_url, self.rollout_id_from_run(body), token_capture=self._token_id_capture_enabled()
+        )
+
+    def url_path_for_request(self, url_path: str, request: Any) -> str:
+        """``url_path`` with the rollout prefix the inbound ``request`` came with.
+
+        The id is the route's ``rollout_id`` path parameter or, as our servers strip the prefix
+        before routing, the current request's rollout; a training-capture request keeps its
+        capture segment. A request without a prefix leaves ``url_path`` unchanged.
+        """
+        path_params = getattr(request, "path_params", None)
+        rollout_id = path_params.get("rollout_id") if isinstance(path_params, Mapping) else None
+        if rollout_id is None and isinstance(request, Request):
+            rollout_id = current_rollout_id()
+        path = getattr(getattr(request, "url", None), "path", "")
+        token_capture = isinstance(path, str) and f"/{TOKEN_CAPTURE_PATH_SEGMENT}/" in path
+        return rollout_path_prefix(rollout_id, token_capture=token_capture) + url_path
+
+    def resolve_model_base_url(self, model_server_name: str, rollout_id: str | None = None) -> str:
+        """``http://host:port[/ng-rollout/<id>]/v1`` of a configured model server (from the
+        global config), for harnesses that call it with their own OpenAI client."""
+        server_config = get_first_server_config_dict(self._global_config(), model_server_name)
+        base_url = self.server_client._build_server_base_url(server_config)
+        prefixed = apply_rollout_prefix(base_url, rollout_id, token_capture=self._token_id_capture_enabled())
+        return f"{prefixed}/v1"
 
     def routes(self) -> list[Route]:
         """Liveness, ``/run``, ``/v1/responses`` and ``/aggregate_metrics``."""

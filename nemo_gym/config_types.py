@@ -23,9 +23,16 @@ __all__ = [
     "BaseNeMoGymCLIConfig",
     "BaseServerConfig",
     "ModelServerRef",
+    "ROLLOUT_PATH_PREFIX",
     "ResourcesServerRef",
     "ServerRef",
+    "TOKEN_CAPTURE_PATH_SEGMENT",
 ]
+
+# The path segments that correlate a call with its rollout: ``/ng-rollout/<id>/...`` and, for
+# training token-ID capture, ``/ng-rollout/<id>/training-token-capture/...``.
+ROLLOUT_PATH_PREFIX = "ng-rollout"
+TOKEN_CAPTURE_PATH_SEGMENT = "training-token-capture"
 
 
 class ModelServerRef(ServerRef):
@@ -79,3 +86,13 @@ class Domain(str, Enum):  # noqa: UP042 - NeMo Gym's str(domain)
     E2E = "e2e"
     RLHF = "rlhf"
     OTHER = "other"
+
+
+def __getattr__(name: str) -> Any:
+    # ``OmegaConf``, which NeMo Gym agents import from here: loaded only when asked for (it
+    # costs start-up time that servers not using it should not pay).
+    if name == "OmegaConf":
+        from omegaconf import OmegaConf
+
+        return OmegaConf
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -27,7 +27,7 @@ import aiohttp
 import orjson
 from pydantic import BaseModel, ConfigDict
 
-from nemo_gym.config_types import BaseServerConfig
+from nemo_gym.config_types import TOKEN_CAPTURE_PATH_SEGMENT, BaseServerConfig
 from nemo_gym.global_config import HEAD_SERVER_KEY_NAME, get_first_server_config_dict, get_global_config_dict
 from nemo_gym.models.openai_client import MAX_NUM_TRIES
 from nemo_gym.serving.protocol import ROLLOUT_PREFIX, SESSION_COOKIE
@@ -51,6 +51,7 @@ __all__ = [
     "get_response_json",
     "get_server_url",
     "global_aiohttp_client_exit",
+    "is_global_aiohttp_client_request_debug_enabled",
     "is_global_aiohttp_client_setup",
     "is_nemo_gym_fastapi_entrypoint",
     "raise_for_status",
@@ -66,6 +67,7 @@ IS_NEMO_GYM_FASTAPI_WORKER_KEY_NAME = "IS_NEMO_GYM_FASTAPI_WORKER"
 IS_NEMO_GYM_FASTAPI_ENTRYPOINT_KEY_NAME = "IS_NEMO_GYM_FASTAPI_ENTRYPOINT"
 
 _GLOBAL_AIOHTTP_CLIENT: aiohttp.ClientSession | None = None
+_GLOBAL_AIOHTTP_CLIENT_REQUEST_DEBUG = False
 
 
 def is_nemo_gym_fastapi_worker() -> bool:
@@ -140,7 +142,7 @@ def rollout_path_prefix(rollout_id: str | None, *, token_capture: bool = False) 
     """The ``/ng-rollout/<id>`` path prefix that correlates calls with a rollout ('' without one)."""
     if not rollout_id:
         return ""
-    return f"{ROLLOUT_PREFIX}{rollout_id}" + ("/training-token-capture" if token_capture else "")
+    return f"{ROLLOUT_PREFIX}{rollout_id}" + (f"/{TOKEN_CAPTURE_PATH_SEGMENT}" if token_capture else "")
 
 
 def apply_rollout_prefix(base_url: str, rollout_id: str | None, *, token_capture: bool = False) -> str:
@@ -162,7 +164,7 @@ class GlobalAIOHTTPAsyncClientConfig(BaseModel):
 
 def set_global_aiohttp_client(cfg: GlobalAIOHTTPAsyncClientConfig) -> aiohttp.ClientSession:
     """Create the process-wide client (call inside the event loop that will use it)."""
-    global _GLOBAL_AIOHTTP_CLIENT
+    global _GLOBAL_AIOHTTP_CLIENT, _GLOBAL_AIOHTTP_CLIENT_REQUEST_DEBUG
     if _GLOBAL_AIOHTTP_CLIENT is not None:
         raise RuntimeError(
             "the global aiohttp client is already set up; close it first (global_aiohttp_client_exit)"
@@ -171,7 +173,14 @@ def set_global_aiohttp_client(cfg: GlobalAIOHTTPAsyncClientConfig) -> aiohttp.Cl
         cfg.global_aiohttp_connector_limit, cfg.global_aiohttp_connector_limit_per_host
     )
     _GLOBAL_AIOHTTP_CLIENT = aiohttp.ClientSession(connector=connector, cookie_jar=aiohttp.DummyCookieJar())
+    _GLOBAL_AIOHTTP_CLIENT_REQUEST_DEBUG = cfg.global_aiohttp_client_request_debug
     return _GLOBAL_AIOHTTP_CLIENT
+
+
+def is_global_aiohttp_client_request_debug_enabled() -> bool:
+    """Whether the process-wide client was set up with ``global_aiohttp_client_request_debug``
+    (callers then log each request they make)."""
+    return _GLOBAL_AIOHTTP_CLIENT_REQUEST_DEBUG
 
 
 def is_global_aiohttp_client_setup() -> bool:
@@ -190,7 +199,8 @@ def get_global_aiohttp_client() -> aiohttp.ClientSession:
 
 def global_aiohttp_client_exit() -> None:
     """Close the process-wide client (from outside any running event loop)."""
-    global _GLOBAL_AIOHTTP_CLIENT
+    global _GLOBAL_AIOHTTP_CLIENT, _GLOBAL_AIOHTTP_CLIENT_REQUEST_DEBUG
     client, _GLOBAL_AIOHTTP_CLIENT = _GLOBAL_AIOHTTP_CLIENT, None
+    _GLOBAL_AIOHTTP_CLIENT_REQUEST_DEBUG = False
     if client is not None and not client.closed:
         asyncio.run(client.close())

@@ -636,6 +636,12 @@ class NeMoGymServerClient(ServerClient):
         config = OmegaConf.create(yaml.safe_load(text) or {})
         return cls(head_server_config=head_server_config, global_config_dict=config, head_url=base)
 
+    def _build_server_base_url(self, server_config_dict: Any) -> str:
+        """``http://host:port`` of one server instance's config block (attributes or keys)."""
+        if isinstance(server_config_dict, Mapping):
+            return f"http://{server_config_dict['host']}:{server_config_dict['port']}"
+        return f"http://{server_config_dict.host}:{server_config_dict.port}"
+
     async def post(self, server_name: str, url_path: str, json: Any = None, **kwargs: Any) -> Any:  # type: ignore[override]
         """POST to a named server; an aiohttp-shaped :class:`ClientResponse`."""
         if hasattr(json, "model_dump"):

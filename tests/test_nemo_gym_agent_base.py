@@ -1,0 +1,126 @@
+"""NeMo Gym's agent-side helpers on our agent base: rollout-correlated paths and model URLs.
+
+NeMo Gym agents route their downstream calls through ``url_path_for_run`` (a ``/run`` body),
+``url_path_for_request`` (an inbound request), ``base_url_for_run`` and
+``resolve_model_base_url``; a rollout's prefix is added only when the run records model calls
+(``observability_enabled``) or captures training token IDs for this agent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from fastapi import Body, FastAPI, Request
+from omegaconf import OmegaConf
+
+from nemo_gym import server_utils
+from nemo_gym.base_responses_api_agent import (
+    AggregateMetricsRequest,
+    BaseResponsesAPIAgentConfig,
+    SimpleResponsesAPIAgent,
+)
+from nemo_gym.config_types import AggregateMetricsRequest as ConfigAggregateMetricsRequest
+from nemo_gym.config_types import OmegaConf as ConfigOmegaConf
+from nemo_gym.server_utils import ServerClient
+from nemo_gym.testing import SyncClient, running_server
+
+RUN_BODY = {"responses_create_params": {"input": "hi"}, "_ng_task_index": 4, "_ng_rollout_index": 1}
+MODEL_BLOCK = {
+    "policy_model": {"responses_api_models": {"openai_model": {"host": "127.0.0.1", "port": 8123}}}
+}
+
+
+class PathAgent(SimpleResponsesAPIAgent):
+    """A NeMo Gym-style agent whose route answers the downstream path it would call."""
+
+    config: BaseResponsesAPIAgentConfig
+
+    def setup_webserver(self) -> FastAPI:
+        app = super().setup_webserver()
+        app.post("/downstream_path")(self.downstream_path)
+        return app
+
+    async def downstream_path(self, request: Request, body: dict = Body()) -> dict:  # noqa: B008 - FastAPI's style
+        return {"path": self.url_path_for_request("/v1/responses", request)}
+
+
+def agent(global_config: dict[str, Any], **config: Any) -> PathAgent:
+    client = ServerClient(head_server_config=None, global_config_dict=OmegaConf.create(global_config))
+    return PathAgent(config={"name": "path_agent", **config}, server_client=client)
+
+
+def test_no_prefix_unless_a_capture_is_enabled() -> None:
+    plain = agent({})
+    assert plain.rollout_id_from_run(RUN_BODY) is None
+    assert plain.url_path_for_run("/v1/responses", RUN_BODY) == "/v1/responses"
+    assert plain.base_url_for_run("http://m:1", RUN_BODY) == "http://m:1"
+
+
+def test_observability_prefixes_every_call_of_the_rollout() -> None:
+    observed = agent({"observability_enabled": True})
+    assert observed.rollout_id_from_run(RUN_BODY) == "4-1"
+    assert observed.url_path_for_run("/v1/responses", RUN_BODY) == "/ng-rollout/4-1/v1/responses"
+    assert observed.base_url_for_run("http://m:1/", RUN_BODY) == "http://m:1/ng-rollout/4-1"
+    # An explicit rollout id wins over the indices; a retry's attempt is part of it.
+    body = {**RUN_BODY, "_ng_rollout_id": "r9", "_ng_attempt_index": 2}
+    assert observed.url_path_for_run("/x", body) == "/ng-rollout/r9-a2/x"
+    # A body naming no rollout leaves the path alone.
+    assert observed.url_path_for_run("/x", {"responses_create_params": {}}) == "/x"
+
+
+def test_token_capture_needs_the_run_switch_and_the_agent_or_all_agents() -> None:
+    capture = {"token_id_capture": {"enabled": True}}
+    assert agent(capture).url_path_for_run("/v1/responses", RUN_BODY) == "/v1/responses"
+    opted_in = agent(capture, token_id_capture=True)
+    assert (
+        opted_in.url_path_for_run("/v1/responses", RUN_BODY)
+        == "/ng-rollout/4-1/training-token-capture/v1/responses"
+    )
+    everyone = agent({"token_id_capture": {"enabled": True, "all_agents": True}})
+    assert (
+        everyone.base_url_for_run("http://m:1", RUN_BODY)
+        == "http://m:1/ng-rollout/4-1/training-token-capture"
+    )
+    switched_off = agent({"token_id_capture": {"enabled": False, "all_agents": True}}, token_id_capture=True)
+    assert switched_off.url_path_for_run("/v1/responses", RUN_BODY) == "/v1/responses"
+
+
+def test_resolve_model_base_url_reads_the_global_config() -> None:
+    observed = agent(MODEL_BLOCK)
+    assert observed.resolve_model_base_url("policy_model") == "http://127.0.0.1:8123/v1"
+    assert observed.resolve_model_base_url("policy_model", "7-0") == "http://127.0.0.1:8123/ng-rollout/7-0/v1"
+    # The client's URL builder is the one NeMo Gym's tests patch.
+    assert (
+        ServerClient._build_server_base_url(observed.server_client, {"host": "h", "port": 1}) == "http://h:1"
+    )
+
+
+def test_url_path_for_request_carries_the_inbound_prefix_through_a_real_server() -> None:
+    with running_server(agent({})) as url, SyncClient() as client:
+        assert client.post(url + "/downstream_path", {}) == (200, {"path": "/v1/responses"})
+        # Our servers strip the prefix before routing; the handler still sees the rollout.
+        assert client.post(url + "/ng-rollout/r7/downstream_path", {}) == (
+            200,
+            {"path": "/ng-rollout/r7/v1/responses"},
+        )
+
+
+def test_re_exported_names() -> None:
+    assert AggregateMetricsRequest is ConfigAggregateMetricsRequest
+    assert ConfigOmegaConf is OmegaConf
+
+
+def test_request_debug_flag_follows_the_global_client() -> None:
+    async def setup() -> None:
+        server_utils.set_global_aiohttp_client(
+            server_utils.GlobalAIOHTTPAsyncClientConfig(global_aiohttp_client_request_debug=True)
+        )
+
+    assert server_utils.is_global_aiohttp_client_request_debug_enabled() is False
+    asyncio.run(setup())
+    try:
+        assert server_utils.is_global_aiohttp_client_request_debug_enabled() is True
+    finally:
+        server_utils.global_aiohttp_client_exit()
+    assert server_utils.is_global_aiohttp_client_request_debug_enabled() is False
