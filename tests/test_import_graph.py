@@ -120,6 +120,9 @@ NEMO_GYM_PUBLIC_PATHS = {
     "mcp_auto_exposure", "openai_utils", "path_utils", "prompt", "reward_profile",
     "rollout_collection", "rollout_correlation", "rollout_observability", "server_utils", "testing", "tool_access",
     "verifier_fixture",
+    "responses_converter",
+    "chat_streaming",
+    "responses_streaming",
 }  # fmt: skip
 OUR_ENTRY_POINTS = {"gymnasium", "gymnasium_server", "llm_judge", "response_items", "train_data"}
 

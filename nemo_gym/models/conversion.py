@@ -20,10 +20,19 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 from uuid import uuid4
 
+from nemo_gym.models.chat_tools import (
+    ConversionUnsupported,
+    chat_tool_choice_to_responses,
+    chat_tool_to_responses,
+    response_format_to_text_format,
+    responses_tool_choice_to_chat,
+    responses_tool_to_chat,
+    text_format_to_response_format,
+)
 from nemo_gym.models.media import MediaLimits, media_kind, responses_part_to_chat
 
 TOKEN_ID_FIELDS = ("prompt_token_ids", "generation_token_ids", "generation_log_probs")
@@ -38,15 +47,19 @@ _INPUT_ITEM_TYPES = ("message", "reasoning", "function_call", "function_call_out
 # Within one model call, items come in this order (reasoning, then text, then tool calls); an item
 # ranking below its predecessor therefore starts a new call.
 _CALL_ORDER = {"reasoning": 0, "message": 1, "function_call": 2}
-_FINISH_TO_INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"}
-_INCOMPLETE_TO_FINISH = {reason: finish for finish, reason in _FINISH_TO_INCOMPLETE.items()}
+FINISH_TO_INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"}
+_INCOMPLETE_TO_FINISH = {reason: finish for finish, reason in FINISH_TO_INCOMPLETE.items()}
 
 
 # --- Responses -> Chat Completions (requests)
 
 
 def responses_to_chat_request(
-    params: dict[str, Any], *, think_tags: bool = True, limit_mm_per_prompt: Mapping[str, int] | None = None
+    params: dict[str, Any],
+    *,
+    think_tags: bool = True,
+    limit_mm_per_prompt: Mapping[str, int] | None = None,
+    fold_system: bool = False,
 ) -> dict[str, Any]:
     """Convert Responses create-params into a Chat Completions request.
 
@@ -56,8 +69,12 @@ def responses_to_chat_request(
     :data:`TOKEN_ID_FIELDS` keys. ``metadata`` and other Responses-only fields are dropped.
     Image, file and video parts of user/system messages become Chat parts (see
     :mod:`nemo_gym.models.media`), at most ``limit_mm_per_prompt[kind]`` of each kind
-    (:class:`~nemo_gym.models.media.MediaLimitError` past it). Raises ``ValueError`` naming the
-    offending item, part or tool.
+    (:class:`~nemo_gym.models.media.MediaLimitError` past it). With ``fold_system``, the
+    system/developer messages that open the input join ``instructions`` in one leading system
+    message (many chat templates take a single system message, first). Chat-shaped input
+    (``tool`` messages, assistant messages with ``tool_calls``) is taken as the Responses items it
+    stands for. Raises ``ValueError`` naming the offending item, part or tool
+    (:class:`~nemo_gym.models.chat_tools.ConversionUnsupported` for what chat cannot express).
     """
     if "input" not in params or params["input"] is None:
         raise ValueError("Responses create-params have no 'input'; give a string or a list of items")
@@ -69,6 +86,11 @@ def responses_to_chat_request(
         messages.append({"role": "user", "content": raw_input})
     else:
         messages.extend(_input_items_to_messages(raw_input, think_tags, MediaLimits(limit_mm_per_prompt)))
+    if fold_system and params.get("instructions"):
+        texts = [messages.pop(0)["content"]]
+        while messages and messages[0]["role"] in ("system", "developer"):
+            texts.append(_text_of(messages.pop(0)["content"], "leading system message"))
+        messages.insert(0, {"role": "system", "content": "\n\n".join(texts)})
 
     request: dict[str, Any] = {"messages": messages}
     for key in ("model", "temperature", "top_p"):
@@ -78,17 +100,18 @@ def responses_to_chat_request(
         request["max_tokens"] = params["max_output_tokens"]
     tool_choice = params.get("tool_choice")
     if params.get("tools"):
-        request["tools"] = [_responses_tool_to_chat(tool, i) for i, tool in enumerate(params["tools"])]
+        request["tools"] = [responses_tool_to_chat(tool, i) for i, tool in enumerate(params["tools"])]
         if tool_choice is not None:
-            request["tool_choice"] = _responses_tool_choice_to_chat(tool_choice)
+            request["tool_choice"] = responses_tool_choice_to_chat(tool_choice)
         if params.get("parallel_tool_calls") is not None:
             request["parallel_tool_calls"] = params["parallel_tool_calls"]
     elif tool_choice not in (None, "auto", "none"):
         # OpenAI-compatible servers reject tool_choice without tools; say so before the engine does.
         raise ValueError(f"tool_choice={tool_choice!r} needs at least one tool, but 'tools' is empty")
     text_format = (params.get("text") or {}).get("format")
-    if text_format and text_format.get("type") != "text":
-        request["response_format"] = _text_format_to_response_format(text_format)
+    response_format = text_format_to_response_format(text_format) if text_format else None
+    if response_format is not None:
+        request["response_format"] = response_format
     effort = (params.get("reasoning") or {}).get("effort")
     if effort is not None:
         request["reasoning_effort"] = effort
@@ -114,7 +137,7 @@ class _AssistantTurn:
         else:
             function = {"name": item["name"], "arguments": item["arguments"]}
             self.tool_calls.append({"id": item["call_id"], "type": "function", "function": function})
-        token_fields = _token_fields(item, where)
+        token_fields = token_fields_of(item, where)
         if token_fields is not None:
             if self.token_fields is not None:
                 raise ValueError(f"{where} carries a second model call's token IDs; split the calls first")
@@ -140,7 +163,7 @@ def _input_items_to_messages(
 ) -> list[dict[str, Any]]:
     messages: list[dict[str, Any]] = []
     turn: _AssistantTurn | None = None
-    for index, item in enumerate(items):
+    for index, item in _responses_items(items):
         where = f"input item {index}"
         kind = _item_type(item, where)
         from_model = kind != "function_call_output" and (kind != "message" or item["role"] == "assistant")
@@ -167,11 +190,45 @@ def _input_items_to_messages(
     return messages
 
 
+def _responses_items(items: list[dict[str, Any]]) -> Iterator[tuple[int, dict[str, Any]]]:
+    """``(index, item)`` for each input item, chat-shaped ones taken as their Responses items."""
+    for index, item in enumerate(items):
+        role = item.get("role") if item.get("type") in (None, "message") else None
+        if role == "tool":
+            output = item.get("content") or ""
+            yield (
+                index,
+                {"type": "function_call_output", "call_id": item.get("tool_call_id"), "output": output},
+            )
+        elif role == "assistant" and item.get("tool_calls"):
+            token_fields = {key: item[key] for key in TOKEN_ID_FIELDS if key in item}
+            message = {k: v for k, v in item.items() if k != "tool_calls" and k not in token_fields}
+            if message.get("content"):
+                yield index, message
+            calls = item["tool_calls"]
+            for number, call in enumerate(calls):
+                function = call["function"]
+                yield (
+                    index,
+                    {
+                        "type": "function_call",
+                        "call_id": call.get("id"),
+                        "name": function["name"],
+                        "arguments": function.get("arguments") or "{}",
+                        **(token_fields if number == len(calls) - 1 else {}),
+                    },
+                )
+        else:
+            yield index, item
+
+
 def _item_type(item: dict[str, Any], where: str) -> str:
     # NeMo Gym rows omit `type` on messages: a role alone marks a message.
     kind = item.get("type") or ("message" if item.get("role") else None)
     if kind not in _INPUT_ITEM_TYPES:
-        raise ValueError(f"{where} has unsupported type {kind!r}; expected one of {_INPUT_ITEM_TYPES}")
+        raise ConversionUnsupported(
+            f"{where} has unsupported type {kind!r} (no Chat Completions form); expected one of {_INPUT_ITEM_TYPES}"
+        )
     if kind == "message" and item.get("role") not in _MESSAGE_ROLES:
         raise ValueError(f"{where} has unsupported role {item.get('role')!r}; expected {_MESSAGE_ROLES}")
     return kind
@@ -217,7 +274,8 @@ def _content_of(content: Any, where: str, media: MediaLimits) -> Any:
     return parts
 
 
-def _token_fields(source: dict[str, Any], where: str) -> dict[str, Any] | None:
+def token_fields_of(source: dict[str, Any], where: str) -> dict[str, Any] | None:
+    """The :data:`TOKEN_ID_FIELDS` of ``source`` (None when it has none); ``ValueError`` on a partial set."""
     present = [key for key in TOKEN_ID_FIELDS if source.get(key) is not None]
     if not present:
         return None
@@ -225,33 +283,6 @@ def _token_fields(source: dict[str, Any], where: str) -> dict[str, Any] | None:
         missing = [key for key in TOKEN_ID_FIELDS if key not in present]
         raise ValueError(f"{where} carries {present} but not {missing}; send all three or none")
     return {key: source[key] for key in TOKEN_ID_FIELDS}
-
-
-def _responses_tool_to_chat(tool: dict[str, Any], index: int) -> dict[str, Any]:
-    if tool.get("type") != "function":
-        raise ValueError(f"tools[{index}] has type {tool.get('type')!r}; only function tools convert")
-    function: dict[str, Any] = {"name": tool["name"]}
-    for key in ("description", "parameters"):
-        if tool.get(key) is not None:
-            function[key] = tool[key]
-    return {"type": "function", "function": function}
-
-
-def _responses_tool_choice_to_chat(tool_choice: Any) -> Any:
-    if isinstance(tool_choice, str):
-        return tool_choice
-    if tool_choice.get("type") == "function":
-        return {"type": "function", "function": {"name": tool_choice["name"]}}
-    raise ValueError(
-        f"tool_choice {tool_choice!r} has no Chat Completions form; use 'auto', 'none', 'required' or a function"
-    )
-
-
-def _text_format_to_response_format(text_format: dict[str, Any]) -> dict[str, Any]:
-    if text_format.get("type") != "json_schema":
-        return {"type": text_format["type"]}
-    schema = {key: value for key, value in text_format.items() if key != "type"}
-    return {"type": "json_schema", "json_schema": schema}
 
 
 # --- Chat Completions -> Responses (responses)
@@ -276,13 +307,13 @@ def chat_completion_to_response(
     if not choices:
         raise ValueError("chat completion has no choices; nothing to convert")
     choice = choices[0]
-    output = _assistant_message_to_items(choice["message"], think_tags)
-    token_fields = _completion_token_fields(completion, choice)
+    output = assistant_message_to_items(choice["message"], think_tags)
+    token_fields = _completiontoken_fields_of(completion, choice)
     if token_fields is not None:
         output[-1].update(token_fields)
-    incomplete_reason = _FINISH_TO_INCOMPLETE.get(choice.get("finish_reason") or "")
+    incomplete_reason = FINISH_TO_INCOMPLETE.get(choice.get("finish_reason") or "")
     return {
-        "id": f"resp_{uuid4().hex}",
+        "id": new_item_id("resp"),
         "object": "response",
         "created_at": float(completion.get("created") or time.time()),
         "status": "incomplete" if incomplete_reason else "completed",
@@ -300,7 +331,7 @@ def chat_completion_to_response(
         "temperature": request_params.get("temperature"),
         "top_p": request_params.get("top_p"),
         "max_output_tokens": request_params.get("max_output_tokens"),
-        "usage": _chat_usage_to_responses(completion.get("usage")),
+        "usage": chat_usage_to_responses(completion.get("usage")),
     }
 
 
@@ -330,7 +361,21 @@ def split_think_tags(content: str) -> tuple[list[str], str]:
     return texts, content
 
 
-def _assistant_message_to_items(message: dict[str, Any], think_tags: bool) -> list[dict[str, Any]]:
+def new_item_id(prefix: str) -> str:
+    """A fresh id for a response object or item: ``<prefix>_<32 hex digits>``."""
+    return f"{prefix}_{uuid4().hex}"
+
+
+def assistant_message_to_items(
+    message: dict[str, Any], think_tags: bool, new_id: Callable[[str], str] = new_item_id
+) -> list[dict[str, Any]]:
+    """The Responses output items for one assistant chat message, in call order.
+
+    A ``reasoning`` item (from ``reasoning_content`` / ``reasoning`` and, with ``think_tags``,
+    ``<think>`` blocks in the content), an assistant ``message`` (text and any ``refusal``; left
+    out when empty and another item exists) and one ``function_call`` per tool call. Ids come
+    from ``new_id(prefix)``. Token-ID fields on the message are not copied (see callers).
+    """
     content = message.get("content") or ""
     if not isinstance(content, str):
         content = _text_of(content, "assistant message")
@@ -343,29 +388,32 @@ def _assistant_message_to_items(message: dict[str, Any], think_tags: bool) -> li
     items: list[dict[str, Any]] = []
     if reasoning:
         summary = [{"type": "summary_text", "text": text} for text in reasoning]
-        items.append(
-            {"id": f"rs_{uuid4().hex}", "type": "reasoning", "summary": summary, "status": "completed"}
-        )
+        items.append({"id": new_id("rs"), "type": "reasoning", "summary": summary, "status": "completed"})
     tool_calls = message.get("tool_calls") or []
+    refusal = message.get("refusal")
     # An empty message is left out when another item carries the call (NeMo Gym does the same).
-    if content or not (items or tool_calls):
-        text_part = {"type": "output_text", "text": content, "annotations": []}
+    if content or refusal or not (items or tool_calls):
+        parts: list[dict[str, Any]] = []
+        if content or not refusal:
+            parts.append({"type": "output_text", "text": content, "annotations": []})
+        if refusal:
+            parts.append({"type": "refusal", "refusal": str(refusal)})
         items.append(
             {
-                "id": f"msg_{uuid4().hex}",
+                "id": new_id("msg"),
                 "type": "message",
                 "role": "assistant",
                 "status": "completed",
-                "content": [text_part],
+                "content": parts,
             }
         )
     for call in tool_calls:
         function = call["function"]
         items.append(
             {
-                "id": f"fc_{uuid4().hex}",
+                "id": new_id("fc"),
                 "type": "function_call",
-                "call_id": call.get("id") or f"call_{uuid4().hex}",
+                "call_id": call.get("id") or new_id("call"),
                 "name": function["name"],
                 "arguments": function.get("arguments") or "{}",
                 "status": "completed",
@@ -374,7 +422,7 @@ def _assistant_message_to_items(message: dict[str, Any], think_tags: bool) -> li
     return items
 
 
-def _completion_token_fields(completion: dict[str, Any], choice: dict[str, Any]) -> dict[str, Any] | None:
+def _completiontoken_fields_of(completion: dict[str, Any], choice: dict[str, Any]) -> dict[str, Any] | None:
     prompt_ids = completion.get("prompt_token_ids")
     if prompt_ids is None:
         prompt_ids = choice.get("prompt_token_ids")  # where vLLM before 0.10.2 put them
@@ -406,30 +454,61 @@ def _completion_token_fields(completion: dict[str, Any], choice: dict[str, Any])
     return fields
 
 
-def _chat_usage_to_responses(usage: dict[str, Any] | None) -> dict[str, Any] | None:
+def chat_usage_to_responses(usage: Any, unknown: int | None = 0) -> dict[str, Any] | None:
+    """A chat ``usage`` (dict or object) as Responses ``usage``; counts the engine did not report are ``unknown``.
+
+    Cached and reasoning token counts are read from their nested details, then from the
+    top-level names some providers use instead (``cached_input_tokens``, ``cache_read_input_tokens``,
+    ``reasoning_output_tokens``).
+    """
     if not usage:
         return None
-    input_tokens, output_tokens = usage.get("prompt_tokens") or 0, usage.get("completion_tokens") or 0
+    input_tokens = usage_detail(usage, "", "prompt_tokens") or 0
+    output_tokens = usage_detail(usage, "", "completion_tokens") or 0
+    total = usage_detail(usage, "", "total_tokens")
+    cached = usage_detail(
+        usage, "prompt_tokens_details", "cached_tokens", "cached_input_tokens", "cache_read_input_tokens"
+    )
+    cache_write = usage_detail(usage, "prompt_tokens_details", "cache_write_tokens")
+    reasoning = usage_detail(
+        usage, "completion_tokens_details", "reasoning_tokens", "reasoning_output_tokens"
+    )
     return {
         "input_tokens": input_tokens,
         "output_tokens": output_tokens,
-        "total_tokens": usage.get("total_tokens") or input_tokens + output_tokens,
+        # Provider totals may count differently from prompt + completion: keep theirs when given.
+        "total_tokens": total or input_tokens + output_tokens,
         # Recent `openai` types require cache_write_tokens; an engine that does not report it wrote none.
         "input_tokens_details": {
-            "cached_tokens": _detail(usage, "prompt_tokens_details", "cached_tokens"),
-            "cache_write_tokens": _detail(usage, "prompt_tokens_details", "cache_write_tokens"),
+            "cached_tokens": _default(cached, unknown),
+            "cache_write_tokens": _default(cache_write, 0 if unknown is None else unknown),
         },
-        "output_tokens_details": {
-            "reasoning_tokens": _detail(usage, "completion_tokens_details", "reasoning_tokens")
-        },
+        "output_tokens_details": {"reasoning_tokens": _default(reasoning, unknown)},
     }
+
+
+def usage_detail(usage: Any, group: str, name: str, *aliases: str) -> int | None:
+    """A token count from ``usage[group][name]`` (``usage[name]`` for an empty group), then ``usage[alias]``.
+
+    ``usage`` may be a dict or an object; only non-negative integers count, anything else is None.
+    """
+
+    def field(source: Any, key: str) -> Any:
+        return source.get(key) if isinstance(source, Mapping) else getattr(source, key, None)
+
+    details = field(usage, group) if group else usage
+    for source, key in ((details, name), *((usage, alias) for alias in aliases)):
+        value = field(source, key) if source is not None else None
+        if type(value) is int and value >= 0:
+            return value
+    return None
 
 
 # --- The reverse direction: Chat Completions requests -> Responses, Responses -> Chat Completions
 
 
 def chat_request_to_responses_params(
-    chat_request: dict[str, Any], *, think_tags: bool = True
+    chat_request: dict[str, Any], *, think_tags: bool = True, new_id: Callable[[str], str] = new_item_id
 ) -> dict[str, Any]:
     """Convert a Chat Completions request into Responses create-params.
 
@@ -437,14 +516,14 @@ def chat_request_to_responses_params(
     fields on the message move onto the last of them), each ``tool`` message a
     ``function_call_output``, other messages keep their role. ``max_tokens`` (or
     ``max_completion_tokens``) becomes ``max_output_tokens``. Raises ``ValueError`` naming an
-    unsupported message role.
+    unsupported message role. Text and image parts of user/system messages become Responses parts.
     """
     items: list[dict[str, Any]] = []
     for index, message in enumerate(chat_request.get("messages") or []):
         role, where = message.get("role"), f"message {index}"
         if role == "assistant":
-            produced = _assistant_message_to_items(message, think_tags)
-            token_fields = _token_fields(message, where)
+            produced = assistant_message_to_items(message, think_tags, new_id)
+            token_fields = token_fields_of(message, where)
             if token_fields is not None:
                 produced[-1].update(token_fields)
             items.extend(produced)
@@ -453,7 +532,7 @@ def chat_request_to_responses_params(
             call_id = message["tool_call_id"]
             items.append({"type": "function_call_output", "call_id": call_id, "output": output})
         elif role in _MESSAGE_ROLES:
-            content = _text_of(message.get("content") or "", where)
+            content = _chat_content_to_responses(message.get("content") or "", where)
             items.append({"type": "message", "role": role, "content": content})
         else:
             raise ValueError(f"{where} has unsupported role {role!r}; expected {_MESSAGE_ROLES} or tool")
@@ -466,36 +545,28 @@ def chat_request_to_responses_params(
     if max_tokens is not None:
         params["max_output_tokens"] = max_tokens
     if chat_request.get("tools"):
-        params["tools"] = [_chat_tool_to_responses(tool, i) for i, tool in enumerate(chat_request["tools"])]
-    tool_choice = chat_request.get("tool_choice")
-    if isinstance(tool_choice, dict):
-        params["tool_choice"] = {"type": "function", "name": tool_choice["function"]["name"]}
-    elif tool_choice is not None:
-        params["tool_choice"] = tool_choice
-    response_format = chat_request.get("response_format")
-    if response_format:
-        params["text"] = {
-            "format": {"type": response_format["type"], **(response_format.get("json_schema") or {})}
-        }
+        params["tools"] = [chat_tool_to_responses(tool, i) for i, tool in enumerate(chat_request["tools"])]
+    if chat_request.get("tool_choice") is not None:
+        params["tool_choice"] = chat_tool_choice_to_responses(chat_request["tool_choice"])
+    if chat_request.get("response_format"):
+        params["text"] = {"format": response_format_to_text_format(chat_request["response_format"])}
     if chat_request.get("reasoning_effort") is not None:
         params["reasoning"] = {"effort": chat_request["reasoning_effort"]}
     return params
 
 
-def _chat_tool_to_responses(tool: dict[str, Any], index: int) -> dict[str, Any]:
-    if tool.get("type") != "function":
-        raise ValueError(f"tools[{index}] has type {tool.get('type')!r}; only function tools convert")
-    function = tool["function"]
-    converted: dict[str, Any] = {
-        "type": "function",
-        "name": function["name"],
-        "parameters": function.get("parameters"),
-        # Responses treats a missing `strict` as true, Chat Completions as false: keep chat's meaning.
-        "strict": bool(function.get("strict") or False),
-    }
-    if function.get("description") is not None:
-        converted["description"] = function["description"]
-    return converted
+def _chat_content_to_responses(content: Any, where: str) -> Any:
+    if not isinstance(content, list) or not any(part.get("type") == "image_url" for part in content):
+        return _text_of(content, where)
+    parts = []
+    for part in content:
+        if part.get("type") == "image_url":
+            image = part["image_url"]
+            url, detail = (image, None) if isinstance(image, str) else (image.get("url"), image.get("detail"))
+            parts.append({"type": "input_image", "image_url": url, "detail": detail or "auto"})
+        else:
+            parts.append({"type": "input_text", "text": _text_of([part], where)})
+    return parts
 
 
 def response_to_chat_completion(response: dict[str, Any], *, think_tags: bool = True) -> dict[str, Any]:
