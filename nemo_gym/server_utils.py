@@ -30,10 +30,11 @@ from pydantic import BaseModel, ConfigDict
 from nemo_gym.config_types import TOKEN_CAPTURE_PATH_SEGMENT, BaseServerConfig
 from nemo_gym.global_config import HEAD_SERVER_KEY_NAME, get_first_server_config_dict, get_global_config_dict
 from nemo_gym.models.openai_client import MAX_NUM_TRIES
+from nemo_gym.serving.nemo_gym_client import ClientResponse, HTTPStatusError
+from nemo_gym.serving.nemo_gym_client import NeMoGymServerClient as ServerClient
 from nemo_gym.serving.protocol import ROLLOUT_PREFIX, SESSION_COOKIE
 from nemo_gym.serving.server import BaseServer
-from nemo_gym.serving.server_client import ClientResponse, HTTPStatusError, capped_connector
-from nemo_gym.serving.server_client import NeMoGymServerClient as ServerClient
+from nemo_gym.serving.server_client import capped_connector
 
 __all__ = [
     "HEAD_SERVER_KEY_NAME",
@@ -84,7 +85,7 @@ def is_nemo_gym_fastapi_entrypoint(file: str) -> bool:
 async def raise_for_status(response: Any, content: bytes | None = None) -> None:
     """Raise the answer's own ``aiohttp.ClientResponseError`` for a non-2xx status, its body in ``response_content``.
 
-    Answers of :class:`ServerClient` raise :class:`~nemo_gym.serving.server_client.HTTPStatusError`
+    Answers of :class:`ServerClient` raise :class:`~nemo_gym.serving.nemo_gym_client.HTTPStatusError`
     (a ``ClientResponseError`` that the server base also files as the downstream server's failure).
     """
     if response.ok:

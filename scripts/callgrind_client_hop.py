@@ -1,7 +1,9 @@
 """Client-side instructions per internal hop, for valgrind's callgrind (load-independent).
 
 Posts the first example_single_tool_call row ``N`` times (after 20 warm-up posts) through one
-rollout of ``ServerClient`` (``--bare``: a bare aiohttp session) to an echo server at ``URL``.
+rollout of ``ServerClient`` to an echo server at ``URL``; ``--bare``: a bare aiohttp session
+instead; ``--hop``: the bare lean hop client (``nemo_gym.serving.hop_client``). ``ServerClient``
+sends plain-HTTP hops through the hop client unless ``NEMO_GYM_HOP_CLIENT=aiohttp``.
 Run it under callgrind for two values of ``N`` and divide the difference of the "Collected"
 instruction counts by the difference of ``N``: start-up and imports cancel out, and the count
 does not depend on what else the machine is doing.
@@ -41,8 +43,30 @@ def serve(port: int) -> None:
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="error")
 
 
-async def hops(url: str, n: int, bare: bool) -> None:
+async def hops(url: str, n: int, bare: bool, hop: bool = False) -> None:
     """``20 + n`` posts of the example row to ``url``."""
+    if hop:
+        from urllib.parse import urlsplit
+
+        from nemo_gym.serving import hop_client
+
+        parts = urlsplit(url)
+        pool = hop_client.HopPool(64)
+        headers = hop_client.encode_headers([("Content-Type", "application/json")])
+        for _ in range(20 + n):
+            resp = await hop_client.request(
+                pool,
+                "POST",
+                parts.hostname or "127.0.0.1",
+                parts.port or 80,
+                "/verify",
+                headers,
+                orjson.dumps(ROW),
+                deadline=pool.loop.time() + 60,
+            )
+            orjson.loads(resp.body)
+        pool.close()
+        return
     if bare:
         import aiohttp
 
@@ -63,4 +87,4 @@ if __name__ == "__main__":
     if sys.argv[1] == "--serve":
         serve(int(sys.argv[2]))
     else:
-        asyncio.run(hops(sys.argv[1], int(sys.argv[2]), "--bare" in sys.argv[3:]))
+        asyncio.run(hops(sys.argv[1], int(sys.argv[2]), "--bare" in sys.argv[3:], "--hop" in sys.argv[3:]))

@@ -34,7 +34,12 @@ INFRA_FAILURE_CLASSES = (
     "upstream_5xx",
     "bad_upstream_body",
 )
-_CALL_ERROR_CLASSES = {"unreachable": "unreachable", "not_found": "unreachable", "timeout": "timeout"}
+_CALL_ERROR_CLASSES = {
+    "unreachable": "unreachable",
+    "not_found": "unreachable",
+    "timeout": "timeout",
+    "bad_upstream_body": "bad_upstream_body",
+}
 _BODY_PREVIEW_CHARS = 300
 
 

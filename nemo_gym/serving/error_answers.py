@@ -34,7 +34,12 @@ def json_response(value: Any, status_code: int = 200) -> Response:
 
 
 # How an upstream failure is classified when a handler lets a ServerCallError escape.
-UPSTREAM_FAILURE_CLASSES = {"unreachable": "unreachable", "not_found": "unreachable", "timeout": "timeout"}
+UPSTREAM_FAILURE_CLASSES = {
+    "unreachable": "unreachable",
+    "not_found": "unreachable",
+    "timeout": "timeout",
+    "bad_upstream_body": "bad_upstream_body",
+}
 # Statuses from a downstream server that mean the request it got was malformed (the caller's
 # input passed through), answered as such instead of as an infrastructure 502.
 CALLER_FAULT_STATUSES = frozenset({400, 413, 422})

@@ -277,7 +277,7 @@ class BaseServer(BaseModel):
         )
         if self.server_client is None:
             # A server built without a client gets one for ng_run's head server.
-            from nemo_gym.serving.server_client import NeMoGymServerClient
+            from nemo_gym.serving.nemo_gym_client import NeMoGymServerClient
 
             object.__setattr__(self, "server_client", NeMoGymServerClient.from_env())
 

@@ -1,6 +1,8 @@
 """The client servers and collectors use to call each other by instance name.
 
-One aiohttp session per event loop with explicit connection limits (kept below the open-file
+Plain ``http://`` hops go through :mod:`nemo_gym.serving.hop_client` (a lean keep-alive HTTP/1.1
+client; ``NEMO_GYM_HOP_CLIENT=aiohttp`` sends them through aiohttp instead), ``https://`` through
+aiohttp: one pool per event loop with explicit connection limits (kept below the open-file
 limit), a deadline on every call, and bounded retries with exponential backoff and jitter for
 connection failures only (a request that reached a server is never sent twice). Names resolve
 through the head server; a rollout sticks to one replica of a replicated server.
@@ -12,6 +14,7 @@ import asyncio
 import os
 import random
 import time
+import urllib.parse
 import uuid
 import weakref
 import zlib
@@ -22,6 +25,7 @@ from typing import Any
 import aiohttp
 import orjson
 
+from nemo_gym.serving import hop_client
 from nemo_gym.serving.protocol import (
     ENV_HEAD_URL,
     ROLLOUT_PREFIX,
@@ -35,14 +39,17 @@ DEFAULT_CONNECT_RETRIES = 4
 # How long a name's replica list is reused before the head server is asked again: replicas
 # started later (more workers, a restart on another node) get new rollouts within this time.
 RESOLVE_TTL_S = 2.0
+# Hops over plain HTTP use the lean client unless this says "aiohttp" (for comparisons).
+ENV_HOP_CLIENT = "NEMO_GYM_HOP_CLIENT"
 
 
 class ServerCallError(Exception):
     """A call to a named server failed; ``kind`` classifies it for failure rows.
 
-    ``kind`` is one of ``unreachable`` (no connection after retries), ``timeout`` (deadline
-    exceeded), ``http_error`` (the server answered with a non-2xx status), ``not_found``
-    (no such instance registered).
+    ``kind`` is one of ``unreachable`` (no connection after retries, or the connection broke
+    before the answer was complete), ``timeout`` (deadline exceeded), ``http_error`` (the server
+    answered with a non-2xx status), ``not_found`` (no such instance registered),
+    ``bad_upstream_body`` (an answer larger than the client's cap, or not HTTP).
     """
 
     def __init__(
@@ -94,7 +101,8 @@ class ServerClient:
     """Calls named servers; resolves names through the head server at ``head_url``.
 
     ``static_urls`` maps instance names to base URLs directly (no head server needed): used by
-    trainers that point at an existing endpoint and by tests.
+    trainers that point at an existing endpoint and by tests. ``max_answer_bytes`` caps one
+    answer's size (headers and body) on the plain-HTTP path.
     """
 
     def __init__(
@@ -105,8 +113,10 @@ class ServerClient:
         timeout_s: float = DEFAULT_TIMEOUT_S,
         connect_retries: int = DEFAULT_CONNECT_RETRIES,
         max_connections: int | None = None,
+        max_answer_bytes: int = hop_client.DEFAULT_MAX_ANSWER_BYTES,
     ) -> None:
         self.head_url = head_url.rstrip("/") if head_url else None
+        self.max_answer_bytes = max_answer_bytes
         self.timeout_s = timeout_s
         self.connect_retries = connect_retries
         self.max_connections = max_connections or default_connection_limit()
@@ -120,9 +130,17 @@ class ServerClient:
         self._round_robin = 0
         self._lookups: dict[asyncio.AbstractEventLoop, asyncio.Task[list[ServerInstanceInfo]]] = {}
         self._headers = auth_headers()
+        self._pools: dict[asyncio.AbstractEventLoop, hop_client.HopPool] = {}
+        self._hop_targets: dict[str, tuple[str, int, str] | None] = {}
+        self._use_hop_client = os.environ.get(ENV_HOP_CLIENT, "").lower() != "aiohttp"
+        self._hop_headers = hop_client.encode_headers(self._headers.items())
+        self._hop_json_headers = hop_client.encode_headers(
+            [*self._headers.items(), ("Content-Type", "application/json")]
+        )
         # Trainers often drop a client without close(): its sessions are closed when it is
         # collected (or at exit) instead of warning "Unclosed client session".
         weakref.finalize(self, _close_sessions_now, self._sessions)
+        weakref.finalize(self, _close_pools_now, self._pools)
 
     @classmethod
     def from_env(cls) -> ServerClient:
@@ -145,9 +163,20 @@ class ServerClient:
             self._sessions[loop] = session
         return session
 
-    async def close(self) -> None:
-        """Close the sessions this client opened on the running loop."""
+    def hop_pool(self) -> hop_client.HopPool:
+        """The plain-HTTP connection pool of the running event loop."""
         loop = asyncio.get_running_loop()
+        pool = self._pools.get(loop)
+        if pool is None or pool.closed:
+            pool = self._pools[loop] = hop_client.HopPool(self.max_connections)
+        return pool
+
+    async def close(self) -> None:
+        """Close the sessions and connections this client opened on the running loop."""
+        loop = asyncio.get_running_loop()
+        pool = self._pools.pop(loop, None)
+        if pool is not None:
+            pool.close()
         session = self._sessions.pop(loop, None)
         if session is not None:
             await session.close()
@@ -309,8 +338,11 @@ class ServerClient:
         cookies: Mapping[str, str] | None,
         timeout_s: float,
     ) -> ServerResponse:
-        http = self.http()
         data = orjson.dumps(json) if json is not None else None
+        target = self._hop_target(base)
+        if target is not None:
+            return await self._send_hop(method, server_name, base, target, path, data, cookies, timeout_s)
+        http = self.http()
         headers = dict(self._headers)
         if data is not None:
             headers["Content-Type"] = "application/json"
@@ -360,6 +392,78 @@ class ServerClient:
                 ) from exc
         raise ServerCallError("timeout", server_name, path, f"no answer from {base} within {timeout_s:g}s")
 
+    def _hop_target(self, base: str) -> tuple[str, int, str] | None:
+        """``(host, port, path prefix)`` of a plain-HTTP base URL, None for one aiohttp takes."""
+        try:
+            return self._hop_targets[base]
+        except KeyError:
+            pass
+        target = None
+        url = urllib.parse.urlsplit(base)
+        if self._use_hop_client and url.scheme == "http" and url.hostname and not url.query:
+            target = (url.hostname, url.port or 80, url.path.rstrip("/"))
+        self._hop_targets[base] = target
+        return target
+
+    async def _send_hop(
+        self,
+        method: str,
+        server_name: str,
+        base: str,
+        target: tuple[str, int, str],
+        path: str,
+        data: bytes | None,
+        cookies: Mapping[str, str] | None,
+        timeout_s: float,
+    ) -> ServerResponse:
+        host, port, prefix = target
+        pool = self.hop_pool()
+        headers = self._hop_headers if data is None else self._hop_json_headers
+        if cookies:
+            headers += hop_client.encode_headers(
+                [("Cookie", "; ".join(f"{k}={v}" for k, v in cookies.items()))]
+            )
+        loop = pool.loop
+        deadline = loop.time() + timeout_s
+        delay = 0.05
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                resp = await hop_client.request(
+                    pool,
+                    method,
+                    host,
+                    port,
+                    prefix + path,
+                    headers,
+                    data,
+                    deadline=deadline,
+                    max_answer_bytes=self.max_answer_bytes,
+                )
+                return ServerResponse(resp.status, resp.body, resp.cookies, base)
+            except hop_client.HopConnectError as exc:
+                # Nothing was sent: safe to try again, with backoff, within the deadline.
+                if attempt > self.connect_retries or loop.time() >= deadline:
+                    raise ServerCallError(
+                        "unreachable",
+                        server_name,
+                        path,
+                        f"cannot reach {base} after {attempt} attempts: {connection_error_text(exc)}",
+                    ) from exc
+                await asyncio.sleep(min(delay, max(0.0, deadline - loop.time())) * (0.5 + random.random()))
+                delay *= 2
+            except hop_client.HopTimeout as exc:
+                raise ServerCallError(
+                    "timeout", server_name, path, f"no answer from {base} within {timeout_s:g}s"
+                ) from exc
+            except hop_client.HopBadAnswer as exc:
+                raise ServerCallError("bad_upstream_body", server_name, path, f"{base}: {exc}") from exc
+            except hop_client.HopError as exc:
+                raise ServerCallError(
+                    "unreachable", server_name, path, f"connection to {base} failed: {exc}"
+                ) from exc
+
 
 def connection_error_text(exc: BaseException) -> str:
     """What went wrong with a connection, in words that fit the URL's scheme.
@@ -368,18 +472,33 @@ def connection_error_text(exc: BaseException) -> str:
     names the host, port and the OS's reason (``connection refused``, a name that does not
     resolve) instead, and mentions TLS only for a failure of TLS itself.
     """
+    if isinstance(exc, hop_client.HopConnectError):
+        return f"cannot connect to {exc.host}:{exc.port}: {_os_error_reason(exc.os_error)}"
     if isinstance(exc, aiohttp.ClientSSLError):
         return f"TLS handshake with {exc.host}:{exc.port} failed: {exc.os_error}"
     if isinstance(exc, aiohttp.ClientConnectorError):
-        error = exc.os_error
-        if isinstance(error, ConnectionRefusedError):
-            reason = "connection refused (nothing listening there)"
-        elif isinstance(error, OSError) and error.strerror:
-            reason = error.strerror[:1].lower() + error.strerror[1:]
-        else:
-            reason = str(error) or type(error).__name__
-        return f"cannot connect to {exc.host}:{exc.port}: {reason}"
+        return f"cannot connect to {exc.host}:{exc.port}: {_os_error_reason(exc.os_error)}"
     return str(exc) or type(exc).__name__
+
+
+def _os_error_reason(error: BaseException) -> str:
+    if isinstance(error, ConnectionRefusedError):
+        return "connection refused (nothing listening there)"
+    if isinstance(error, OSError) and error.strerror:
+        return error.strerror[:1].lower() + error.strerror[1:]
+    return str(error) or type(error).__name__
+
+
+def _close_pools_now(pools: dict[asyncio.AbstractEventLoop, hop_client.HopPool]) -> None:
+    """Close the connection pools of a client being collected (or at exit), each on its own loop."""
+    for loop, pool in list(pools.items()):
+        if pool.closed or loop.is_closed():
+            continue
+        if loop.is_running() and asyncio._get_running_loop() is not loop:
+            loop.call_soon_threadsafe(pool.close)
+        else:
+            pool.close()
+    pools.clear()
 
 
 def _close_sessions_now(sessions: dict[asyncio.AbstractEventLoop, aiohttp.ClientSession]) -> None:
@@ -507,163 +626,3 @@ def capped_connector(limit: int, limit_per_host: int) -> aiohttp.TCPConnector:
         limit_per_host=min(limit_per_host, cap) if limit_per_host > 0 else 0,
         ttl_dns_cache=300,
     )
-
-
-# ---- NeMo Gym's client shapes (``nemo_gym.server_utils``) -------------------------------------
-
-
-class HTTPStatusError(ServerCallError, aiohttp.ClientResponseError):  # type: ignore[misc]
-    """A non-2xx answer, raised by NeMo Gym-style ``raise_for_status``.
-
-    Both a :class:`ServerCallError` of kind ``http_error`` (so the server base classifies it)
-    and an ``aiohttp.ClientResponseError`` (what NeMo Gym-style code catches), with the body
-    in ``response_content``.
-    """
-
-    def __init__(self, server: str, path: str, status: int, content: bytes) -> None:
-        try:
-            body: Any = orjson.loads(content) if content else None
-        except orjson.JSONDecodeError:
-            body = content.decode(errors="replace")
-        message = body.get("error", body) if isinstance(body, dict) else body
-        ServerCallError.__init__(self, "http_error", server, path, f"HTTP {status}: {message}", status, body)
-        self.request_info = None  # type: ignore[assignment]
-        self.history = ()
-        self.code = status
-        self.message = f"HTTP {status}"
-        self.headers = None
-        self.response_content = content
-
-    def __str__(self) -> str:
-        return str(self.args[0]) if self.args else "HTTP error"
-
-    def __reduce__(self) -> Any:
-        return (type(self), (self.server, self.path, self.status, self.response_content))
-
-
-class _Content:
-    """``response.content`` of an answer already read: ``await content.read()``."""
-
-    def __init__(self, body: bytes) -> None:
-        self._body = body
-
-    async def read(self, n: int = -1) -> bytes:
-        return self._body
-
-
-class ClientResponse:
-    """A finished answer shaped like aiohttp's: ``status``, ``ok``, ``cookies``, ``await read()/json()/text()``."""
-
-    def __init__(self, response: ServerResponse, server_name: str, url_path: str) -> None:
-        self.status = response.status
-        self.ok = response.ok
-        self.cookies = response.cookies
-        self.content = _Content(response.body)
-        self.server_name = server_name
-        self.url_path = url_path
-        self._response = response
-
-    async def read(self) -> bytes:
-        """The raw body."""
-        return self._response.body
-
-    async def json(self, **_: Any) -> Any:
-        """The body parsed as JSON."""
-        return self._response.json()
-
-    async def text(self, **_: Any) -> str:
-        """The body as text."""
-        return self._response.body.decode(errors="replace")
-
-    def raise_for_status(self) -> None:
-        """Raise :class:`HTTPStatusError` for a non-2xx answer."""
-        if not self.ok:
-            raise HTTPStatusError(self.server_name, self.url_path, self.status, self._response.body)
-
-
-class NeMoGymServerClient(ServerClient):
-    """NeMo Gym's client: built from the head server's config and the global config.
-
-    ``post``/``get`` take NeMo Gym's keywords (``server_name=``, ``url_path=``, ``json=`` a
-    dict or pydantic model, ``cookies=``) and answer an aiohttp-shaped :class:`ClientResponse`.
-    Calls go through this package's client: deadlines, bounded retries, replica stickiness.
-    """
-
-    def __init__(self, head_server_config: Any = None, global_config_dict: Any = None, **kwargs: Any) -> None:
-        head_url = kwargs.pop("head_url", None)
-        if head_url is None and head_server_config is not None:
-            host = getattr(head_server_config, "host", None) or head_server_config["host"]
-            port = getattr(head_server_config, "port", None) or head_server_config["port"]
-            head_url = f"http://{host}:{port}"
-        super().__init__(head_url, **kwargs)
-        self.head_server_config = head_server_config
-        self.global_config_dict = global_config_dict if global_config_dict is not None else {}
-
-    @classmethod
-    def from_env(cls) -> NeMoGymServerClient:
-        """A client for the head server named by ``NEMO_GYM_HEAD_URL`` (set by ``ng_run``)."""
-        return cls(head_url=os.environ.get(ENV_HEAD_URL))
-
-    @classmethod
-    def load_from_global_config(cls, head_server_config: Any = None) -> NeMoGymServerClient:
-        """A client whose ``global_config_dict`` is the head server's config, fetched now (an
-        OmegaConf ``DictConfig``, each running instance's ``host`` and ``port`` where it listens).
-
-        ``head_server_config`` has ``host`` and ``port`` (attributes or keys); by default the head
-        server is ``$NEMO_GYM_HEAD_URL``, else 127.0.0.1:11000. Raises ``ValueError`` naming the URL
-        when the head server cannot be read.
-        """
-        import urllib.request
-
-        import yaml
-        from omegaconf import OmegaConf
-
-        if head_server_config is None:
-            base = (os.environ.get(ENV_HEAD_URL) or "http://127.0.0.1:11000").rstrip("/")
-        else:
-            host = getattr(head_server_config, "host", None) or head_server_config["host"]
-            port = getattr(head_server_config, "port", None) or head_server_config["port"]
-            base = f"http://{host}:{port}"
-        url = f"{base}/global_config_dict_yaml"
-        request = urllib.request.Request(url, headers=auth_headers())
-        try:
-            with urllib.request.urlopen(request, timeout=30) as answer:  # noqa: S310 - an http URL built above
-                text = answer.read().decode()
-        except OSError as exc:
-            raise ValueError(
-                f"could not read the global config from the head server at {url}: {exc}"
-            ) from exc
-        config = OmegaConf.create(yaml.safe_load(text) or {})
-        return cls(head_server_config=head_server_config, global_config_dict=config, head_url=base)
-
-    def _build_server_base_url(self, server_config_dict: Any) -> str:
-        """``http://host:port`` of one server instance's config block (attributes or keys)."""
-        if isinstance(server_config_dict, Mapping):
-            return f"http://{server_config_dict['host']}:{server_config_dict['port']}"
-        return f"http://{server_config_dict.host}:{server_config_dict.port}"
-
-    async def post(self, server_name: str, url_path: str, json: Any = None, **kwargs: Any) -> Any:  # type: ignore[override]
-        """POST to a named server; an aiohttp-shaped :class:`ClientResponse`."""
-        if hasattr(json, "model_dump"):
-            json = json.model_dump(exclude_unset=True, mode="json")
-        resp = await self.request("POST", server_name, url_path, json, **_client_kwargs(kwargs))
-        return ClientResponse(resp, server_name, url_path)
-
-    async def get(self, server_name: str, url_path: str, **kwargs: Any) -> Any:  # type: ignore[override]
-        """GET from a named server; an aiohttp-shaped :class:`ClientResponse`."""
-        resp = await self.request("GET", server_name, url_path, None, **_client_kwargs(kwargs))
-        return ClientResponse(resp, server_name, url_path)
-
-
-def _client_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
-    # aiohttp keywords NeMo Gym-style callers pass: the cookies are kept, a timeout becomes our
-    # deadline, the rest (headers, params) are not used between our servers.
-    out: dict[str, Any] = {}
-    if kwargs.get("cookies"):
-        out["cookies"] = {k: getattr(v, "value", v) for k, v in dict(kwargs["cookies"]).items()}
-    timeout = kwargs.get("timeout")
-    if isinstance(timeout, (int, float)):
-        out["timeout_s"] = float(timeout)
-    elif timeout is not None and getattr(timeout, "total", None):
-        out["timeout_s"] = float(timeout.total)
-    return out

@@ -1,0 +1,594 @@
+"""A lean HTTP/1.1 client for the hops between nemo_gym's own servers (plain ``http://`` only).
+
+aiohttp's client was about half of an agent's and a collector's CPU per rollout: a hop there
+builds a request object, a URL object, a timer context, a header multidict, a response object
+and a stream reader. An internal hop needs far less: one keep-alive connection from a pool, one
+write of a pre-built request, and httptools' C parser (uvicorn's, already installed) filling a
+list of body parts. This module is that and no more:
+
+- a pool per event loop with one cap on open connections (in use and idle, all hosts together)
+  kept below the open-file limit; callers over the cap wait, within their deadline;
+- a deadline for the whole call and one for opening a connection;
+- a cap on the answer's size (headers and body);
+- ``Content-Length``, chunked and close-delimited answers, read whole or as they arrive
+  (:meth:`HopResponse.chunks`, for server-sent events);
+- a call cancelled while in flight closes its connection, so the server sees the disconnect and
+  stops working for nobody;
+- errors that say what happened: no connection (:class:`HopConnectError`, safe to retry), the
+  connection dropped (:class:`HopDisconnected`), no answer in time (:class:`HopTimeout`), an
+  answer too large or not HTTP (:class:`HopBadAnswer`).
+
+A pooled connection the server has closed meanwhile is sent again once on a new connection,
+and only when nothing at all came back on the old one: such a request never reached the
+server's handler. A request that got a byte of answer, or that was sent on a new connection,
+is never sent twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import urllib.parse
+from collections.abc import AsyncIterator, Iterable
+from http.cookies import CookieError, SimpleCookie
+
+import httptools
+
+DEFAULT_MAX_ANSWER_BYTES = 1 << 30
+MAX_HEADER_BYTES = 256 * 1024
+# Idle connections older than this are closed instead of reused: our servers keep them 75 s,
+# a server that keeps them less closes them itself (and the pool sees it).
+IDLE_TIMEOUT_S = 60.0
+# Buffered stream bytes above which reading from the socket pauses until the consumer catches up.
+_STREAM_HIGH_WATER = 1 << 20
+
+
+class HopError(Exception):
+    """A hop failed without a complete HTTP answer."""
+
+    def __init__(self, host: str, port: int, message: str) -> None:
+        super().__init__(message)
+        self.host = host
+        self.port = port
+
+
+class HopConnectError(HopError):
+    """No connection could be made (refused, no route, a name that does not resolve); nothing was sent."""
+
+    def __init__(self, host: str, port: int, os_error: BaseException) -> None:
+        super().__init__(host, port, f"cannot connect to {host}:{port}: {os_error}")
+        self.os_error = os_error
+
+
+class HopDisconnected(HopError):
+    """The connection closed or broke before the answer was complete.
+
+    ``reused``: the request went out on a pooled connection; ``received``: answer bytes that had
+    arrived. A request with ``reused`` and no bytes received never reached a handler.
+    """
+
+    def __init__(self, host: str, port: int, message: str, *, reused: bool, received: int) -> None:
+        super().__init__(host, port, message)
+        self.reused = reused
+        self.received = received
+
+
+class HopTimeout(HopError, TimeoutError):
+    """No connection or no complete answer within the deadline."""
+
+
+class HopBadAnswer(HopError):
+    """The answer is larger than allowed or is not HTTP/1.x."""
+
+
+class HopResponse:
+    """One answer: ``status``, ``headers`` (lower-case names; repeated names keep the last),
+    ``cookies`` it set, and ``body`` (empty until read for an answer opened as a stream)."""
+
+    __slots__ = ("status", "headers", "cookies", "body", "_conn", "_stream")
+
+    def __init__(
+        self,
+        status: int,
+        headers: dict[str, str],
+        cookies: dict[str, str],
+        body: bytes,
+        conn: _HopConnection | None = None,
+        stream: _StreamBuffer | None = None,
+    ) -> None:
+        self.status = status
+        self.headers = headers
+        self.cookies = cookies
+        self.body = body
+        self._conn = conn
+        self._stream = stream
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        """The body as it arrives; raises :class:`HopError` when the connection breaks or the
+        deadline passes mid-body. An answer read whole yields its body once."""
+        stream = self._stream
+        if stream is None:
+            if self.body:
+                yield self.body
+            return
+        while True:
+            chunk = await stream.next_chunk()
+            if chunk is None:
+                self._stream = None
+                self._conn = None
+                return
+            yield chunk
+
+    async def read(self) -> bytes:
+        """The whole body (an opened stream is read to its end), which then stays in ``body``."""
+        if self._stream is not None:
+            self.body = b"".join([chunk async for chunk in self.chunks()])
+        return self.body
+
+    def close(self) -> None:
+        """Let go of an opened stream: its connection goes back to the pool when the body was
+        read to the end, else it is closed (the server sees the disconnect)."""
+        stream, conn = self._stream, self._conn
+        self._stream = self._conn = None
+        if stream is not None and conn is not None and not stream.finished:
+            conn.abort_request(stream)
+
+
+class _StreamBuffer:
+    """Body chunks of a streamed answer, handed from the protocol to the reader."""
+
+    __slots__ = ("chunks", "size", "finished", "error", "waiter", "conn")
+
+    def __init__(self, conn: _HopConnection) -> None:
+        self.chunks: collections.deque[bytes] = collections.deque()
+        self.size = 0
+        self.finished = False
+        self.error: BaseException | None = None
+        self.waiter: asyncio.Future[None] | None = None
+        self.conn = conn
+
+    def feed(self, data: bytes) -> None:
+        self.chunks.append(data)
+        self.size += len(data)
+        if self.size > _STREAM_HIGH_WATER:
+            self.conn.pause()
+        self._wake()
+
+    def finish(self, error: BaseException | None = None) -> None:
+        if not self.finished:
+            self.finished = True
+            self.error = error
+        self._wake()
+
+    def _wake(self) -> None:
+        waiter = self.waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def next_chunk(self) -> bytes | None:
+        while not self.chunks:
+            if self.finished:
+                if self.error is not None:
+                    raise self.error
+                return None
+            self.waiter = self.conn.loop.create_future()
+            try:
+                await self.waiter
+            except asyncio.CancelledError:
+                self.conn.abort_request(self)
+                raise
+            finally:
+                self.waiter = None
+        chunk = self.chunks.popleft()
+        self.size -= len(chunk)
+        if self.size <= _STREAM_HIGH_WATER // 2:
+            self.conn.resume()
+        return chunk
+
+
+class _HopConnection(asyncio.Protocol):
+    """One keep-alive connection; carries one request at a time."""
+
+    def __init__(self, pool: HopPool, key: tuple[str, int]) -> None:
+        self.pool = pool
+        self.loop = pool.loop
+        self.key = key
+        self.transport: asyncio.Transport | None = None
+        self.parser = httptools.HttpResponseParser(self)
+        self.closed = False
+        self.requests = 0  # requests sent on this connection (> 1: it was reused)
+        self.idle_since = 0.0
+        self.paused = False
+        self._reset()
+
+    def _reset(self) -> None:
+        self.waiter: asyncio.Future[HopResponse] | None = None
+        self.stream: _StreamBuffer | None = None
+        self.want_stream = False
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.parts: list[bytes] = []
+        self.size = 0
+        self.received = 0
+        self.max_bytes = DEFAULT_MAX_ANSWER_BYTES
+        self.headers_done = False
+        self.timer: asyncio.TimerHandle | None = None
+        self.status = 0
+
+    # ---- asyncio.Protocol ----------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        if self.waiter is None and self.stream is None:
+            # Bytes nobody asked for (or after the answer ended): the connection is not reusable.
+            self._close()
+            return
+        self.received += len(data)
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            self._fail(HopBadAnswer(*self.key, f"the answer is not HTTP/1.1: {exc}"))
+            return
+        if not self.headers_done and self.received > MAX_HEADER_BYTES:
+            self._fail(HopBadAnswer(*self.key, f"the answer's headers exceed {MAX_HEADER_BYTES} bytes"))
+        elif self.size > self.max_bytes:
+            self._fail(HopBadAnswer(*self.key, f"the answer's body exceeds {self.max_bytes} bytes"))
+
+    def eof_received(self) -> bool:
+        return False  # close our side too; connection_lost follows
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.pool.forget(self)
+        if self.waiter is None and self.stream is None:
+            return
+        if self.headers_done and self._close_delimited():
+            self.on_message_complete()  # the body ran to the end of the connection
+            return
+        host, port = self.key
+        reason = f": {exc}" if exc else ""
+        what = "before answering" if not self.received else "in the middle of its answer"
+        self._fail(
+            HopDisconnected(
+                host,
+                port,
+                f"{host}:{port} closed the connection {what}{reason}",
+                reused=self.requests > 1,
+                received=self.received,
+            )
+        )
+
+    # ---- httptools callbacks -------------------------------------------------------------
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.headers.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        self.status = self.parser.get_status_code()
+        if self.status < 200:
+            return  # an interim answer (100 Continue): the real one follows
+        self.headers_done = True
+        if self.want_stream:
+            waiter = self.waiter
+            self.waiter = None
+            self.stream = _StreamBuffer(self)
+            if waiter is not None and not waiter.done():
+                waiter.set_result(self._response(b"", self.stream))
+
+    def on_body(self, body: bytes) -> None:
+        self.size += len(body)
+        if self.stream is not None:
+            self.stream.feed(body)
+        else:
+            self.parts.append(body)
+
+    def on_message_complete(self) -> None:
+        if self.status < 200:
+            self.headers = []
+            return
+        keep_alive = self.parser.should_keep_alive() and not self.closed
+        if self.timer is not None:
+            self.timer.cancel()
+        waiter, stream = self.waiter, self.stream
+        response = None if waiter is None else self._response(b"".join(self.parts), None)
+        self._reset()
+        if keep_alive:
+            self.pool.release(self)
+        else:
+            self._close()
+        if waiter is not None and not waiter.done():
+            waiter.set_result(response)  # type: ignore[arg-type]
+        if stream is not None:
+            stream.finish()
+
+    # ---- requests ------------------------------------------------------------------------
+    def send(
+        self, request: bytes | list[bytes], deadline: float, max_bytes: int, stream: bool
+    ) -> asyncio.Future[HopResponse]:
+        """Write one request; the future resolves with the answer (at its headers when ``stream``)."""
+        self.requests += 1
+        self.waiter = waiter = self.loop.create_future()
+        self.want_stream = stream
+        self.max_bytes = max_bytes
+        self.timer = self.loop.call_at(deadline, self._deadline_passed)
+        assert self.transport is not None
+        if isinstance(request, bytes):
+            self.transport.write(request)
+        else:
+            self.transport.writelines(request)
+        return waiter
+
+    def abort_request(self, owner: object) -> None:
+        """Close the connection if ``owner`` (a request's future or stream) still holds it."""
+        if owner is self.waiter or owner is self.stream:
+            self._fail(None)
+
+    def _deadline_passed(self) -> None:
+        self.timer = None
+        self._fail(HopTimeout(*self.key, "no complete answer within the deadline"))
+
+    def _fail(self, error: BaseException | None) -> None:
+        waiter, stream = self.waiter, self.stream
+        if self.timer is not None:
+            self.timer.cancel()
+        self._reset()
+        self._close()
+        if error is not None:
+            if waiter is not None and not waiter.done():
+                waiter.set_exception(error)
+            if stream is not None:
+                stream.finish(error)
+        elif stream is not None:
+            stream.finish(HopDisconnected(*self.key, "the stream was closed", reused=False, received=0))
+
+    def _close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.pool.forget(self)
+            if self.transport is not None:
+                self.transport.abort()
+
+    def pause(self) -> None:
+        if not self.paused and self.transport is not None and not self.closed:
+            self.paused = True
+            self.transport.pause_reading()
+
+    def resume(self) -> None:
+        if self.paused and self.transport is not None and not self.closed:
+            self.paused = False
+            self.transport.resume_reading()
+
+    def _close_delimited(self) -> bool:
+        names = {name.lower() for name, _ in self.headers}
+        return b"content-length" not in names and b"transfer-encoding" not in names
+
+    def _response(self, body: bytes, stream: _StreamBuffer | None) -> HopResponse:
+        headers: dict[str, str] = {}
+        cookies: dict[str, str] = {}
+        for raw_name, raw_value in self.headers:
+            name = raw_name.decode("latin-1").lower()
+            value = raw_value.decode("latin-1")
+            if name == "set-cookie":
+                cookies.update(parse_set_cookie(value))
+            headers[name] = value
+        return HopResponse(self.status, headers, cookies, body, self if stream else None, stream)
+
+
+def parse_set_cookie(value: str) -> dict[str, str]:
+    """The ``name: value`` a ``Set-Cookie`` header sets (attributes dropped; {} if malformed)."""
+    jar: SimpleCookie = SimpleCookie()
+    try:
+        jar.load(value)
+    except CookieError:
+        return {}
+    return {name: morsel.value for name, morsel in jar.items()}
+
+
+class HopPool:
+    """Keep-alive connections of one event loop, at most ``max_connections`` open at once."""
+
+    def __init__(self, max_connections: int, idle_timeout_s: float = IDLE_TIMEOUT_S) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.max_connections = max(1, max_connections)
+        self.idle_timeout_s = idle_timeout_s
+        self._idle: dict[tuple[str, int], list[_HopConnection]] = {}
+        self._open: set[_HopConnection] = set()
+        self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+        self.closed = False
+
+    @property
+    def open_connections(self) -> int:
+        """Connections open now, in use and idle."""
+        return len(self._open)
+
+    async def acquire(
+        self, host: str, port: int, deadline: float, connect_timeout_s: float | None, fresh: bool = False
+    ) -> _HopConnection:
+        """An idle connection to ``host:port`` (unless ``fresh``), else a new one once the cap allows."""
+        key = (host, port)
+        while True:
+            if not fresh:
+                idle = self._idle.get(key)
+                while idle:
+                    conn = idle.pop()  # the most recently used: the least likely to be stale
+                    if conn.closed:
+                        continue
+                    if self.loop.time() - conn.idle_since > self.idle_timeout_s:
+                        conn._close()
+                        continue
+                    return conn
+            if len(self._open) < self.max_connections or self._close_one_idle():
+                return await self._connect(key, deadline, connect_timeout_s)
+            await self._wait_for_room(key, deadline)
+
+    async def _wait_for_room(self, key: tuple[str, int], deadline: float) -> None:
+        waiter = self.loop.create_future()
+        self._waiters.append(waiter)
+        timer = self.loop.call_at(
+            deadline, _expire, waiter, HopTimeout(*key, "no free connection within the deadline")
+        )
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+            if waiter in self._waiters:
+                self._waiters.remove(waiter)
+
+    async def _connect(
+        self, key: tuple[str, int], deadline: float, connect_timeout_s: float | None
+    ) -> _HopConnection:
+        conn = _HopConnection(self, key)
+        self._open.add(conn)  # counted from the start: a burst must not open more than the cap
+        remaining = deadline - self.loop.time()
+        timeout = remaining if connect_timeout_s is None else min(remaining, connect_timeout_s)
+        try:
+            if timeout <= 0:
+                raise TimeoutError
+            async with asyncio.timeout(timeout):
+                await self.loop.create_connection(lambda: conn, *key)
+        except TimeoutError as exc:
+            self._drop(conn)
+            raise HopTimeout(*key, f"no connection to {key[0]}:{key[1]} within {timeout:.3g}s") from exc
+        except OSError as exc:
+            self._drop(conn)
+            raise HopConnectError(*key, exc) from exc
+        except BaseException:
+            self._drop(conn)
+            raise
+        if self.closed:
+            conn._close()
+            raise HopConnectError(*key, RuntimeError("the client was closed"))
+        return conn
+
+    def _drop(self, conn: _HopConnection) -> None:
+        conn.closed = True
+        if conn.transport is not None:
+            conn.transport.abort()
+        self.forget(conn)
+
+    def _close_one_idle(self) -> bool:
+        for conns in self._idle.values():
+            while conns:
+                conn = conns.pop(0)  # the oldest
+                if not conn.closed:
+                    conn._close()
+                    return True
+        return False
+
+    def release(self, conn: _HopConnection) -> None:
+        """Back to the idle list after a complete answer."""
+        if self.closed or conn.closed:
+            conn._close()
+            return
+        conn.idle_since = self.loop.time()
+        self._idle.setdefault(conn.key, []).append(conn)
+        self._wake_one()
+
+    def forget(self, conn: _HopConnection) -> None:
+        """A connection closed: it no longer counts against the cap."""
+        if conn in self._open:
+            self._open.discard(conn)
+            idle = self._idle.get(conn.key)
+            if idle and conn in idle:
+                idle.remove(conn)
+            self._wake_one()
+
+    def _wake_one(self) -> None:
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+
+    def close(self) -> None:
+        """Close every connection (in flight ones too); later calls fail."""
+        self.closed = True
+        for conn in list(self._open):
+            conn._fail(HopDisconnected(*conn.key, "the client was closed", reused=False, received=0))
+        self._idle.clear()
+
+
+def _expire(waiter: asyncio.Future[None], error: BaseException) -> None:
+    if not waiter.done():
+        waiter.set_exception(error)
+
+
+def encode_headers(headers: Iterable[tuple[str, str]]) -> bytes:
+    """Header lines for :func:`request` (``Name: value\\r\\n`` each); a line break inside one is refused."""
+    lines = []
+    for name, value in headers:
+        line = f"{name}: {value}"
+        if "\r" in line or "\n" in line:
+            raise ValueError(f"a line break inside the HTTP header {name!r}")
+        lines.append(line + "\r\n")
+    out = "".join(lines)
+    return out.encode("latin-1")
+
+
+def build_request(
+    method: str, host: str, port: int, path: str, headers: bytes, body: bytes | None
+) -> bytes | list[bytes]:
+    """The bytes of one HTTP/1.1 request (a list of two for a large body: no copy of it)."""
+    if not path.isascii() or " " in path or "\r" in path or "\n" in path:
+        path = urllib.parse.quote(path, safe="/?#&=%:@!$'()*+,;~-._")  # never a line break on the wire
+    if body is None:
+        return b"%s %s HTTP/1.1\r\nHost: %s:%d\r\n%s\r\n" % (
+            method.encode(),
+            path.encode(),
+            host.encode(),
+            port,
+            headers,
+        )
+    head = b"%s %s HTTP/1.1\r\nHost: %s:%d\r\n%sContent-Length: %d\r\n\r\n" % (
+        method.encode(),
+        path.encode(),
+        host.encode(),
+        port,
+        headers,
+        len(body),
+    )
+    if len(body) < 65536:
+        return head + body
+    return [head, body]
+
+
+async def request(
+    pool: HopPool,
+    method: str,
+    host: str,
+    port: int,
+    path: str,
+    headers: bytes,
+    body: bytes | None,
+    *,
+    deadline: float,
+    connect_timeout_s: float | None = None,
+    max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
+    stream: bool = False,
+) -> HopResponse:
+    """Send one request through ``pool`` and return its answer (read whole unless ``stream``).
+
+    ``headers`` comes from :func:`encode_headers` (``Host`` and ``Content-Length`` are added).
+
+    ``deadline`` is on the loop's clock (``loop.time()``) and covers waiting for a connection,
+    connecting, and the whole answer (a streamed body too). Raises :class:`HopError`.
+    """
+    if method in ("HEAD", "CONNECT"):
+        raise ValueError(f"{method} is not supported by the hop client")
+    data = build_request(method, host, port, path, headers, body)
+    fresh = False
+    while True:
+        conn = await pool.acquire(host, port, deadline, connect_timeout_s, fresh=fresh)
+        waiter = conn.send(data, deadline, max_answer_bytes, stream)
+        try:
+            return await waiter
+        except HopDisconnected as exc:
+            # A pooled connection the server had closed: nothing came back, so no handler ran.
+            if fresh or not exc.reused or exc.received:
+                raise
+            fresh = True
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
+                waiter.result().close()  # a stream opened just before the cancel
+            else:
+                conn.abort_request(waiter)
+            raise

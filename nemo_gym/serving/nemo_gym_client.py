@@ -1,0 +1,175 @@
+"""NeMo Gym's client shapes (``nemo_gym.server_utils``) over :class:`~nemo_gym.serving.server_client.ServerClient`.
+
+NeMo Gym-style code calls ``server_client.post(server_name=..., url_path=..., json=...)`` and
+reads an aiohttp-shaped answer; these classes give it that shape while the calls go through
+this package's client (deadlines, bounded retries, replica stickiness, the lean hop client).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import aiohttp
+import orjson
+
+from nemo_gym.serving.protocol import ENV_HEAD_URL, auth_headers
+from nemo_gym.serving.server_client import ServerCallError, ServerClient, ServerResponse
+
+
+class HTTPStatusError(ServerCallError, aiohttp.ClientResponseError):  # type: ignore[misc]
+    """A non-2xx answer, raised by NeMo Gym-style ``raise_for_status``.
+
+    Both a :class:`ServerCallError` of kind ``http_error`` (so the server base classifies it)
+    and an ``aiohttp.ClientResponseError`` (what NeMo Gym-style code catches), with the body
+    in ``response_content``.
+    """
+
+    def __init__(self, server: str, path: str, status: int, content: bytes) -> None:
+        try:
+            body: Any = orjson.loads(content) if content else None
+        except orjson.JSONDecodeError:
+            body = content.decode(errors="replace")
+        message = body.get("error", body) if isinstance(body, dict) else body
+        ServerCallError.__init__(self, "http_error", server, path, f"HTTP {status}: {message}", status, body)
+        self.request_info = None  # type: ignore[assignment]
+        self.history = ()
+        self.code = status
+        self.message = f"HTTP {status}"
+        self.headers = None
+        self.response_content = content
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "HTTP error"
+
+    def __reduce__(self) -> Any:
+        return (type(self), (self.server, self.path, self.status, self.response_content))
+
+
+class _Content:
+    """``response.content`` of an answer already read: ``await content.read()``."""
+
+    def __init__(self, body: bytes) -> None:
+        self._body = body
+
+    async def read(self, n: int = -1) -> bytes:
+        return self._body
+
+
+class ClientResponse:
+    """A finished answer shaped like aiohttp's: ``status``, ``ok``, ``cookies``, ``await read()/json()/text()``."""
+
+    def __init__(self, response: ServerResponse, server_name: str, url_path: str) -> None:
+        self.status = response.status
+        self.ok = response.ok
+        self.cookies = response.cookies
+        self.content = _Content(response.body)
+        self.server_name = server_name
+        self.url_path = url_path
+        self._response = response
+
+    async def read(self) -> bytes:
+        """The raw body."""
+        return self._response.body
+
+    async def json(self, **_: Any) -> Any:
+        """The body parsed as JSON."""
+        return self._response.json()
+
+    async def text(self, **_: Any) -> str:
+        """The body as text."""
+        return self._response.body.decode(errors="replace")
+
+    def raise_for_status(self) -> None:
+        """Raise :class:`HTTPStatusError` for a non-2xx answer."""
+        if not self.ok:
+            raise HTTPStatusError(self.server_name, self.url_path, self.status, self._response.body)
+
+
+class NeMoGymServerClient(ServerClient):
+    """NeMo Gym's client: built from the head server's config and the global config.
+
+    ``post``/``get`` take NeMo Gym's keywords (``server_name=``, ``url_path=``, ``json=`` a
+    dict or pydantic model, ``cookies=``) and answer an aiohttp-shaped :class:`ClientResponse`.
+    Calls go through this package's client: deadlines, bounded retries, replica stickiness.
+    """
+
+    def __init__(self, head_server_config: Any = None, global_config_dict: Any = None, **kwargs: Any) -> None:
+        head_url = kwargs.pop("head_url", None)
+        if head_url is None and head_server_config is not None:
+            host = getattr(head_server_config, "host", None) or head_server_config["host"]
+            port = getattr(head_server_config, "port", None) or head_server_config["port"]
+            head_url = f"http://{host}:{port}"
+        super().__init__(head_url, **kwargs)
+        self.head_server_config = head_server_config
+        self.global_config_dict = global_config_dict if global_config_dict is not None else {}
+
+    @classmethod
+    def from_env(cls) -> NeMoGymServerClient:
+        """A client for the head server named by ``NEMO_GYM_HEAD_URL`` (set by ``ng_run``)."""
+        return cls(head_url=os.environ.get(ENV_HEAD_URL))
+
+    @classmethod
+    def load_from_global_config(cls, head_server_config: Any = None) -> NeMoGymServerClient:
+        """A client whose ``global_config_dict`` is the head server's config, fetched now (an
+        OmegaConf ``DictConfig``, each running instance's ``host`` and ``port`` where it listens).
+
+        ``head_server_config`` has ``host`` and ``port`` (attributes or keys); by default the head
+        server is ``$NEMO_GYM_HEAD_URL``, else 127.0.0.1:11000. Raises ``ValueError`` naming the URL
+        when the head server cannot be read.
+        """
+        import urllib.request
+
+        import yaml
+        from omegaconf import OmegaConf
+
+        if head_server_config is None:
+            base = (os.environ.get(ENV_HEAD_URL) or "http://127.0.0.1:11000").rstrip("/")
+        else:
+            host = getattr(head_server_config, "host", None) or head_server_config["host"]
+            port = getattr(head_server_config, "port", None) or head_server_config["port"]
+            base = f"http://{host}:{port}"
+        url = f"{base}/global_config_dict_yaml"
+        request = urllib.request.Request(url, headers=auth_headers())
+        try:
+            with urllib.request.urlopen(request, timeout=30) as answer:  # noqa: S310 - an http URL built above
+                text = answer.read().decode()
+        except OSError as exc:
+            raise ValueError(
+                f"could not read the global config from the head server at {url}: {exc}"
+            ) from exc
+        config = OmegaConf.create(yaml.safe_load(text) or {})
+        return cls(head_server_config=head_server_config, global_config_dict=config, head_url=base)
+
+    def _build_server_base_url(self, server_config_dict: Any) -> str:
+        """``http://host:port`` of one server instance's config block (attributes or keys)."""
+        if isinstance(server_config_dict, Mapping):
+            return f"http://{server_config_dict['host']}:{server_config_dict['port']}"
+        return f"http://{server_config_dict.host}:{server_config_dict.port}"
+
+    async def post(self, server_name: str, url_path: str, json: Any = None, **kwargs: Any) -> Any:  # type: ignore[override]
+        """POST to a named server; an aiohttp-shaped :class:`ClientResponse`."""
+        if hasattr(json, "model_dump"):
+            json = json.model_dump(exclude_unset=True, mode="json")
+        resp = await self.request("POST", server_name, url_path, json, **_client_kwargs(kwargs))
+        return ClientResponse(resp, server_name, url_path)
+
+    async def get(self, server_name: str, url_path: str, **kwargs: Any) -> Any:  # type: ignore[override]
+        """GET from a named server; an aiohttp-shaped :class:`ClientResponse`."""
+        resp = await self.request("GET", server_name, url_path, None, **_client_kwargs(kwargs))
+        return ClientResponse(resp, server_name, url_path)
+
+
+def _client_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
+    # aiohttp keywords NeMo Gym-style callers pass: the cookies are kept, a timeout becomes our
+    # deadline, the rest (headers, params) are not used between our servers.
+    out: dict[str, Any] = {}
+    if kwargs.get("cookies"):
+        out["cookies"] = {k: getattr(v, "value", v) for k, v in dict(kwargs["cookies"]).items()}
+    timeout = kwargs.get("timeout")
+    if isinstance(timeout, (int, float)):
+        out["timeout_s"] = float(timeout)
+    elif timeout is not None and getattr(timeout, "total", None):
+        out["timeout_s"] = float(timeout.total)
+    return out
