@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from nemo_gym.collection.settings import BaseNeMoGymCLIConfig
+from nemo_gym.launch.datasets import DatasetConfig
 from nemo_gym.serving.server import BaseServerConfig, ServerRef
 
 __all__ = [
@@ -22,6 +23,7 @@ __all__ = [
     "AggregateMetricsRequest",
     "BaseNeMoGymCLIConfig",
     "BaseServerConfig",
+    "DatasetConfig",
     "ModelServerRef",
     "ROLLOUT_PATH_PREFIX",
     "ResourcesServerRef",

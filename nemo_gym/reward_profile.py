@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nemo_gym.collection.collection_io import TASK_INDEX_KEY, iter_jsonl
+from nemo_gym.collection.collection_io import ROLLOUT_INDEX_KEY, TASK_INDEX_KEY, iter_jsonl
 from nemo_gym.collection.metrics import pass_at_k
 from nemo_gym.console.command import console_command
 from nemo_gym.launch.config import ConfigError, load_config
@@ -203,6 +203,104 @@ def _profile_command(argv: list[str]) -> int:
 
 
 ng_reward_profile = console_command(_profile_command, "ng_reward_profile")
+
+
+def _rollout_key(row: Mapping[str, Any]) -> tuple[Any, Any]:
+    return row[TASK_INDEX_KEY], row[ROLLOUT_INDEX_KEY]
+
+
+def _numeric(value: Any) -> int | float | None:
+    """``value`` as a number for a metrics table (a bool as 0/1), else ``None``."""
+    if isinstance(value, bool):
+        return int(value)
+    return value if isinstance(value, int | float) else None
+
+
+class RewardProfiler:
+    """NeMo Gym's row-level reward profiling helpers: pair materialized inputs with their
+    results by ``(_ng_task_index, _ng_rollout_index)``, say how complete a collection is, and
+    flatten one result into the numbers a metrics table keeps. Per-task profiles over a whole
+    results file are :func:`profile_rows` (``ng_reward_profile``)."""
+
+    def _by_rollout_key(self, rows: Iterable[Mapping[str, Any]], what: str) -> dict[tuple[Any, Any], Any]:
+        indexed: dict[tuple[Any, Any], Any] = {}
+        for row in rows:
+            key = _rollout_key(row)
+            if key in indexed:
+                raise ValueError(f"two {what} rows have the rollout key (task, rollout) {key}")
+            indexed[key] = row
+        return indexed
+
+    def align_rows_and_results(
+        self, rows: list[dict[str, Any]], results: list[dict[str, Any]], allow_partial_rollouts: bool = False
+    ) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+        """``(input row, result)`` pairs in rollout-key order. ``ValueError`` for a result with
+        no input row, and, unless ``allow_partial_rollouts``, for an input row with no result."""
+        by_row = self._by_rollout_key(rows, "materialized input")
+        by_result = self._by_rollout_key(results, "result")
+        extra = sorted(by_result.keys() - by_row.keys())
+        if extra:
+            raise ValueError(
+                f"{len(extra)} results match no materialized input row; first keys: {extra[:10]}"
+            )
+        missing = sorted(by_row.keys() - by_result.keys())
+        if missing and not allow_partial_rollouts:
+            raise ValueError(
+                f"{len(missing)} materialized input rows have no result; first keys: {missing[:10]}. "
+                "Pass ++allow_partial_rollouts=True to profile the rollouts that did complete."
+            )
+        return [(by_row[key], by_result[key]) for key in sorted(by_row.keys() & by_result.keys())]
+
+    def profile_completion_summary(
+        self, rows: list[dict[str, Any]], results: list[dict[str, Any]]
+    ) -> dict[str, Any]:
+        """How much of a collection finished: rollouts expected/completed/missing/extra, the
+        completion percentage, and input rows (one per task and agent) complete, partial, missing."""
+        by_row = self._by_rollout_key(rows, "materialized input")
+        by_result = self._by_rollout_key(results, "result")
+        done = by_row.keys() & by_result.keys()
+
+        def task_of(key: tuple[Any, Any]) -> tuple[Any, Any]:
+            # One task sent to several agents shares its task index: count it once per agent.
+            ref = by_row[key].get("agent_ref")
+            return key[0], ref.get("name") if isinstance(ref, Mapping) else None
+
+        expected = Counter(task_of(key) for key in by_row)
+        completed = Counter(task_of(key) for key in done)
+        complete = sum(completed[task] == n for task, n in expected.items())
+        missing = sum(completed[task] == 0 for task in expected)
+        return {
+            "expected_rollout_rows": len(by_row),
+            "completed_rollout_rows": len(done),
+            "missing_rollout_rows": len(by_row) - len(done),
+            "extra_rollout_rows": len(by_result.keys() - by_row.keys()),
+            "reward_profile_completion_pct": 100.0 * len(done) / len(by_row) if by_row else 100.0,
+            "total_input_rows": len(expected),
+            "complete_input_rows": complete,
+            "partial_input_rows": len(expected) - complete - missing,
+            "missing_input_rows": missing,
+        }
+
+    def rollout_info_from_result(self, result: Mapping[str, Any]) -> dict[str, Any]:
+        """One result as numbers: ``rollout_id`` (``task:rollout``), both indices, ``reward``,
+        the response's numeric usage fields, and every other numeric top-level field; fields
+        starting with ``_`` (framework bookkeeping) are left out."""
+        task, rollout = _rollout_key(result)
+        info: dict[str, Any] = {
+            "rollout_id": f"{task}:{rollout}",
+            TASK_INDEX_KEY: task,
+            ROLLOUT_INDEX_KEY: rollout,
+        }
+        if "reward" in result:
+            info["reward"] = result["reward"]
+        response = result.get("response")
+        usage = (response.get("usage") if isinstance(response, Mapping) else None) or {}
+        fields = [*usage.items(), *((k, v) for k, v in result.items() if not k.startswith("_"))]
+        for key, value in fields:
+            number = _numeric(value)
+            if number is not None and key not in ("reward", "response"):
+                info[key] = number
+        return info
 
 
 # ---- NeMo Gym's metric helpers for an environment's own compute_metrics() ----------------------

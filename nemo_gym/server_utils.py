@@ -91,7 +91,9 @@ async def raise_for_status(response: Any, content: bytes | None = None) -> None:
     if response.ok:
         return
     if content is None:
-        content = await response.read()
+        # The body stream, as NeMo Gym reads it (``read()`` of an aiohttp answer would buffer it).
+        stream = getattr(response, "content", None)
+        content = await stream.read() if stream is not None else await response.read()
     try:
         response.raise_for_status()
     except aiohttp.ClientResponseError as exc:

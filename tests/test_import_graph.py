@@ -123,6 +123,9 @@ NEMO_GYM_PUBLIC_PATHS = {
     "responses_converter",
     "chat_streaming",
     "responses_streaming",
+    "skills",
+    "task_data",
+    "task_materialization",
 }  # fmt: skip
 OUR_ENTRY_POINTS = {"gymnasium", "gymnasium_server", "llm_judge", "response_items", "train_data"}
 

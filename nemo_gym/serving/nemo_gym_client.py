@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
@@ -87,6 +88,14 @@ class ClientResponse:
             raise HTTPStatusError(self.server_name, self.url_path, self.status, self._response.body)
 
 
+@dataclass(frozen=True)
+class HeadServerAddress:
+    """Where the head server listens (what NeMo Gym's ``load_head_server_config`` answers)."""
+
+    host: str
+    port: int
+
+
 class NeMoGymServerClient(ServerClient):
     """NeMo Gym's client: built from the head server's config and the global config.
 
@@ -109,6 +118,15 @@ class NeMoGymServerClient(ServerClient):
     def from_env(cls) -> NeMoGymServerClient:
         """A client for the head server named by ``NEMO_GYM_HEAD_URL`` (set by ``ng_run``)."""
         return cls(head_url=os.environ.get(ENV_HEAD_URL))
+
+    @classmethod
+    def load_head_server_config(cls) -> HeadServerAddress:
+        """The head server's ``host`` and ``port``: from ``$NEMO_GYM_HEAD_URL`` (set by
+        ``ng_run`` for its servers), else 127.0.0.1:11000."""
+        from urllib.parse import urlsplit
+
+        url = urlsplit(os.environ.get(ENV_HEAD_URL) or "http://127.0.0.1:11000")
+        return HeadServerAddress(host=url.hostname or "127.0.0.1", port=url.port or 80)
 
     @classmethod
     def load_from_global_config(cls, head_server_config: Any = None) -> NeMoGymServerClient:

@@ -146,6 +146,9 @@ class BaseServerConfig(BaseModel):
     # Host names (besides its addresses, localhost and this machine's name) this server answers
     # to; any other Host header is refused (DNS rebinding). ["*"] accepts any.
     allowed_hosts: list[str] = []
+    # NeMo Gym's uvicorn worker count. A server here is one process (scale out with replicas);
+    # the field is kept so that configs and servers that read or check it work unchanged.
+    num_workers: int | None = None
 
 
 # Process-wide extras that code running inside a server process adds (the sandbox ledger):

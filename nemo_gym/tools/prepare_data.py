@@ -31,14 +31,15 @@ from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, TextIO
+from typing import Any, TextIO
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 
 from nemo_gym.collection.collection_io import PromptConfig
 from nemo_gym.console.command import console_command
 from nemo_gym.launch.config import ConfigError, load_config, project_root, server_instances
+from nemo_gym.launch.datasets import DatasetConfig, HuggingFaceSource
 
 MODE_DATASET_TYPES: dict[str, tuple[str, ...]] = {
     "train_preparation": ("train", "validation", "benchmark"),
@@ -49,47 +50,6 @@ AGENT_KIND = "responses_api_agents"
 UNSUMMARIZED_FIELDS = ("responses_create_params", "response")
 MESSAGE_ROLES = ("user", "system", "developer", "assistant")
 MAX_ERRORS_SHOWN = 20
-
-
-class HuggingFaceSource(BaseModel):
-    """Where to fetch a missing dataset: one JSONL file of a Hugging Face dataset repository.
-
-    ``artifact_fpath`` is the file inside the repository; without it, ``<split>.jsonl`` (split
-    defaults to the dataset's type) is fetched.
-    """
-
-    model_config = ConfigDict(extra="forbid")
-
-    type: Literal["huggingface"] = "huggingface"
-    repo_id: str
-    artifact_fpath: str | None = None
-    split: str | None = None
-    revision: str | None = None
-
-
-class DatasetConfig(BaseModel):
-    """One entry of an agent's ``datasets`` list."""
-
-    model_config = ConfigDict(extra="allow")
-
-    name: str
-    type: Literal["train", "validation", "benchmark", "example"]
-    jsonl_fpath: str
-    num_repeats: int = Field(default=1, ge=1)
-    gitlab_identifier: Any = None
-    # NeMo Gym's name for a Hugging Face origin ({repo_id, artifact_fpath}); same as a huggingface source.
-    huggingface_identifier: dict[str, Any] | None = None
-    license: str | None = None
-    source: HuggingFaceSource | None = None
-    prompt_config: str | None = None
-
-    def download_source(self) -> HuggingFaceSource | None:
-        """The place to fetch this dataset from when its file is missing, if any."""
-        if self.source is not None:
-            return self.source
-        if self.huggingface_identifier:
-            return HuggingFaceSource.model_validate(self.huggingface_identifier)
-        return None
 
 
 @dataclass
