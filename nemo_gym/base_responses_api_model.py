@@ -11,24 +11,120 @@ error bodies shaped as OpenAI's ``{"error": {"message", "type", "param", "code"}
 string or null; nemo_gym's own fields such as ``failure_class`` or ``detail`` may follow at the top
 level, the server's name is in the ``X-NeMo-Gym-Server`` header), and a 400 naming the field for
 a request whose shape is wrong (a message whose ``content`` is a number, no ``input``).
+
+NeMo Gym's model adapters (``responses(self, request, body: NeMoGymResponseCreateParamsNonStreaming)``
+returning a ``NeMoGymResponse``) run on the same base: such a class is served by the FastAPI app
+of :meth:`SimpleResponsesAPIModel.setup_webserver`, which validates bodies into NeMo Gym's types,
+passes the ``Request`` when the method takes one, serves ``stream: true`` and ``/v1/messages``,
+and carries NeMo Gym's per-rollout model-call capture (:func:`install_model_call_capture`; records
+in :mod:`nemo_gym.models.call_records`). Our own servers (plain-dict bodies) keep the lean path.
 """
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+import inspect
+import logging
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypedDict
 
 import orjson
+from pydantic import BaseModel, Field
 from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from nemo_gym.models.openai_request_checks import check_chat_request, check_responses_request
 from nemo_gym.models.streaming import stream_chat_completion, stream_responses
-from nemo_gym.serving.server import BaseServer, BaseServerConfig, HTTPError
+from nemo_gym.serving.server import BaseServer, BaseServerConfig, HTTPError, body_model
+from nemo_gym.token_id_capture.config import NonGeneratingRequest, token_id_capture_config
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from fastapi import FastAPI, Request
+
+    from nemo_gym.models.call_records import CaptureStore, ModelCallCaptureConfig
+
+# Also served, loaded on first use: the capture names of _LAZY_NAMES and FastAPI's Body.
+__all__ = [
+    "BaseResponsesAPIModel",
+    "BaseResponsesAPIModelConfig",
+    "ModelExecutionOutcome",
+    "SimpleResponsesAPIModel",
+    "clear_model_call_captures_for_rollouts",
+    "install_model_call_capture",
+    "merge_model_call_capture_into_record",
+    "model_call_capture_dirs_from_config",
+    "observability_enabled_from_config",
+    "start_model_execution",
+]
+
+logger = logging.getLogger(__name__)
+
+# The capture names are loaded on first use (module ``__getattr__`` below): our own model
+# servers never capture this way and keep their start-up time.
+_LAZY_NAMES = {
+    "CaptureStore": ("nemo_gym.models.call_records", "CaptureStore"),
+    "ModelCallCaptureConfig": ("nemo_gym.models.call_records", "ModelCallCaptureConfig"),
+    "ModelCallRecord": ("nemo_gym.models.call_records", "ModelCallRecord"),
+    "aggregate_model_call_metrics": ("nemo_gym.models.call_records", "aggregate_model_call_metrics"),
+    "aggregate_model_call_records": ("nemo_gym.models.call_records", "aggregate_model_call_records"),
+    "build_model_call_record": ("nemo_gym.models.call_records", "build_model_call_record"),
+    "extract_token_stats": ("nemo_gym.models.call_records", "extract_token_stats"),
+    "read_available_model_call_records": (
+        "nemo_gym.models.call_records",
+        "read_available_model_call_records",
+    ),
+    "read_model_call_records": ("nemo_gym.models.call_records", "read_model_call_records"),
+    # NeMo Gym's private names that its adapters and tests import from here.
+    "_CaptureMiddleware": ("nemo_gym.models.call_capture", "CaptureMiddleware"),
+    "_reconstruct_streamed_response": ("nemo_gym.models.call_capture", "reconstruct_streamed_response"),
+}
+
+
+class ModelExecutionOutcome(TypedDict):
+    """What a model adapter reports about how it produced an answer (stored with the call's record)."""
+
+    upstream_attempted: bool
+    response_source: Literal["upstream", "local"] | None
+    upstream_status_code: int | None
+    local_response_reason: str | None
+
+
+def start_model_execution(request: Any, *, upstream_attempted: bool) -> ModelExecutionOutcome:
+    """Start the execution facts of the request being served; the adapter fills them in as it goes."""
+    outcome = ModelExecutionOutcome(
+        upstream_attempted=upstream_attempted,
+        response_source=None,
+        upstream_status_code=None,
+        local_response_reason=None,
+    )
+    from nemo_gym.models.call_capture import EXECUTION_STATE_KEY
+
+    setattr(request.state, EXECUTION_STATE_KEY, outcome)
+    return outcome
+
+
+def _orjson_dispatch_response(content: Any) -> Any:
+    """A finished answer as an orjson-encoded JSON response (a ready ``Response`` passes through).
+
+    FastAPI would walk every token ID and log-prob through ``jsonable_encoder`` first.
+    """
+    if isinstance(content, Response):
+        return content
+    if isinstance(content, BaseModel):
+        content = content.model_dump(mode="json", by_alias=True)
+    return Response(content=orjson.dumps(content), media_type="application/json")
 
 
 class BaseResponsesAPIModelConfig(BaseServerConfig):
     """Config of a model server; adapters subclass it."""
+
+    # Routes of this server that never return generated text (NeMo Gym's training-token capture
+    # declares them; read for config compatibility).
+    token_id_capture_non_generating_requests: list[NonGeneratingRequest] = Field(default_factory=list)
+    # NeMo Gym's uvicorn worker count. A nemo_gym server is one process (asyncio; replicas
+    # come from the launcher or Ray), so the value is read for config compatibility only.
+    num_workers: int | None = None
 
 
 class SimpleResponsesAPIModel(BaseServer):
@@ -36,6 +132,8 @@ class SimpleResponsesAPIModel(BaseServer):
 
     server_type: ClassVar[str] = "responses_api_models"
     config: BaseResponsesAPIModelConfig
+    # NeMo Gym's: (method, path) of extra routes that never return generated text.
+    non_generating_model_routes: ClassVar[frozenset[tuple[str, str]]] = frozenset()
 
     async def responses(self, body: dict[str, Any]) -> dict[str, Any]:
         """Answer a Responses API create request with a Responses API response object."""
@@ -101,6 +199,349 @@ class SimpleResponsesAPIModel(BaseServer):
         if body.get("stream") is True:
             return await self.chat_completions_stream(body)
         return await self.chat_completions(body)
+
+    # ---- NeMo Gym's adapter style: FastAPI, typed bodies, the Request ---------------------
+    def nemo_gym_style(self) -> bool:
+        """Whether this class's handlers are written NeMo Gym's way: a ``request`` parameter or a
+        pydantic body type (``NeMoGymResponseCreateParamsNonStreaming``) instead of a plain dict."""
+        return any(_nemo_gym_handler(getattr(self, name)) for name in ("responses", "chat_completions"))
+
+    def uses_setup_webserver(self) -> bool:
+        """NeMo Gym-style adapters are served by :meth:`setup_webserver`'s FastAPI app."""
+        return super().uses_setup_webserver() or self.nemo_gym_style()
+
+    def setup_webserver(self) -> FastAPI:
+        """The FastAPI app of a NeMo Gym-style adapter (any other class: the base's).
+
+        Session middleware, model-call capture (:func:`install_model_call_capture`, configured
+        from the run's ``observability_enabled`` and ``model_call_capture_dir``) and the routes
+        ``/v1/responses``, ``/v1/chat/completions``, ``/v1/messages`` and ``GET /v1/models``.
+        """
+        if not self.nemo_gym_style():
+            return super().setup_webserver()  # type: ignore[no-any-return]
+        from fastapi import Body, FastAPI, Request
+
+        from nemo_gym.models.call_records import ModelCallCaptureConfig
+
+        app = FastAPI(title=self.name)
+        self.setup_session_middleware(app)
+        global_config = getattr(self.server_client, "global_config_dict", None)
+        install_model_call_capture(
+            app,
+            ModelCallCaptureConfig.model_validate(_plain(global_config) or {}),
+            model_server_name=self.config.name,
+            global_config_dict=global_config,
+            num_workers=self.config.num_workers,
+            non_generating_requests=self.non_generating_model_routes
+            | {(r.method, r.path) for r in self.config.token_id_capture_non_generating_requests},
+        )
+
+        # The route functions are built here, where FastAPI's types exist, and look the
+        # dispatch methods up on each call so a subclass's override is the one served.
+        async def responses(request: Request, body: dict = Body()) -> Any:  # noqa: B008
+            return await self.responses_dispatch(request, body)
+
+        async def chat_completions(request: Request, body: dict = Body()) -> Any:  # noqa: B008
+            return await self.chat_completions_dispatch(request, body)
+
+        async def messages(request: Request, body: dict = Body()) -> Any:  # noqa: B008
+            return await self.messages(request, body)
+
+        async def models() -> dict[str, Any]:
+            return await self.models(None)
+
+        for route in (responses, chat_completions, messages):
+            # This module's annotations are strings; FastAPI resolves them from real types.
+            route.__annotations__ = {"request": Request, "body": dict, "return": Any}
+        app.post("/v1/responses")(responses)
+        app.post("/v1/chat/completions")(chat_completions)
+        app.post("/v1/messages")(messages)
+        app.get("/v1/models")(models)
+        return app
+
+    setup_webserver._ng_default_app = True  # type: ignore[attr-defined]
+
+    async def responses_dispatch(self, request: Request, body: dict[str, Any]) -> Any:
+        """``POST /v1/responses`` of a NeMo Gym-style adapter.
+
+        The body is validated as ``NeMoGymResponseCreateParamsNonStreaming`` (a 422 naming each
+        field otherwise) and handed to :meth:`responses`; ``stream: true`` answers with OpenAI's
+        Responses events, and a failure after that point with a ``response.failed`` event.
+        """
+        from nemo_gym.openai_utils import NeMoGymResponseCreateParamsNonStreaming
+
+        if not body.get("stream"):
+            params = _validated(NeMoGymResponseCreateParamsNonStreaming, body)
+            response = await self._invoke_responses(request, params)
+            answer = _orjson_dispatch_response(response)
+            await self._finalize_served_response(response)
+            return answer
+        params = _validated(NeMoGymResponseCreateParamsNonStreaming, without_stream(body))
+        return await self._stream_responses(request, params)
+
+    async def _stream_responses(self, request: Request, params: Any, ns_map: Any = None) -> Response:
+        """Serve a Responses request as an event stream (the whole answer computed first)."""
+        try:
+            response = await self._invoke_responses(request, params)
+        except Exception as exc:  # noqa: BLE001 - the client asked for a stream: the failure is its last event
+            logger.exception("%s: responses() failed serving a streamed /v1/responses request", self.name)
+            return _failed_responses_stream(str(exc))
+        answer = _as_json(response)
+        await self._finalize_served_response(answer)
+        return stream_responses(answer)
+
+    async def chat_completions_dispatch(self, request: Request, body: dict[str, Any]) -> Any:
+        """``POST /v1/chat/completions`` of a NeMo Gym-style adapter (``stream: true`` as chunks)."""
+        from nemo_gym.openai_utils import NeMoGymChatCompletionCreateParamsNonStreaming
+
+        if body.get("stream") is not True:
+            params = _validated(NeMoGymChatCompletionCreateParamsNonStreaming, body)
+            completion = await self._invoke_chat_completions(request, params)
+            answer = _orjson_dispatch_response(completion)
+            await self._finalize_served_response(completion)
+            return answer
+        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        params = _validated(NeMoGymChatCompletionCreateParamsNonStreaming, without_stream(body))
+        completion = _as_json(await self._invoke_chat_completions(request, params))
+        await self._finalize_served_response(completion)
+        return stream_chat_completion(completion, include_usage)
+
+    async def messages(self, request: Request, body: dict[str, Any]) -> Any:
+        """``POST /v1/messages``: an Anthropic Messages request answered through :meth:`responses`."""
+        try:
+            from nemo_gym.anthropic_converter import AnthropicConverter  # type: ignore[import-not-found]
+        except ImportError:
+            raise HTTPError(501, f"{self.name}: /v1/messages needs nemo_gym.anthropic_converter") from None
+        converter = AnthropicConverter()
+        response = await self._invoke_responses(request, converter.anthropic_request_to_responses(body))
+        answer = converter.responses_to_anthropic_response(
+            response, model=body.get("model") or response.model
+        )
+        if body.get("stream"):
+            from starlette.responses import StreamingResponse
+
+            await self._finalize_served_response(answer)
+            return StreamingResponse(
+                iter(converter.anthropic_response_to_sse(answer)), media_type="text/event-stream"
+            )
+        dispatched = _orjson_dispatch_response(answer)
+        await self._finalize_served_response(answer)
+        return dispatched
+
+    async def _invoke_responses(self, request: Request, params: Any) -> Any:
+        return await _call_handler(self.responses, request, params)
+
+    async def _invoke_chat_completions(self, request: Request, params: Any) -> Any:
+        return await _call_handler(self.chat_completions, request, params)
+
+    async def _finalize_served_response(self, response: Any) -> None:
+        """Called with each answer once it is converted for the client (adapters that commit
+        captured tokens override it)."""
+
+
+def _nemo_gym_handler(handler: Any) -> bool:
+    try:
+        params = inspect.signature(handler).parameters
+    except (TypeError, ValueError):
+        return False
+    return "request" in params or body_model(handler) is not None
+
+
+async def _call_handler(handler: Any, request: Any, params: Any) -> Any:
+    # NeMo Gym adapters declare ``responses(self, body)`` or ``responses(self, request, body)``.
+    if "request" in inspect.signature(handler).parameters:
+        return await handler(request=request, body=params)
+    return await handler(body=params)
+
+
+def _validated(model: type[BaseModel], body: dict[str, Any]) -> Any:
+    """``body`` as ``model``, or FastAPI's 422 listing each wrong field under ``body``."""
+    from fastapi.exceptions import RequestValidationError
+    from pydantic import ValidationError
+
+    try:
+        return model.model_validate(body)
+    except ValidationError as exc:
+        errors = [{**e, "loc": ("body", *e["loc"])} for e in exc.errors(include_url=False)]
+        raise RequestValidationError(errors) from None
+
+
+def _as_json(answer: Any) -> dict[str, Any]:
+    if isinstance(answer, BaseModel):
+        return answer.model_dump(mode="json", by_alias=True)
+    return dict(answer)
+
+
+def _failed_responses_stream(message: str) -> Response:
+    from nemo_gym.models.streaming import sse_body, sse_response
+
+    failed = {"status": "failed", "error": {"code": "server_error", "message": message}, "output": []}
+    return sse_response(
+        sse_body([{"type": "response.failed", "response": failed}], named=True, done_marker=False)
+    )
+
+
+def _plain(config: Any) -> Any:
+    """A global config as plain Python (an OmegaConf config converted; anything else as is)."""
+    if config is None or isinstance(config, dict):
+        return config
+    try:
+        from omegaconf import DictConfig, OmegaConf
+    except ImportError:
+        return config
+    return OmegaConf.to_container(config, resolve=True) if isinstance(config, DictConfig) else config
+
+
+# ---- NeMo Gym's model-call capture, per rollout ------------------------------------------
+def make_capture_store(config: ModelCallCaptureConfig) -> CaptureStore | None:
+    """The capture store of a run with observability on (None when off or not creatable)."""
+    from nemo_gym.models.call_records import CaptureStore
+
+    if not config.observability_enabled or config.model_call_capture_dir is None:
+        return None
+    try:
+        return CaptureStore(config.model_call_capture_dir)
+    except OSError:
+        logger.warning(
+            "model-call capture disabled: cannot create %s", config.model_call_capture_dir, exc_info=True
+        )
+        return None
+
+
+def install_model_call_capture(
+    app: Any,
+    config: ModelCallCaptureConfig,
+    *,
+    model_server_name: str | None = None,
+    global_config_dict: Any = None,
+    num_workers: int | None = None,
+    non_generating_requests: frozenset[tuple[str, str]] | set[tuple[str, str]] = frozenset(),
+) -> None:
+    """Add the capture middleware to a FastAPI/starlette app.
+
+    It strips ``/ng-rollout/<id>`` before routing and, when ``config`` turns observability on,
+    stores every model call of that rollout (:class:`~nemo_gym.models.call_capture.CaptureMiddleware`).
+    A run whose ``token_id_capture`` block turns training-token capture on is refused here with
+    why (:mod:`nemo_gym.token_id_capture`). ``num_workers`` and ``non_generating_requests`` belong
+    to that capture and are accepted for NeMo Gym's signature.
+    """
+    from nemo_gym.models.call_capture import CaptureMiddleware
+
+    if global_config_dict is not None:
+        token_id_capture_config(_plain(global_config_dict)).require_disabled()
+    app.add_middleware(
+        CaptureMiddleware, store=make_capture_store(config), model_server_name=model_server_name
+    )
+
+
+def model_call_capture_dirs_from_config(global_config_dict: Any) -> list[Path]:
+    """The run's capture directory as a list (empty with observability off)."""
+    from nemo_gym.models.call_records import ModelCallCaptureConfig
+
+    config = ModelCallCaptureConfig.model_validate(_plain(global_config_dict) or {})
+    if not config.observability_enabled or config.model_call_capture_dir is None:
+        return []
+    return [config.model_call_capture_dir]
+
+
+def observability_enabled_from_config(global_config_dict: Any) -> bool:
+    """The run's ``observability_enabled`` flag."""
+    from nemo_gym.models.call_records import ModelCallCaptureConfig
+
+    return ModelCallCaptureConfig.model_validate(_plain(global_config_dict) or {}).observability_enabled
+
+
+def _store_holding(rollout_id: str, capture_dirs: list[Path]) -> CaptureStore | None:
+    from nemo_gym.models.call_records import CaptureStore
+
+    for directory in capture_dirs:
+        store = CaptureStore(directory)
+        if store.path_for(rollout_id).exists() or store.is_incomplete(rollout_id):
+            return store
+    return None
+
+
+def clear_model_call_captures_for_rollouts(records: list[Any], capture_dirs: list[Path]) -> None:
+    """Delete earlier captures of these rows' rollouts before they run (ids repeat across runs)."""
+    from nemo_gym.models.call_records import CaptureStore
+    from nemo_gym.rollout_correlation import maybe_rollout_id_from_run_body
+
+    for directory in capture_dirs:
+        store = CaptureStore(directory)
+        for record in records:
+            if rollout_id := maybe_rollout_id_from_run_body(record):
+                store.path_for(rollout_id).unlink(missing_ok=True)
+                store.incomplete_path_for(rollout_id).unlink(missing_ok=True)
+
+
+def merge_model_call_capture_into_record(
+    record: dict[str, Any], capture_dirs: list[Path], *, include_payloads: bool = False
+) -> dict[str, Any]:
+    """Attach a rollout's captured model calls to its result row, in place, and return it.
+
+    Adds ``ng_model_call_capture = {rollout_id, metrics, calls[, gaps]}``: the totals, one record
+    per call (without request/response payloads unless ``include_payloads``), and a gap for
+    each thing that could not be read. The row's answer and reward are left alone.
+    """
+    from nemo_gym.models.call_records import (
+        ModelCallRecord,
+        aggregate_model_call_records,
+        read_available_model_call_records,
+    )
+    from nemo_gym.rollout_correlation import maybe_rollout_id_from_run_body
+    from nemo_gym.rollout_observability import AgentObservationBundle, ObservationGap
+
+    rollout_id = maybe_rollout_id_from_run_body(record) if capture_dirs else None
+    if rollout_id is None:
+        return record
+    gaps: list[ObservationGap] = []
+    calls: list[ModelCallRecord] = []
+    store = _store_holding(rollout_id, capture_dirs)
+    if store is None:
+        gaps.append(ObservationGap(code="model_call_capture_no_records"))
+    else:
+        try:
+            calls, unreadable = read_available_model_call_records(store, rollout_id)
+        except OSError:
+            logger.warning("cannot read the model-call capture of rollout %s", rollout_id, exc_info=True)
+            gaps.append(ObservationGap(code="model_call_capture_unreadable"))
+        else:
+            if unreadable:
+                gaps.append(
+                    ObservationGap(code="model_call_capture_records_unreadable", detail=f"count={unreadable}")
+                )
+            if store.is_incomplete(rollout_id):
+                gaps.append(ObservationGap(code="model_call_capture_incomplete"))
+            elif not calls and not unreadable:
+                gaps.append(ObservationGap(code="model_call_capture_no_records"))
+    observations = record.get("ng_agent_observations")
+    if observations is not None:
+        try:
+            from nemo_gym.rollout_observability import join_model_call_observations  # type: ignore[attr-defined]
+        except ImportError:
+            join_model_call_observations = None
+        if join_model_call_observations is not None:
+            try:
+                bundle = join_model_call_observations(
+                    AgentObservationBundle.model_validate(observations), calls
+                )
+                record["ng_agent_observations"] = bundle.model_dump(mode="json")
+            except Exception:  # noqa: BLE001 - a join failure is a gap, never a lost row
+                logger.warning("cannot join agent observations of rollout %s", rollout_id, exc_info=True)
+                gaps.append(ObservationGap(code="agent_observation_join_failed"))
+    payloads = None if include_payloads else {"request", "response", "request_raw", "response_raw"}
+    capture: dict[str, Any] = {
+        "rollout_id": rollout_id,
+        "metrics": aggregate_model_call_records(calls),
+        "calls": [call.model_dump(exclude=payloads) for call in calls],
+    }
+    if gaps:
+        capture["gaps"] = [gap.model_dump(mode="json", exclude_none=True) for gap in gaps]
+    record["ng_model_call_capture"] = capture
+    return record
+
+
+BaseResponsesAPIModel = SimpleResponsesAPIModel
 
 
 def without_stream(body: dict[str, Any]) -> dict[str, Any]:
@@ -200,4 +641,9 @@ def __getattr__(name: str) -> Any:
         from fastapi import Body
 
         return Body
+    if name in _LAZY_NAMES:
+        import importlib
+
+        module, attribute = _LAZY_NAMES[name]
+        return getattr(importlib.import_module(module), attribute)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -14,7 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from nemo_gym.collection.settings import BaseNeMoGymCLIConfig
 from nemo_gym.launch.datasets import DatasetConfig
-from nemo_gym.serving.server import BaseServerConfig, ServerRef
+from nemo_gym.serving.protocol import ROLLOUT_PATH_SEGMENT, TOKEN_CAPTURE_PATH_SEGMENT
+from nemo_gym.serving.server import BaseServerConfig, ModelServerRef, ServerRef
 
 __all__ = [
     "AgentServerRef",
@@ -33,14 +34,7 @@ __all__ = [
 
 # The path segments that correlate a call with its rollout: ``/ng-rollout/<id>/...`` and, for
 # training token-ID capture, ``/ng-rollout/<id>/training-token-capture/...``.
-ROLLOUT_PATH_PREFIX = "ng-rollout"
-TOKEN_CAPTURE_PATH_SEGMENT = "training-token-capture"
-
-
-class ModelServerRef(ServerRef):
-    """A reference to a model server instance."""
-
-    type: Literal["responses_api_models"] = "responses_api_models"
+ROLLOUT_PATH_PREFIX = ROLLOUT_PATH_SEGMENT
 
 
 class ResourcesServerRef(ServerRef):

@@ -126,6 +126,7 @@ NEMO_GYM_PUBLIC_PATHS = {
     "skills",
     "task_data",
     "task_materialization",
+    "token_id_capture",
 }  # fmt: skip
 OUR_ENTRY_POINTS = {"gymnasium", "gymnasium_server", "llm_judge", "response_items", "train_data"}
 

@@ -29,7 +29,11 @@ ENV_AUTH_TOKEN_FD = "NEMO_GYM_AUTH_TOKEN_FD"
 REGISTRATION_SECRET_HEADER = "X-NeMo-Gym-Registration-Secret"
 AUTH_HEADER = "authorization"
 SESSION_COOKIE = "session_id"
-ROLLOUT_PREFIX = "/ng-rollout/"
+ROLLOUT_PATH_SEGMENT = "ng-rollout"
+ROLLOUT_PREFIX = f"/{ROLLOUT_PATH_SEGMENT}/"
+# ``/ng-rollout/<id>/training-token-capture/v1/...``: NeMo Gym's path asking a model server to
+# capture the call's training tokens (nemo_gym.token_id_capture).
+TOKEN_CAPTURE_PATH_SEGMENT = "training-token-capture"
 # A resources server's tools over MCP (NeMo Gym's names): /seed_session answers
 # {"mcp": {"url_path": "/mcp", "headers": {MCP_SESSION_TOKEN_HEADER: token}, ...}}.
 MCP_METADATA_KEY = "mcp"

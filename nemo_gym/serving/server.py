@@ -22,7 +22,7 @@ import time
 import typing
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import orjson
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -121,6 +121,12 @@ class ServerRef(BaseModel):
 
     type: str
     name: str
+
+
+class ModelServerRef(ServerRef):
+    """A reference to a model server instance (``nemo_gym.config_types.ModelServerRef``)."""
+
+    type: Literal["responses_api_models"] = "responses_api_models"
 
 
 class BaseServerConfig(BaseModel):

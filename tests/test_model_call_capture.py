@@ -1,0 +1,306 @@
+"""NeMo Gym's model-adapter style and its per-rollout model-call capture, on our model base.
+
+The adapter below is written as NeMo Gym's model folders are: ``responses(self, request, body:
+NeMoGymResponseCreateParamsNonStreaming) -> NeMoGymResponse``, execution facts through
+``start_model_execution``. It is driven in-process with FastAPI's test client (as NeMo Gym's own
+tests do) and served by a real process on loopback, where our guards strip the rollout prefix
+before the capture middleware sees the request.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+
+from nemo_gym.base_responses_api_model import (
+    CaptureStore,
+    ModelCallCaptureConfig,
+    _reconstruct_streamed_response,
+    aggregate_model_call_metrics,
+    install_model_call_capture,
+    merge_model_call_capture_into_record,
+    model_call_capture_dirs_from_config,
+    observability_enabled_from_config,
+    read_model_call_records,
+)
+from nemo_gym.config_types import ROLLOUT_PATH_PREFIX, ModelServerRef
+from nemo_gym.testing import SyncClient
+from nemo_gym.token_id_capture import TokenIdCaptureUnavailable, current_capture_context
+
+ADAPTER_SOURCE = """
+from fastapi import Request
+
+from nemo_gym.base_responses_api_model import (
+    BaseResponsesAPIModelConfig,
+    Body,
+    SimpleResponsesAPIModel,
+    start_model_execution,
+)
+from nemo_gym.openai_utils import (
+    NeMoGymChatCompletion,
+    NeMoGymChatCompletionCreateParamsNonStreaming,
+    NeMoGymResponse,
+    NeMoGymResponseCreateParamsNonStreaming,
+)
+
+
+class CannedConfig(BaseResponsesAPIModelConfig):
+    answer: str = "hello"
+
+
+class CannedModel(SimpleResponsesAPIModel):
+    config: CannedConfig
+
+    async def responses(
+        self, request: Request, body: NeMoGymResponseCreateParamsNonStreaming = Body()
+    ) -> NeMoGymResponse:
+        execution = start_model_execution(request, upstream_attempted=False)
+        execution.update(response_source="local", local_response_reason="canned")
+        if body.input == "fail":
+            raise RuntimeError("engine fell over")
+        return NeMoGymResponse.model_validate({
+            "id": "resp_1", "created_at": 0, "model": "canned", "object": "response",
+            "parallel_tool_calls": True, "tool_choice": "auto", "tools": [],
+            "output": [
+                {"type": "function_call", "call_id": "c1", "name": "lookup", "arguments": '{"q": 1}'},
+                {"id": "m1", "type": "message", "role": "assistant", "status": "completed",
+                 "content": [{"type": "output_text", "text": self.config.answer, "annotations": []}]},
+            ],
+            "usage": {"input_tokens": 7, "output_tokens": 3, "total_tokens": 10,
+                      "input_tokens_details": {"cached_tokens": 2},
+                      "output_tokens_details": {"reasoning_tokens": 1}},
+        })
+
+    async def chat_completions(
+        self, body: NeMoGymChatCompletionCreateParamsNonStreaming = Body()
+    ) -> NeMoGymChatCompletion:
+        return NeMoGymChatCompletion.model_validate({
+            "id": "chat_1", "created": 0, "model": "canned", "object": "chat.completion",
+            "choices": [{"index": 0, "finish_reason": "stop",
+                         "message": {"role": "assistant", "content": self.config.answer}}],
+        })
+
+
+if __name__ == "__main__":
+    import asyncio
+    import sys
+
+    from nemo_gym.config_types import BaseServerConfig
+    from nemo_gym.server_utils import ServerClient
+    from nemo_gym.serving.server import bind_socket
+
+    client = ServerClient(
+        head_server_config=BaseServerConfig(host="127.0.0.1", port=1),
+        global_config_dict={"observability_enabled": True, "model_call_capture_dir": sys.argv[1]},
+    )
+    server = CannedModel(config={"name": "canned_model"}, server_client=client)
+    sock = bind_socket("127.0.0.1", 0)
+    print(sock.getsockname()[1], flush=True)
+    asyncio.run(server.serve(sock, register=False))
+"""
+
+
+@pytest.fixture(scope="module")
+def adapter(tmp_path_factory: pytest.TempPathFactory):
+    folder = tmp_path_factory.mktemp("canned_model")
+    (folder / "canned_app.py").write_text(ADAPTER_SOURCE)
+    sys.path.insert(0, str(folder))
+    try:
+        import canned_app
+
+        yield folder, canned_app
+    finally:
+        sys.path.remove(str(folder))
+        sys.modules.pop("canned_app", None)
+
+
+def build(canned_app, global_config: dict):
+    from unittest.mock import MagicMock
+
+    from nemo_gym.server_utils import ServerClient
+
+    client = MagicMock(spec=ServerClient, global_config_dict=global_config)
+    return canned_app.CannedModel(config={"name": "canned_model"}, server_client=client)
+
+
+def test_nemo_gym_adapter_is_served_by_fastapi_and_captures_per_rollout(adapter, tmp_path: Path) -> None:
+    _, canned_app = adapter
+    server = build(canned_app, {"observability_enabled": True, "model_call_capture_dir": str(tmp_path)})
+    assert server.uses_setup_webserver() and server.nemo_gym_style()
+    app = server.setup_webserver()
+    assert isinstance(app, FastAPI)
+    with TestClient(app, raise_server_exceptions=False) as client:
+        answer = client.post(f"/{ROLLOUT_PATH_PREFIX}/task-1/v1/responses", json={"input": "hi"})
+        assert answer.status_code == 200 and answer.json()["output"][1]["content"][0]["text"] == "hello"
+        chat = client.post(
+            "/ng-rollout/task-1/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}]}
+        )
+        assert chat.status_code == 200 and chat.json()["choices"][0]["message"]["content"] == "hello"
+        streamed = client.post("/ng-rollout/task-1/v1/responses", json={"input": "hi", "stream": True})
+        assert streamed.headers["content-type"].startswith("text/event-stream")
+        assert "event: response.completed" in streamed.text
+        failed = client.post("/ng-rollout/task-1/v1/responses", json={"input": "fail"})
+        assert failed.status_code == 500
+        # A body of the wrong shape: FastAPI's 422 naming the field, not a 500.
+        bad = client.post("/ng-rollout/task-1/v1/chat/completions", json={"messages": "hi"})
+        assert bad.status_code == 422 and bad.json()["detail"][0]["loc"][:2] == ["body", "messages"]
+        # Without a rollout prefix nothing is recorded (no rollout to file it under).
+        assert client.post("/v1/responses", json={"input": "hi"}).status_code == 200
+        assert client.get("/v1/models").json()["data"][0]["id"] == "canned_model"
+
+    calls = read_model_call_records(CaptureStore(tmp_path), "task-1")
+    assert [c.dialect for c in calls] == ["responses", "chat", "responses", "responses", "chat"]
+    first = calls[0]
+    assert (first.tokens_in, first.tokens_out, first.tokens_total, first.tokens_reasoning) == (7, 3, 10, 1)
+    assert (first.cache_hit, first.cached_tokens) == (True, 2)
+    assert first.tool_calls == [{"call_id": "c1", "name": "lookup", "arguments": {"q": 1}}]
+    assert (first.response_source, first.local_response_reason, first.upstream_attempted) == (
+        "local",
+        "canned",
+        False,
+    )
+    assert first.model_ref == ModelServerRef(name="canned_model") and first.request == {"input": "hi"}
+    assert calls[1].finish_reason == "stop" and calls[1].response_id == "chat_1"
+    # The streamed call's answer is rebuilt from its events, the raw stream kept beside it.
+    assert (
+        calls[2].response is not None
+        and calls[2].response["id"] == "resp_1"
+        and calls[2].error_category is None
+    )
+    assert calls[2].response_raw is not None and calls[2].latency_ttft_ms is not None
+    # The handler's exception passed through the capture on its way to FastAPI's 500.
+    assert (calls[3].status_code, calls[3].error_category, calls[3].response) == (None, "exception", None)
+    assert (calls[4].status_code, calls[4].error_category) == (422, "client_error")
+    assert len({c.model_call_id for c in calls}) == 5
+    metrics = aggregate_model_call_metrics(CaptureStore(tmp_path), "task-1")
+    assert metrics["num_calls"] == 5 and metrics["tokens_in"] == 14  # the two complete Responses answers
+
+
+def test_served_by_a_real_process_the_outer_prefix_strip_keeps_the_rollout(
+    adapter, tmp_path: Path, monkeypatch
+) -> None:
+    folder, _ = adapter
+    monkeypatch.delenv("NEMO_GYM_AUTH_TOKEN", raising=False)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    proc = subprocess.Popen(
+        [sys.executable, str(folder / "canned_app.py"), str(tmp_path)],
+        stdout=subprocess.PIPE,
+        env=env,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        url = f"http://127.0.0.1:{int(proc.stdout.readline())}"
+        with SyncClient() as client:
+            client.wait_healthy(url, timeout_s=30)
+            status, body = client.post(url + "/ng-rollout/r-7/v1/responses", {"input": "hi"})
+            assert status == 200 and body["id"] == "resp_1"
+            status, body = client.post(url + "/ng-rollout/r-7/v1/responses", {"input": 5})
+            # Our OpenAI-shaped error answer, as for every model server.
+            assert status == 422 and body["error"]["type"] == "invalid_request_error", body
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    calls = read_model_call_records(CaptureStore(tmp_path), "r-7")
+    assert [(c.dialect, c.status_code) for c in calls] == [("responses", 200), ("responses", 422)]
+
+
+def test_our_own_model_servers_keep_the_lean_path() -> None:
+    from responses_api_models.scripted_model.app import ScriptedModel
+
+    server = ScriptedModel(config={"name": "scripted"})
+    assert not server.nemo_gym_style() and not server.uses_setup_webserver()
+
+
+def test_capture_store_refuses_unsafe_ids_and_survives_a_damaged_line(tmp_path: Path) -> None:
+    store = CaptureStore(tmp_path / "captures")
+    for bad in ("../x", "a/b", "", "..", "naïve"):
+        with pytest.raises(ValueError, match="Invalid rollout id"):
+            store.path_for(bad)
+    store.record("r1", {"dialect": "chat", "response": {"usage": {"prompt_tokens": 4}}})
+    with store.path_for("r1").open("ab") as handle:
+        handle.write(b"{not json\n")
+    store.record("r1", {"dialect": "chat", "response": None})
+    exchanges, bad_lines = store.read_available("r1")
+    assert [i for i, _ in exchanges] == [0, 2] and bad_lines == 1
+
+    row = {"_ng_task_index": 0, "_ng_rollout_index": 3, "reward": 1.0}
+    store.record("0-3", {"dialect": "responses", "response": {"usage": {"input_tokens": 5}}})
+    merged = merge_model_call_capture_into_record(dict(row), [store.root])
+    capture = merged["ng_model_call_capture"]
+    assert capture["rollout_id"] == "0-3" and capture["metrics"]["tokens_in"] == 5
+    assert capture["metrics"]["tokens_out"] is None  # unknown, not zero
+    assert "request" not in capture["calls"][0] and merged["reward"] == 1.0
+    missing = merge_model_call_capture_into_record(
+        {"_ng_task_index": 9, "_ng_rollout_index": 0}, [store.root]
+    )
+    assert missing["ng_model_call_capture"]["gaps"] == [{"code": "model_call_capture_no_records"}]
+    store.mark_incomplete("0-3")
+    assert {"code": "model_call_capture_incomplete"} in merge_model_call_capture_into_record(
+        dict(row), [store.root]
+    )["ng_model_call_capture"]["gaps"]
+
+
+def test_capture_config_and_token_capture_refusal(tmp_path: Path) -> None:
+    assert model_call_capture_dirs_from_config({}) == [] and not observability_enabled_from_config({})
+    on = {"observability_enabled": True, "model_call_capture_dir": str(tmp_path)}
+    assert model_call_capture_dirs_from_config(on) == [tmp_path] and observability_enabled_from_config(on)
+    with pytest.raises(ValueError, match="model_call_capture_dir"):
+        ModelCallCaptureConfig.model_validate({"observability_enabled": True})
+    with pytest.raises(ValueError, match="absolute"):
+        ModelCallCaptureConfig.model_validate(
+            {"observability_enabled": True, "model_call_capture_dir": "rel"}
+        )
+    # Training-token capture is not implemented here: asked for, it is refused with the alternative.
+    with pytest.raises(TokenIdCaptureUnavailable, match="return_token_id_information"):
+        install_model_call_capture(
+            FastAPI(), ModelCallCaptureConfig(), global_config_dict={"token_id_capture": {"enabled": True}}
+        )
+    assert current_capture_context() is None
+
+
+def test_streamed_answers_are_rebuilt_in_each_dialect() -> None:
+    chat = (
+        b'data: {"id":"c1","model":"m","choices":[{"index":0,"delta":{"role":"assistant","content":"he"}}]}\n\n'
+        b'data: {"id":"c1","choices":[{"index":0,"delta":{"content":"llo","tool_calls":[{"index":0,"id":"t",'
+        b'"function":{"name":"f","arguments":"{\\"a\\":"}}]}}]}\n\n'
+        b'data: {"id":"c1","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"1}"}}]},'
+        b'"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":3}}\n\ndata: [DONE]\n\n'
+    )
+    rebuilt = _reconstruct_streamed_response(chat, "chat")
+    assert rebuilt is not None
+    message = rebuilt["choices"][0]["message"]
+    assert message["content"] == "hello" and message["tool_calls"][0]["function"]["arguments"] == '{"a":1}'
+    assert rebuilt["choices"][0]["finish_reason"] == "tool_calls" and rebuilt["usage"] == {"prompt_tokens": 3}
+    events = [
+        {
+            "type": "message_start",
+            "message": {"id": "m1", "role": "assistant", "model": "claude", "usage": {"input_tokens": 2}},
+        },
+        {
+            "type": "content_block_start",
+            "index": 0,
+            "content_block": {"type": "tool_use", "id": "tu", "name": "f"},
+        },
+        {
+            "type": "content_block_delta",
+            "index": 0,
+            "delta": {"type": "input_json_delta", "partial_json": '{"x": 2}'},
+        },
+        {"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 4}},
+    ]
+    raw = b"".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n".encode() for e in events)
+    anthropic = _reconstruct_streamed_response(raw, "messages")
+    assert anthropic is not None and anthropic["content"][0]["input"] == {"x": 2}
+    assert anthropic["stop_reason"] == "tool_use" and anthropic["usage"] == {
+        "input_tokens": 2,
+        "output_tokens": 4,
+    }
+    assert _reconstruct_streamed_response(b"data: not json\n\n", "responses") is None
