@@ -127,6 +127,7 @@ NEMO_GYM_PUBLIC_PATHS = {
     "task_data",
     "task_materialization",
     "token_id_capture",
+    "anthropic_converter",
 }  # fmt: skip
 OUR_ENTRY_POINTS = {"gymnasium", "gymnasium_server", "llm_judge", "response_items", "train_data"}
 
