@@ -208,3 +208,67 @@ async def test_the_sweep_removes_containers_of_dead_owners_only(engine: tuple[Fa
 def test_the_attach_stream_is_split_into_stdout_and_stderr():
     assert demultiplex(frames(b"a" * 70000, b"b")) == (b"a" * 70000, b"b")
     assert demultiplex(b"plain tty output") == (b"plain tty output", b"")
+
+
+async def test_nemo_gym_create_config_and_run_flags_reach_the_create_body(engine: tuple[FakeEngine, str]):
+    from nemo_gym.sandbox.providers.docker import DockerCreateConfig
+
+    fake, sock = engine
+    create = DockerCreateConfig(
+        network="eval_net",
+        read_only=True,
+        security_opt=["seccomp=unconfined"],
+        pids_limit=64,
+        apply_resource_limits=False,
+        extra_run_args=[
+            "-v",
+            "/data/traj:/trajectories_mount",
+            "--volume=/data/code:/code:ro",
+            "--mount",
+            "type=bind,source=/data/v,target=/logs/verifier,readonly",
+            "-e",
+            "MODE=eval",
+            "--shm-size",
+            "2g",
+            "--tmpfs",
+            "/run:size=64m",
+            "--add-host",
+            "judge:10.0.0.5",
+        ],
+    )
+    provider = DockerProvider(socket=sock, create=create)
+    assert provider._create_config is create
+    spec = SandboxSpec(image="img", env={"A": "1"}, resources={"cpu": 2, "memory_mib": 512})
+    async with AsyncSandbox(provider, spec) as box:
+        await box.start()
+        ((_, body),) = fake.containers.items()
+    host = body["HostConfig"]
+    assert host["NetworkMode"] == "eval_net" and body["NetworkDisabled"] is False
+    assert host["Binds"] == [
+        "/data/traj:/trajectories_mount",
+        "/data/code:/code:ro",
+        "/data/v:/logs/verifier:ro",
+    ]
+    assert body["Env"] == ["A=1", "MODE=eval"]
+    assert host["ShmSize"] == 2 << 30 and host["Tmpfs"] == {"/run": "size=64m"}
+    assert host["ExtraHosts"] == ["judge:10.0.0.5"] and host["ReadonlyRootfs"] is True
+    assert host["SecurityOpt"] == ["no-new-privileges", "seccomp=unconfined"] and host["PidsLimit"] == 64
+    assert "NanoCpus" not in host and "Memory" not in host
+    assert host["CapDrop"] == ["ALL"]  # the cautious defaults stay
+
+
+def test_create_config_refuses_what_it_cannot_honour():
+    from nemo_gym.sandbox.providers.docker import DockerCreateConfig
+
+    with pytest.raises(ValueError, match=r"'--privileged' in create.extra_run_args is not supported"):
+        DockerProvider(create={"extra_run_args": ["--privileged"]})
+    with pytest.raises(ValueError, match="only type=bind"):
+        DockerCreateConfig(extra_run_args=["--mount", "type=volume,source=v,target=/v"])
+    with pytest.raises(ValueError, match="needs a value"):
+        DockerCreateConfig(extra_run_args=["-v"])
+    with pytest.raises(ValueError, match="unknown docker create option"):
+        DockerProvider(create={"extra_args": []})
+    with pytest.raises(ValueError, match="publish_host"):
+        DockerCreateConfig(publish_host="localhost")
+    # Without a named network the cautious default holds: no network.
+    assert DockerProvider(create=DockerCreateConfig())._network is False

@@ -24,6 +24,7 @@ BUILTIN_PROVIDERS = {
     "local": "nemo_gym.sandbox.providers.local:LocalProvider",
     "docker": "nemo_gym.sandbox.providers.docker:DockerProvider",
     "podman": "nemo_gym.sandbox.providers.docker:PodmanProvider",
+    "apptainer": "nemo_gym.sandbox.providers.apptainer:ApptainerProvider",
 }
 
 _registered: dict[str, type] = {}

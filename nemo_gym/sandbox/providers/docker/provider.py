@@ -12,8 +12,11 @@ and the spec's metadata.
 Config (``docker:`` block): ``socket`` (default ``DOCKER_HOST`` or the usual paths),
 ``network`` (false), ``default_image`` (``python:3.12-slim``), ``pull`` (``missing``),
 ``default_timeout_s`` (180), ``pids_limit`` (512), ``stack``, ``cap_add`` ([]), ``shell``
-(``/bin/sh``). NeMo Gym's ``create:``/``exec:``/``probe:`` sections are accepted: ``create.network``,
-``create.pids_limit``, ``exec.default_timeout_s`` are read, the rest is ignored.
+(``/bin/sh``). NeMo Gym's ``create:`` section is a
+:class:`~nemo_gym.sandbox.providers.docker.create_config.DockerCreateConfig` (network, init,
+read-only root, capabilities, security options, pids limit, resource limits, published-port host,
+keep-alive command, start deadline, and ``docker run`` flags translated to the API); of ``exec:``
+``default_timeout_s`` is read; ``probe:`` is accepted and ignored.
 """
 
 from __future__ import annotations
@@ -38,6 +41,12 @@ from nemo_gym.sandbox.providers.base import (
     SandboxSpec,
     SandboxStatus,
 )
+from nemo_gym.sandbox.providers.docker.create_config import (
+    DEFAULT_KEEPALIVE_CMD,
+    DEFAULT_KEEPALIVE_SHELL,
+    DockerCreateConfig,
+    apply_create_config,
+)
 from nemo_gym.sandbox.providers.docker.engine import (
     Engine,
     EngineError,
@@ -51,7 +60,7 @@ LABEL = "nemo_gym.sandbox"
 OWNER_LABEL = "nemo_gym.sandbox.owner"
 STACK_LABEL = "nemo_gym.stack"
 ROLLOUT_LABEL = "nemo_gym.rollout"
-KEEPALIVE = "trap 'exit 0' TERM; while :; do sleep 3600 & wait $!; done"
+KEEPALIVE = DEFAULT_KEEPALIVE_CMD
 # What a shell and package managers inside need; everything else (net admin, mknod, raw sockets,
 # ptrace of the host's tools, ...) stays dropped.
 DEFAULT_CAPS = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "SETGID", "SETUID", "KILL")
@@ -84,23 +93,31 @@ class DockerProvider:
         stack: str | None = None,
         cap_add: list[str] | tuple[str, ...] = (),
         shell: str = "/bin/sh",
-        create: dict[str, Any] | None = None,
+        create: DockerCreateConfig | dict[str, Any] | None = None,
         exec: dict[str, Any] | None = None,  # noqa: A002 - NeMo Gym's config key
         probe: dict[str, Any] | None = None,
     ) -> None:
-        create = create or {}
+        self._create_config = DockerCreateConfig.coerce(create)
+        named = self._create_config.network
         if pull not in ("missing", "always", "never"):
             raise ValueError(f"docker pull must be 'missing', 'always' or 'never', got {pull!r}")
         self._socket = socket_path(socket, podman=self.podman)
         self._engine = Engine(self._socket)
-        self._network = bool(network or create.get("network") not in (None, "none"))
+        self._network = bool(network or named not in (None, "none"))
+        # A named Docker network (NeMo Gym's create.network), else the default bridge.
+        self._network_mode = named if named not in (None, "none") else "bridge"
         self._default_image = default_image
         self._pull = pull
         self._default_timeout_s = float((exec or {}).get("default_timeout_s", default_timeout_s))
-        self._pids_limit = int(create.get("pids_limit", pids_limit))
+        self._pids_limit = int(self._create_config.pids_limit or pids_limit)
         self._stack = stack or os.environ.get("NEMO_GYM_STACK") or "nemo_gym"
         self._caps = sorted({*DEFAULT_CAPS, *cap_add})
         self._shell = shell
+        keepalive_shell = self._create_config.keepalive_shell
+        self._keepalive = (
+            shell if keepalive_shell == DEFAULT_KEEPALIVE_SHELL else keepalive_shell,
+            self._create_config.keepalive_cmd,
+        )
         self._swept = False
         LEDGER.register_reaper(self.name, _reap_container)
 
@@ -117,7 +134,7 @@ class DockerProvider:
         image = spec.image or self._default_image
         sandbox_id = f"{self.name}-{uuid.uuid4().hex[:12]}"
         host_config: dict[str, Any] = {
-            "NetworkMode": "bridge" if network else "none",
+            "NetworkMode": self._network_mode if network else "none",
             "Init": True,
             "CapDrop": ["ALL"],
             "CapAdd": self._caps,
@@ -140,8 +157,8 @@ class DockerProvider:
             }
         body: dict[str, Any] = {
             "Image": image,
-            "Entrypoint": spec.entrypoint or [self._shell, "-c"],
-            "Cmd": None if spec.entrypoint else [KEEPALIVE],
+            "Entrypoint": spec.entrypoint or [self._keepalive[0], "-c"],
+            "Cmd": None if spec.entrypoint else [self._keepalive[1]],
             "Env": [f"{k}={v}" for k, v in spec.env.items()],
             "WorkingDir": spec.workdir or "",
             "Labels": {
@@ -155,10 +172,15 @@ class DockerProvider:
             "ExposedPorts": {f"{p}/tcp": {} for p in spec.ports},
             "HostConfig": host_config,
         }
+        apply_create_config(body, self._create_config)
+        # A --network flag among the run args turns the network on as the flag says.
+        network = host_config["NetworkMode"] != "none"
+        body["NetworkDisabled"] = not network
         LEDGER.record(sandbox_id, self.name, socket=self._socket, container=sandbox_id)
         try:
-            await self._create_container(sandbox_id, image, body)
-            await self._engine.request("POST", f"/containers/{sandbox_id}/start")
+            async with asyncio.timeout(self._create_config.start_timeout_s):
+                await self._create_container(sandbox_id, image, body)
+                await self._engine.request("POST", f"/containers/{sandbox_id}/start")
             if spec.workdir:
                 await self._run(sandbox_id, ["mkdir", "-p", spec.workdir], None, None, 60)
         except BaseException as exc:
