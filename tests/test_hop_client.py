@@ -304,3 +304,18 @@ def test_a_header_with_a_line_break_is_refused():
         hop_client.encode_headers([("Cookie", "a=1\r\nX-Evil: 1")])
     request = hop_client.build_request("GET", "h", 1, "/a\r\nX:1", b"", None)
     assert isinstance(request, bytes) and request.startswith(b"GET /a%0D%0AX:1 HTTP/1.1\r\nHost: h:1\r\n")
+
+
+async def test_a_second_answer_to_one_request_closes_the_connection():
+    async def twice(reader, writer, n):
+        writer.write(OK + OK)
+        await writer.drain()
+        return True
+
+    async with ScriptedServer(twice) as server:
+        pool = hop_client.HopPool(8)
+        assert (await call(pool, server.port)).status == 200
+        await asyncio.sleep(0.05)
+        assert pool.open_connections == 0  # not reused: its next answer would be the stray one
+        assert (await call(pool, server.port)).status == 200 and server.connections == 2
+        pool.close()

@@ -199,6 +199,7 @@ class _HopConnection(asyncio.Protocol):
         self.requests = 0  # requests sent on this connection (> 1: it was reused)
         self.idle_since = 0.0
         self.paused = False
+        self.unsolicited = False
         self._reset()
 
     def _reset(self) -> None:
@@ -228,6 +229,9 @@ class _HopConnection(asyncio.Protocol):
             self.parser.feed_data(data)
         except httptools.HttpParserError as exc:
             self._fail(HopBadAnswer(*self.key, f"the answer is not HTTP/1.1: {exc}"))
+            return
+        if self.unsolicited:
+            self._fail(HopBadAnswer(*self.key, "the server sent more than one answer to one request"))
             return
         if not self.headers_done and self.received > MAX_HEADER_BYTES:
             self._fail(HopBadAnswer(*self.key, f"the answer's headers exceed {MAX_HEADER_BYTES} bytes"))
@@ -259,6 +263,10 @@ class _HopConnection(asyncio.Protocol):
         )
 
     # ---- httptools callbacks -------------------------------------------------------------
+    def on_message_begin(self) -> None:
+        if self.waiter is None and self.stream is None:
+            self.unsolicited = True  # an answer to nothing (bytes after the last one): close after this feed
+
     def on_header(self, name: bytes, value: bytes) -> None:
         self.headers.append((name, value))
 

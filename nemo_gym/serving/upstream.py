@@ -1,9 +1,11 @@
-"""HTTP to engines and APIs outside nemo_gym (vLLM servers, OpenAI): one session per event loop.
+"""HTTP to engines and APIs outside nemo_gym (vLLM servers, OpenAI): one pool per event loop.
 
 nemo_gym's own :class:`~nemo_gym.serving.server_client.ServerClient` calls servers by instance name;
-this client calls plain URLs with an upstream's own auth header. It keeps one aiohttp session
+this client calls plain URLs with an upstream's own auth header. Plain ``http://`` URLs (a vLLM
+server, a local engine) go through the lean :mod:`~nemo_gym.serving.hop_client`, ``https://``
+through aiohttp (``NEMO_GYM_HOP_CLIENT=aiohttp``: everything through aiohttp). It keeps one pool
 per event loop (a server runs on one loop; tests run several servers on several loops in one
-process, and sessions must not cross loops), with an explicit connection limit below the
+process, and connections must not cross loops), with an explicit connection limit below the
 open-file limit, a connect deadline and a whole-request deadline.
 
 Retries are bounded and only for failures that can be retried: a connection that could not be
@@ -15,8 +17,10 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import os
 import random
 import time
+import urllib.parse
 from collections.abc import AsyncIterator, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -24,7 +28,8 @@ from typing import Any
 import aiohttp
 import orjson
 
-from nemo_gym.serving.server_client import connection_error_text, default_connection_limit
+from nemo_gym.serving import hop_client
+from nemo_gym.serving.server_client import ENV_HOP_CLIENT, connection_error_text, default_connection_limit
 
 
 class UpstreamError(Exception):
@@ -47,6 +52,8 @@ class UpstreamResponse:
     # An answer opened by :meth:`UpstreamHTTP.open_stream` whose body is still to be read.
     stream: aiohttp.ClientResponse | None = None
     url: str = ""
+    # The same, opened through the hop client (a plain-HTTP upstream).
+    hop: hop_client.HopResponse | None = None
 
     @property
     def is_event_stream(self) -> bool:
@@ -60,6 +67,13 @@ class UpstreamResponse:
         Raises :class:`UpstreamError` (``timeout`` past the call's deadline, ``unreachable``
         when the connection breaks) mid-body.
         """
+        if self.hop is not None:
+            try:
+                async for chunk in self.hop.chunks():
+                    yield chunk
+            except hop_client.HopError as exc:
+                raise _hop_stream_error(exc, self.url) from exc
+            return
         if self.stream is None:
             yield self.body
             return
@@ -73,7 +87,7 @@ class UpstreamResponse:
 
     async def read(self) -> bytes:
         """The whole body (of an opened stream too), which then stays in ``body``."""
-        if self.stream is not None:
+        if self.stream is not None or self.hop is not None:
             parts = [chunk async for chunk in self.chunks()]
             self.body = b"".join(parts)
             self.close()
@@ -82,6 +96,9 @@ class UpstreamResponse:
     def close(self) -> None:
         """Let go of an opened stream: its connection back to the pool if read to the end, else closed
         (the upstream sees the disconnect and can stop generating)."""
+        if self.hop is not None:
+            self.hop.close()
+            self.hop = None
         if self.stream is not None:
             if self.stream.content.at_eof():
                 self.stream.release()
@@ -101,6 +118,12 @@ class UpstreamResponse:
     def ok(self) -> bool:
         """Whether the status is 2xx."""
         return 200 <= self.status < 300
+
+
+def _hop_stream_error(exc: hop_client.HopError, url: str) -> UpstreamError:
+    if isinstance(exc, hop_client.HopTimeout):
+        return UpstreamError("timeout", url, "the stream did not finish within the deadline")
+    return UpstreamError("unreachable", url, f"the stream broke: {exc}")
 
 
 def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
@@ -160,6 +183,24 @@ class UpstreamHTTP:
         self.max_retry_delay_s = max_retry_delay_s
         self.max_connections = max_connections or default_connection_limit()
         self._sessions: dict[asyncio.AbstractEventLoop, aiohttp.ClientSession] = {}
+        self._pools: dict[asyncio.AbstractEventLoop, hop_client.HopPool] = {}
+        self._hop_targets: dict[str, tuple[str, int, str] | None] = {}
+        self._use_hop_client = os.environ.get(ENV_HOP_CLIENT, "").lower() != "aiohttp"
+
+    def _hop_target(self, url: str) -> tuple[str, int, str] | None:
+        """``(host, port, path)`` of a plain-HTTP URL, None for one aiohttp takes."""
+        try:
+            return self._hop_targets[url]
+        except KeyError:
+            pass
+        target = None
+        parts = urllib.parse.urlsplit(url)
+        if self._use_hop_client and parts.scheme == "http" and parts.hostname:
+            path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+            target = (parts.hostname, parts.port or 80, path)
+        if len(self._hop_targets) < 4096:  # URLs are a handful of endpoints; never grow unbounded
+            self._hop_targets[url] = target
+        return target
 
     def session(self) -> aiohttp.ClientSession:
         """The session of the running event loop, created on first use."""
@@ -172,7 +213,10 @@ class UpstreamHTTP:
         return session
 
     async def close(self) -> None:
-        """Close the session of the running loop."""
+        """Close the session and connections of the running loop."""
+        pool = self._pools.pop(asyncio.get_running_loop(), None)
+        if pool is not None:
+            pool.close()
         session = self._sessions.pop(asyncio.get_running_loop(), None)
         if session is not None:
             await session.close()
@@ -224,6 +268,9 @@ class UpstreamHTTP:
         headers = {**self.headers, **(extra_headers or {})}
         if data is not None:
             headers["Content-Type"] = "application/json"
+        target = self._hop_target(url)
+        if target is not None:
+            return await self._send_hop(method, url, target, data, headers, connect_retries, stream)
         retries_left = self.connect_retries if connect_retries is None else connect_retries
         status_retries_left = self.max_status_retries
         deadline = time.monotonic() + self.request_timeout_s
@@ -265,6 +312,79 @@ class UpstreamHTTP:
             if answer.status in self.retry_statuses and status_retries_left > 0:
                 status_retries_left -= 1
                 asked = retry_after_seconds({k.lower(): v for k, v in answer.headers.items()})
+                await self._sleep(asked if asked is not None else backoff, deadline, jitter=asked is None)
+                backoff *= 2
+                continue
+            return answer
+
+    async def _send_hop(
+        self,
+        method: str,
+        url: str,
+        target: tuple[str, int, str],
+        data: bytes | None,
+        headers: Mapping[str, str],
+        connect_retries: int | None,
+        stream: bool,
+    ) -> UpstreamResponse:
+        # The same rules as the aiohttp path below, through the lean client.
+        host, port, path = target
+        loop = asyncio.get_running_loop()
+        pool = self._pools.get(loop)
+        if pool is None or pool.closed:
+            pool = self._pools[loop] = hop_client.HopPool(self.max_connections)
+        encoded = hop_client.encode_headers(headers.items())
+        retries_left = self.connect_retries if connect_retries is None else connect_retries
+        status_retries_left = self.max_status_retries
+        deadline = time.monotonic() + self.request_timeout_s
+        backoff = 0.1
+        attempts = 0
+        while True:
+            attempts += 1
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise UpstreamError("timeout", url, f"no answer within {self.request_timeout_s:g}s")
+            try:
+                resp = await hop_client.request(
+                    pool,
+                    method,
+                    host,
+                    port,
+                    path,
+                    encoded,
+                    data,
+                    deadline=loop.time() + remaining,
+                    connect_timeout_s=self.connect_timeout_s,
+                    stream=stream,
+                )
+                if stream and 200 <= resp.status < 300:
+                    return UpstreamResponse(resp.status, b"", resp.headers, attempts, None, url, resp)
+                answer = UpstreamResponse(resp.status, await resp.read(), resp.headers, attempts)
+            except hop_client.HopError as exc:
+                # Retryable: no connection was made, or the peer closed the connection before a
+                # byte of answer (as aiohttp's ServerDisconnectedError on the path below).
+                retryable = isinstance(exc, hop_client.HopConnectError) or (
+                    isinstance(exc, hop_client.HopDisconnected) and not exc.received
+                )
+                if isinstance(exc, hop_client.HopTimeout):
+                    raise UpstreamError(
+                        "timeout", url, f"no answer within {self.request_timeout_s:g}s"
+                    ) from exc
+                if not retryable:
+                    raise UpstreamError("unreachable", url, f"connection failed: {exc}") from exc
+                if retries_left <= 0:
+                    raise UpstreamError(
+                        "unreachable",
+                        url,
+                        f"cannot connect after {attempts} attempt(s): {connection_error_text(exc)}",
+                    ) from exc
+                retries_left -= 1
+                await self._sleep(backoff, deadline)
+                backoff *= 2
+                continue
+            if answer.status in self.retry_statuses and status_retries_left > 0:
+                status_retries_left -= 1
+                asked = retry_after_seconds(answer.headers)
                 await self._sleep(asked if asked is not None else backoff, deadline, jitter=asked is None)
                 backoff *= 2
                 continue
