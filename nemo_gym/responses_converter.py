@@ -20,7 +20,7 @@ from uuid import uuid4
 
 from pydantic import BaseModel, Field, TypeAdapter
 
-from nemo_gym.models.conversion import split_think_tags, usage_detail
+from nemo_gym.models.conversion import split_think_tags
 from nemo_gym.models.responses_chat import (
     assistant_message_to_output_items,
     chat_completion_to_response_envelope,
@@ -29,6 +29,7 @@ from nemo_gym.models.responses_chat import (
     responses_params_to_chat_params,
     split_input_output_items,
 )
+from nemo_gym.models.token_usage import usage_detail
 from nemo_gym.openai_utils import (
     NeMoGymChatCompletion,
     NeMoGymChatCompletionCreateParamsNonStreaming,

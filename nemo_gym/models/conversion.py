@@ -34,6 +34,7 @@ from nemo_gym.models.chat_tools import (
     text_format_to_response_format,
 )
 from nemo_gym.models.media import MediaLimits, media_kind, responses_part_to_chat
+from nemo_gym.models.token_usage import chat_usage_to_responses, responses_usage_to_chat
 
 TOKEN_ID_FIELDS = ("prompt_token_ids", "generation_token_ids", "generation_log_probs")
 """The per-call token-ID fields; a model call carries all three or none."""
@@ -454,56 +455,6 @@ def _completiontoken_fields_of(completion: dict[str, Any], choice: dict[str, Any
     return fields
 
 
-def chat_usage_to_responses(usage: Any, unknown: int | None = 0) -> dict[str, Any] | None:
-    """A chat ``usage`` (dict or object) as Responses ``usage``; counts the engine did not report are ``unknown``.
-
-    Cached and reasoning token counts are read from their nested details, then from the
-    top-level names some providers use instead (``cached_input_tokens``, ``cache_read_input_tokens``,
-    ``reasoning_output_tokens``).
-    """
-    if not usage:
-        return None
-    input_tokens = usage_detail(usage, "", "prompt_tokens") or 0
-    output_tokens = usage_detail(usage, "", "completion_tokens") or 0
-    total = usage_detail(usage, "", "total_tokens")
-    cached = usage_detail(
-        usage, "prompt_tokens_details", "cached_tokens", "cached_input_tokens", "cache_read_input_tokens"
-    )
-    cache_write = usage_detail(usage, "prompt_tokens_details", "cache_write_tokens")
-    reasoning = usage_detail(
-        usage, "completion_tokens_details", "reasoning_tokens", "reasoning_output_tokens"
-    )
-    return {
-        "input_tokens": input_tokens,
-        "output_tokens": output_tokens,
-        # Provider totals may count differently from prompt + completion: keep theirs when given.
-        "total_tokens": total or input_tokens + output_tokens,
-        # Recent `openai` types require cache_write_tokens; an engine that does not report it wrote none.
-        "input_tokens_details": {
-            "cached_tokens": _default(cached, unknown),
-            "cache_write_tokens": _default(cache_write, 0 if unknown is None else unknown),
-        },
-        "output_tokens_details": {"reasoning_tokens": _default(reasoning, unknown)},
-    }
-
-
-def usage_detail(usage: Any, group: str, name: str, *aliases: str) -> int | None:
-    """A token count from ``usage[group][name]`` (``usage[name]`` for an empty group), then ``usage[alias]``.
-
-    ``usage`` may be a dict or an object; only non-negative integers count, anything else is None.
-    """
-
-    def field(source: Any, key: str) -> Any:
-        return source.get(key) if isinstance(source, Mapping) else getattr(source, key, None)
-
-    details = field(usage, group) if group else usage
-    for source, key in ((details, name), *((usage, alias) for alias in aliases)):
-        value = field(source, key) if source is not None else None
-        if type(value) is int and value >= 0:
-            return value
-    return None
-
-
 # --- The reverse direction: Chat Completions requests -> Responses, Responses -> Chat Completions
 
 
@@ -611,25 +562,10 @@ def response_to_chat_completion(response: dict[str, Any], *, think_tags: bool = 
             {"token": f"token_id:{t}", "logprob": lp, "bytes": None, "top_logprobs": []} for t, lp in pairs
         ]
         choice["logprobs"] = {"content": entries}
-    usage = response.get("usage")
-    if usage:
-        completion["usage"] = {
-            "prompt_tokens": usage.get("input_tokens") or 0,
-            "completion_tokens": usage.get("output_tokens") or 0,
-            "total_tokens": usage.get("total_tokens") or 0,
-            "prompt_tokens_details": {
-                "cached_tokens": _detail(usage, "input_tokens_details", "cached_tokens"),
-                "cache_write_tokens": _detail(usage, "input_tokens_details", "cache_write_tokens"),
-            },
-            "completion_tokens_details": {
-                "reasoning_tokens": _detail(usage, "output_tokens_details", "reasoning_tokens")
-            },
-        }
+    usage = responses_usage_to_chat(response.get("usage"))
+    if usage is not None:
+        completion["usage"] = usage
     return completion
-
-
-def _detail(usage: dict[str, Any], details: str, key: str) -> int:
-    return (usage.get(details) or {}).get(key) or 0
 
 
 def _finish_reason(response: dict[str, Any], turn: _AssistantTurn) -> str:

@@ -27,11 +27,11 @@ from nemo_gym.models.conversion import (
     TOKEN_ID_FIELDS,
     assistant_message_to_items,
     chat_request_to_responses_params,
-    chat_usage_to_responses,
     new_item_id,
     responses_to_chat_request,
     token_fields_of,
 )
+from nemo_gym.models.token_usage import chat_usage_to_responses
 
 IdFactory = Callable[[str], str]
 
