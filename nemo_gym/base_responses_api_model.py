@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypedDict
 
 import orjson
@@ -122,9 +123,6 @@ class BaseResponsesAPIModelConfig(BaseServerConfig):
     # Routes of this server that never return generated text (NeMo Gym's training-token capture
     # declares them; read for config compatibility).
     token_id_capture_non_generating_requests: list[NonGeneratingRequest] = Field(default_factory=list)
-    # NeMo Gym's uvicorn worker count. A nemo_gym server is one process (asyncio; replicas
-    # come from the launcher or Ray), so the value is read for config compatibility only.
-    num_workers: int | None = None
 
 
 class SimpleResponsesAPIModel(BaseServer):
@@ -265,8 +263,9 @@ class SimpleResponsesAPIModel(BaseServer):
         """``POST /v1/responses`` of a NeMo Gym-style adapter.
 
         The body is validated as ``NeMoGymResponseCreateParamsNonStreaming`` (a 422 naming each
-        field otherwise) and handed to :meth:`responses`; ``stream: true`` answers with OpenAI's
-        Responses events, and a failure after that point with a ``response.failed`` event.
+        field otherwise) and handed to :meth:`responses`. ``stream: true``: the body is first
+        cleaned of the streaming dialect (:mod:`nemo_gym.responses_streaming`), the answer sent
+        as OpenAI's Responses events, and a failure after that point as a ``response.failed`` event.
         """
         from nemo_gym.openai_utils import NeMoGymResponseCreateParamsNonStreaming
 
@@ -276,19 +275,28 @@ class SimpleResponsesAPIModel(BaseServer):
             answer = _orjson_dispatch_response(response)
             await self._finalize_served_response(response)
             return answer
-        params = _validated(NeMoGymResponseCreateParamsNonStreaming, without_stream(body))
-        return await self._stream_responses(request, params)
+        from nemo_gym.responses_streaming import sanitize_streaming_responses_body
+
+        cleaned, ns_map = sanitize_streaming_responses_body(body)
+        params = _validated(NeMoGymResponseCreateParamsNonStreaming, cleaned)
+        return await self._stream_responses(request, params, ns_map)
 
     async def _stream_responses(self, request: Request, params: Any, ns_map: Any = None) -> Response:
         """Serve a Responses request as an event stream (the whole answer computed first)."""
+        from nemo_gym.responses_streaming import synthesize_responses_failure_sse, synthesize_responses_sse
+
         try:
-            response = await self._invoke_responses(request, params)
+            answer = _as_json(await self._invoke_responses(request, params))
         except Exception as exc:  # noqa: BLE001 - the client asked for a stream: the failure is its last event
             logger.exception("%s: responses() failed serving a streamed /v1/responses request", self.name)
-            return _failed_responses_stream(str(exc))
-        answer = _as_json(response)
-        await self._finalize_served_response(answer)
-        return stream_responses(answer)
+            return _event_stream(synthesize_responses_failure_sse(str(exc)))
+        return await self._stream_served_response(answer, synthesize_responses_sse(answer, ns_map))
+
+    async def _stream_served_response(self, response: Any, events: Iterable[str | bytes]) -> Response:
+        """The event stream of a finished answer, built before :meth:`_finalize_served_response` runs."""
+        chunks = [event.encode() if isinstance(event, str) else event for event in events]
+        await self._finalize_served_response(response)
+        return _event_stream(chunks)
 
     async def chat_completions_dispatch(self, request: Request, body: dict[str, Any]) -> Any:
         """``POST /v1/chat/completions`` of a NeMo Gym-style adapter (``stream: true`` as chunks)."""
@@ -300,11 +308,14 @@ class SimpleResponsesAPIModel(BaseServer):
             answer = _orjson_dispatch_response(completion)
             await self._finalize_served_response(completion)
             return answer
-        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-        params = _validated(NeMoGymChatCompletionCreateParamsNonStreaming, without_stream(body))
+        from nemo_gym.chat_streaming import sanitize_streaming_chat_body, synthesize_chat_completion_sse
+
+        cleaned, include_usage = sanitize_streaming_chat_body(body)
+        params = _validated(NeMoGymChatCompletionCreateParamsNonStreaming, cleaned)
         completion = _as_json(await self._invoke_chat_completions(request, params))
-        await self._finalize_served_response(completion)
-        return stream_chat_completion(completion, include_usage)
+        return await self._stream_served_response(
+            completion, synthesize_chat_completion_sse(completion, include_usage=include_usage)
+        )
 
     async def messages(self, request: Request, body: dict[str, Any]) -> Any:
         """``POST /v1/messages``: an Anthropic Messages request answered through :meth:`responses`."""
@@ -318,12 +329,7 @@ class SimpleResponsesAPIModel(BaseServer):
             response, model=body.get("model") or response.model
         )
         if body.get("stream"):
-            from starlette.responses import StreamingResponse
-
-            await self._finalize_served_response(answer)
-            return StreamingResponse(
-                iter(converter.anthropic_response_to_sse(answer)), media_type="text/event-stream"
-            )
+            return await self._stream_served_response(answer, converter.anthropic_response_to_sse(answer))
         dispatched = _orjson_dispatch_response(answer)
         await self._finalize_served_response(answer)
         return dispatched
@@ -372,13 +378,11 @@ def _as_json(answer: Any) -> dict[str, Any]:
     return dict(answer)
 
 
-def _failed_responses_stream(message: str) -> Response:
-    from nemo_gym.models.streaming import sse_body, sse_response
+def _event_stream(chunks: Iterable[str | bytes]) -> Response:
+    from starlette.responses import StreamingResponse
 
-    failed = {"status": "failed", "error": {"code": "server_error", "message": message}, "output": []}
-    return sse_response(
-        sse_body([{"type": "response.failed", "response": failed}], named=True, done_marker=False)
-    )
+    headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    return StreamingResponse(iter(chunks), media_type="text/event-stream", headers=headers)
 
 
 def _plain(config: Any) -> Any:
