@@ -361,15 +361,40 @@ async def _call_handler(handler: Any, request: Any, params: Any) -> Any:
 
 
 def _validated(model: type[BaseModel], body: dict[str, Any]) -> Any:
-    """``body`` as ``model``, or FastAPI's 422 listing each wrong field under ``body``."""
+    """``body`` as ``model``, or FastAPI's 422 listing each wrong field under ``body``.
+
+    NeMo Gym's request types forbid fields OpenAI's API does not define (a misspelt ``thinkng``
+    is a 422, not silently dropped), and its adapters rely on that: a field outside the
+    ``openai`` package's request fields, the model's own and the provider extensions is refused.
+    """
     from fastapi.exceptions import RequestValidationError
     from pydantic import ValidationError
 
+    from nemo_gym.models.stream_requests import CHAT_REQUEST_FIELDS, RESPONSES_REQUEST_FIELDS
+    from nemo_gym.openai_utils import CHAT_REQUEST_PROVIDER_EXTENSION_FIELDS
+
+    known = (
+        CHAT_REQUEST_FIELDS | CHAT_REQUEST_PROVIDER_EXTENSION_FIELDS
+        if "messages" in model.model_fields
+        else RESPONSES_REQUEST_FIELDS
+    )
+    errors: list[dict[str, Any]] = [
+        {
+            "type": "extra_forbidden",
+            "loc": ("body", key),
+            "msg": "Extra inputs are not permitted",
+            "input": body[key],
+        }
+        for key in body
+        if key not in known and key not in model.model_fields
+    ]
     try:
-        return model.model_validate(body)
+        params = model.model_validate(body)
     except ValidationError as exc:
-        errors = [{**e, "loc": ("body", *e["loc"])} for e in exc.errors(include_url=False)]
-        raise RequestValidationError(errors) from None
+        errors += [{**e, "loc": ("body", *e["loc"])} for e in exc.errors(include_url=False)]
+    if errors:
+        raise RequestValidationError(errors)
+    return params
 
 
 def _as_json(answer: Any) -> dict[str, Any]:

@@ -395,6 +395,10 @@ class NeMoGymResponseCreateParamsNonStreaming(_FieldAccess, BaseModel):
     truncation: Literal["auto", "disabled"] | None = None
     user: str | None = None
     stream: Literal[False] | None = None
+    # Read by NeMo Gym's model adapters as attributes (azure_openai_model forwards them).
+    background: bool | None = None
+    prompt: dict[str, Any] | None = None
+    service_tier: str | None = None
 
 
 class NeMoGymResponseInputTokensDetails(InputTokensDetails):

@@ -304,3 +304,22 @@ def test_streamed_answers_are_rebuilt_in_each_dialect() -> None:
         "output_tokens": 4,
     }
     assert _reconstruct_streamed_response(b"data: not json\n\n", "responses") is None
+
+
+def test_nemo_gym_adapter_ingress_refuses_fields_openai_does_not_define(adapter) -> None:
+    _, canned_app = adapter
+    app = build(canned_app, {}).setup_webserver()
+    with TestClient(app) as client:
+        chat = {"messages": [{"role": "user", "content": "hi"}]}
+        # A provider extension NeMo Gym forwards is accepted; a misspelling is a 422 naming it.
+        assert (
+            client.post("/v1/chat/completions", json={**chat, "thinking": {"type": "adaptive"}}).status_code
+            == 200
+        )
+        bad = client.post("/v1/chat/completions", json={**chat, "thinkng": {"type": "adaptive"}})
+        assert bad.status_code == 422 and bad.json()["detail"][0]["loc"] == ["body", "thinkng"]
+        assert client.post("/v1/responses", json={"input": "hi", "service_tier": "auto"}).status_code == 200
+        assert (
+            client.post("/v1/responses", json={"input": "hi", "required_prefix_token_ids": [1]}).status_code
+            == 422
+        )
