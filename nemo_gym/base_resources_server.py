@@ -36,7 +36,6 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, GetJsonSchemaHandler, JsonValue, ValidationInfo
 from pydantic_core import core_schema
-from starlette.requests import Request
 from starlette.routing import Route
 
 from nemo_gym.config_types import AggregateMetrics, AggregateMetricsRequest
@@ -329,8 +328,10 @@ class SimpleResourcesServer(BaseServer):
         """Served by FastAPI when ``setup_webserver`` is overridden or a route method takes FastAPI parameters."""
         if super().uses_setup_webserver():
             return True
+        from nemo_gym.serving.fastapi_app import needs_fastapi
+
         handlers = [self.seed_session, self.verify, *self.tools().values()]
-        return any(_needs_fastapi(handler) for handler in handlers)  # type: ignore[arg-type]
+        return any(needs_fastapi(handler) for handler in handlers)  # type: ignore[arg-type]
 
     async def _default_seed(
         self, body: ResourcesSeedSessionRequest | BaseSeedSessionRequest
@@ -509,21 +510,6 @@ class SimpleResourcesServer(BaseServer):
             key_metrics=self._key_metrics,
             compute_whole=self._metrics_of if own else None,
         )
-
-
-def _needs_fastapi(handler: Callable[..., Any]) -> bool:
-    """Whether a route method takes what only FastAPI binds (a ``Request``, several parameters)."""
-    try:
-        params = [p for p in inspect.signature(handler).parameters.values() if p.name != "self"]
-    except (TypeError, ValueError):
-        return False
-    if len(params) > 1:
-        return True
-    try:
-        hints = typing.get_type_hints(handler)
-    except Exception:  # noqa: BLE001 - unresolvable annotations: judge by the parameter count
-        return False
-    return any(inspect.isclass(hints.get(p.name)) and issubclass(hints[p.name], Request) for p in params)
 
 
 BaseResourcesServer = SimpleResourcesServer

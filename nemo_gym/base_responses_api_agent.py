@@ -8,16 +8,24 @@ Override :meth:`SimpleResponsesAPIAgent.run` (one dataset row → the verified r
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from nemo_gym.config_types import TOKEN_CAPTURE_PATH_SEGMENT, AggregateMetrics, AggregateMetricsRequest
+from nemo_gym.config_types import (
+    ROLLOUT_PATH_PREFIX,
+    TOKEN_CAPTURE_PATH_SEGMENT,
+    AggregateMetrics,
+    AggregateMetricsRequest,
+)
 from nemo_gym.episode_types import EpisodeId, TaskId
 from nemo_gym.global_config import (
     OBSERVABILITY_ENABLED_KEY_NAME,
@@ -27,6 +35,7 @@ from nemo_gym.global_config import (
 from nemo_gym.rollout_correlation import current_rollout_id, maybe_rollout_id_from_run_body
 from nemo_gym.server_utils import apply_rollout_prefix, rollout_path_prefix
 from nemo_gym.serving.server import (
+    TOKEN_CAPTURE_SCOPE_KEY,
     BaseServer,
     BaseServerConfig,
     HTTPError,
@@ -36,6 +45,7 @@ from nemo_gym.serving.server import (
     validation_error_body,
 )
 from nemo_gym.serving.server_client import ServerCallError
+from nemo_gym.tool_access import ToolAccess
 
 __all__ = [
     "AggregateMetrics",
@@ -98,8 +108,15 @@ class BaseResponsesAPIAgentConfig(BaseServerConfig):
     # NeMo Gym's agent fields.
     skip_verification: bool = False
     skip_verification_reward: float = 0.0
-    session_close_retry_window_seconds: float = 300
+    session_close_retry_window_seconds: float = Field(default=300, gt=0, allow_inf_nan=False)
     token_id_capture: bool = False
+    # Tools every agent session may use; a session's own grants replace them by name.
+    tool_accesses: list[ToolAccess] = Field(default_factory=list)
+
+    @field_validator("tool_accesses")
+    @classmethod
+    def _unique_tool_names(cls, accesses: list[ToolAccess]) -> list[ToolAccess]:
+        return _unique_access_names(accesses, "configured tool access names must be unique")
 
 
 class SimpleResponsesAPIAgent(BaseServer):
@@ -107,6 +124,16 @@ class SimpleResponsesAPIAgent(BaseServer):
 
     server_type: ClassVar[str] = "responses_api_agents"
     config: BaseResponsesAPIAgentConfig
+
+    @property
+    def _agent_sessions(self) -> dict[str, _AgentSessionRecord]:
+        # Created on first use, not in model_post_init: NeMo Gym agents override that without
+        # calling the parent's.
+        return self.__dict__.setdefault("_ng_agent_sessions", {})  # type: ignore[no-any-return]
+
+    @property
+    def _closed_agent_sessions(self) -> OrderedDict[str, _AgentSessionRecord]:
+        return self.__dict__.setdefault("_ng_closed_agent_sessions", OrderedDict())  # type: ignore[no-any-return]
 
     async def run(self, body: dict[str, Any]) -> dict[str, Any]:
         """Run one rollout for a dataset row and return the resources server's verify answer."""
@@ -180,7 +207,10 @@ class SimpleResponsesAPIAgent(BaseServer):
         if rollout_id is None and isinstance(request, Request):
             rollout_id = current_rollout_id()
         path = getattr(getattr(request, "url", None), "path", "")
-        token_capture = isinstance(path, str) and f"/{TOKEN_CAPTURE_PATH_SEGMENT}/" in path
+        scope = request.scope if isinstance(request, Request) else {}
+        token_capture = bool(scope.get(TOKEN_CAPTURE_SCOPE_KEY)) or (
+            isinstance(path, str) and f"/{TOKEN_CAPTURE_PATH_SEGMENT}/" in path
+        )
         return rollout_path_prefix(rollout_id, token_capture=token_capture) + url_path
 
     def resolve_model_base_url(self, model_server_name: str, rollout_id: str | None = None) -> str:
@@ -190,6 +220,155 @@ class SimpleResponsesAPIAgent(BaseServer):
         base_url = self.server_client._build_server_base_url(server_config)
         prefixed = apply_rollout_prefix(base_url, rollout_id, token_capture=self._token_id_capture_enabled())
         return f"{prefixed}/v1"
+
+    # ---- NeMo Gym's app style ------------------------------------------------------------------
+    def uses_setup_webserver(self) -> bool:
+        """Served by FastAPI when ``setup_webserver`` is overridden or ``run``/``responses`` take
+        parameters only FastAPI binds (``Request``, ``Response``, several parameters)."""
+        from nemo_gym.serving.fastapi_app import needs_fastapi
+
+        return super().uses_setup_webserver() or needs_fastapi(self.run) or needs_fastapi(self.responses)
+
+    def setup_webserver(self) -> Any:
+        """The FastAPI app: ``/run``, ``/v1/responses``, ``/aggregate_metrics`` and the agent-session
+        routes; extend it with ``app = super().setup_webserver(); app.post(...)(...)``."""
+        from nemo_gym.serving.fastapi_app import needs_fastapi, new_app
+
+        app = new_app(self)
+        # Served here, the rollout prefix is stripped before routing (the id kept in path_params);
+        # the prefixed twins serve the app used on its own, as NeMo Gym's tests use it.
+        prefixed = f"/{ROLLOUT_PATH_PREFIX}/{{rollout_id}}"
+        responses_paths: tuple[str, ...] = ("/v1/responses", f"{prefixed}/v1/responses")
+        responses_paths += (f"{prefixed}/{TOKEN_CAPTURE_PATH_SEGMENT}/v1/responses",)
+        routes = [("/run", self.run), *((path, self.responses) for path in responses_paths)]
+        for path, handler in routes:
+            if needs_fastapi(handler):
+                app.post(path)(handler)
+            else:
+                app.router.routes.append(self.route(path, handler))
+        app.router.routes.append(self._aggregate_metrics_route())
+        app.post("/v1/agent_sessions")(self.seed_agent_session)
+        app.post("/v1/agent_sessions/close")(self.close_agent_session)
+        return app
+
+    setup_webserver._ng_default_app = True  # type: ignore[attr-defined]
+
+    # ---- agent sessions: an environment server seeding this agent ---------------------------
+    def effective_tool_accesses(self, request: AgentSeedSessionRequest) -> list[ToolAccess]:
+        """The configured tool accesses with the session's own replacing them by name."""
+        accesses = {access.name: access for access in self.config.tool_accesses}
+        accesses.update((access.name, access) for access in request.tool_accesses)
+        return list(accesses.values())
+
+    @staticmethod
+    def _agent_session_id_from_request(request: Any) -> str | None:
+        """The agent session a request's cookie names (None without one); a malformed one is a 409."""
+        try:
+            session = request.session if request is not None else None
+        except (AssertionError, AttributeError):
+            return None
+        if not isinstance(session, Mapping) or AGENT_SESSION_COOKIE_KEY not in session:
+            return None
+        marker = session[AGENT_SESSION_COOKIE_KEY]
+        if not isinstance(marker, str) or not marker:
+            raise _conflict("invalid agent session marker")
+        return marker
+
+    def _require_agent_session(self, agent_session_id: str) -> AgentSessionState:
+        """The live state of a seeded session; a 409 for an unknown or closing one."""
+        record = self._agent_sessions.get(agent_session_id)
+        if record is None or record.state is None or record.closing:
+            raise _conflict("unknown or closing agent_session_id")
+        return record.state
+
+    @asynccontextmanager
+    async def _locked_agent_session(self, session_id: str) -> AsyncIterator[_AgentSessionRecord]:
+        """The session's record, under its lock; closed records past their window are dropped first."""
+        records, closed = self._agent_sessions, self._closed_agent_sessions
+        now = time.monotonic()
+        while closed and next(iter(closed.values())).expires_at <= now:
+            key, _ = closed.popitem(last=False)
+            records.pop(key, None)
+        while True:
+            record = records.setdefault(session_id, _AgentSessionRecord())
+            async with record.lock:
+                if records.get(session_id) is not record:
+                    continue  # replaced while this waiter queued: never act on a stale record
+                try:
+                    yield record
+                finally:
+                    if record.state is None and record.close_response is None:
+                        records.pop(session_id, None)
+                return
+
+    async def seed_agent_session(
+        self, request: Request, body: AgentSeedSessionRequest
+    ) -> AgentSeedSessionResponse:
+        """Open agent state under the caller's ``agent_session_id``; the same seed again is a no-op,
+        a different one (or a closed session) a 409."""
+        if self.config.num_workers not in (None, 1):
+            raise ValueError("agent sessions require num_workers=1")
+        current = self._agent_session_id_from_request(request)
+        if current is not None and current != body.agent_session_id:
+            raise _conflict("agent_session_id does not match the session cookie")
+        async with self._locked_agent_session(body.agent_session_id) as record:
+            if record.close_response is not None:
+                raise _conflict("agent session is already closed")
+            if record.closing:
+                raise _conflict("agent session is closing")
+            if record.state is None:
+                if current is not None:
+                    raise _conflict("agent session cookie has expired")
+                record.episode_id = body.episode_id
+                try:
+                    record.state = await self._seed_agent_session_state(body.model_copy(deep=True))
+                except AgentSessionSetupError as failure:
+                    record.state, record.closing = failure.state, True  # kept for close only
+                    raise failure.error from None
+            elif record.state.request != body:
+                raise _conflict("agent_session_id is already bound to another seed request")
+            request.session[AGENT_SESSION_COOKIE_KEY] = body.agent_session_id
+            return AgentSeedSessionResponse(agent_session_id=body.agent_session_id)
+
+    async def close_agent_session(
+        self, request: Request, body: AgentCloseSessionRequest
+    ) -> AgentCloseSessionResponse:
+        """Close agent state and return its observations; a retried close within
+        ``session_close_retry_window_seconds`` gets the same answer, and closing an unknown id
+        keeps a late seed of it out. A failed cleanup keeps the state for another close."""
+        if type(self)._close_agent_session_state is SimpleResponsesAPIAgent._close_agent_session_state:
+            raise NotImplementedError(f"{type(self).__name__} does not implement agent sessions")
+        current = self._agent_session_id_from_request(request)
+        if current is not None and current != body.agent_session_id:
+            raise _conflict("agent_session_id does not match the session cookie")
+        async with self._locked_agent_session(body.agent_session_id) as record:
+            if record.episode_id is not None and record.episode_id != body.episode_id:
+                raise _conflict("episode_id does not match the seeded agent session")
+            if record.close_response is not None:
+                return record.close_response.model_copy(deep=True)
+            if record.state is None:
+                if current is not None:
+                    raise _conflict("agent close receipt has expired")
+                answer = AgentCloseSessionResponse(agent_session_id=body.agent_session_id)
+            else:
+                record.closing = True
+                answer = await self._close_agent_session_state(record.state)
+            record.state, record.episode_id = None, body.episode_id
+            record.close_response = answer.model_copy(deep=True)
+            record.expires_at = time.monotonic() + self.config.session_close_retry_window_seconds
+            self._closed_agent_sessions[body.agent_session_id] = record
+            # The marker stays: a late /v1/responses of this session must not run session-less.
+            request.session[AGENT_SESSION_COOKIE_KEY] = body.agent_session_id
+            return answer
+
+    async def _seed_agent_session_state(self, body: AgentSeedSessionRequest) -> AgentSessionState:
+        """Check the session's grants and build the harness's state (override). Raise
+        :class:`AgentSessionSetupError` with the partial state when setup fails half-way."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement agent sessions")
+
+    async def _close_agent_session_state(self, state: AgentSessionState) -> AgentCloseSessionResponse:
+        """Release the harness's state (override); raise, keeping what another close needs, on failure."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement agent sessions")
 
     def routes(self) -> list[Route]:
         """Liveness, ``/run``, ``/v1/responses`` and ``/aggregate_metrics``."""
@@ -253,8 +432,13 @@ class AgentSeedSessionRequest(BaseModel):
     agent_session_id: str = Field(min_length=1)
     episode_id: EpisodeId
     task_id: TaskId
-    tool_accesses: list[Any] = Field(default_factory=list)
+    tool_accesses: list[ToolAccess] = Field(default_factory=list)
     sandbox_access: Any = None
+
+    @field_validator("tool_accesses")
+    @classmethod
+    def _unique_tool_names(cls, accesses: list[ToolAccess]) -> list[ToolAccess]:
+        return _unique_access_names(accesses, "tool access names must be unique within an agent session")
 
 
 class AgentSeedSessionResponse(BaseModel):
@@ -308,6 +492,21 @@ class _AgentSessionRecord:
     episode_id: EpisodeId | None = None
     close_response: AgentCloseSessionResponse | None = None
     expires_at: float = float("inf")
+
+
+def _unique_access_names(accesses: list[ToolAccess], message: str) -> list[ToolAccess]:
+    names = [access.name for access in accesses]
+    if len(names) != len(set(names)):
+        raise ValueError(message)
+    return accesses
+
+
+def _conflict(message: str) -> Exception:
+    # FastAPI's HTTPException, as NeMo Gym's agents raise and their tests expect (agent
+    # sessions are served by FastAPI; our error handling keeps it a 409).
+    from fastapi import HTTPException
+
+    return HTTPException(409, message)
 
 
 BaseResponsesAPIAgent = SimpleResponsesAPIAgent

@@ -545,19 +545,14 @@ def merge_model_call_capture_into_record(
                 gaps.append(ObservationGap(code="model_call_capture_no_records"))
     observations = record.get("ng_agent_observations")
     if observations is not None:
+        from nemo_gym.rollout_observability import join_model_call_observations
+
         try:
-            from nemo_gym.rollout_observability import join_model_call_observations  # type: ignore[attr-defined]
-        except ImportError:
-            join_model_call_observations = None
-        if join_model_call_observations is not None:
-            try:
-                bundle = join_model_call_observations(
-                    AgentObservationBundle.model_validate(observations), calls
-                )
-                record["ng_agent_observations"] = bundle.model_dump(mode="json")
-            except Exception:  # noqa: BLE001 - a join failure is a gap, never a lost row
-                logger.warning("cannot join agent observations of rollout %s", rollout_id, exc_info=True)
-                gaps.append(ObservationGap(code="agent_observation_join_failed"))
+            bundle = join_model_call_observations(AgentObservationBundle.model_validate(observations), calls)
+            record["ng_agent_observations"] = bundle.model_dump(mode="json")
+        except Exception:  # noqa: BLE001 - a join failure is a gap, never a lost row
+            logger.warning("cannot join agent observations of rollout %s", rollout_id, exc_info=True)
+            gaps.append(ObservationGap(code="agent_observation_join_failed"))
     payloads = None if include_payloads else {"request", "response", "request_raw", "response_raw"}
     capture: dict[str, Any] = {
         "rollout_id": rollout_id,

@@ -11,11 +11,20 @@ The public surface, with NeMo Gym's names, fields and return shapes, over
 - the commands, which are these functions: ``collect_rollouts`` (``ng_collect_rollouts``),
   ``aggregate_rollouts`` (``ng_aggregate_rollouts``), ``e2e_rollout_collection``
   (``ng_e2e_collect_rollouts``);
-- ``attach_trajectory_record``, ``_expand_input_glob``, ``_rollout_request_debug_summary``.
+- ``attach_trajectory_record``, ``_expand_input_glob``, ``_rollout_request_debug_summary``;
+- what NeMo Gym's own agents and orchestrators import from here:
+  ``_attach_trajectory_record``/``_build_trajectory_record``/``_trajectory_identity`` (the
+  trajectory from the evidence a result carries: :mod:`nemo_gym.collection.trajectory_evidence`;
+  ``attach_trajectory_record`` projects it from the final response alone),
+  ``_environment_servers_by_agent``/``_environment_server_for_agent``, ``DispatchLatencyTracker``,
+  ``get_max_rollout_attempts``, ``is_terminal_failure``, ``observed_elapsed``,
+  ``migrate_invalid_judge_main_rows`` and ``_attach_ng_perf``
+  (:mod:`nemo_gym.collection.nemo_gym_compat`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from nemo_gym.collection.aggregation import aggregate_results_file, format_key_metrics
@@ -29,6 +38,17 @@ from nemo_gym.collection.commands import (
     failure_exit_code,
 )
 from nemo_gym.collection.helper import RolloutAggregationHelper, RolloutCollectionHelper
+from nemo_gym.collection.nemo_gym_compat import (
+    DispatchLatencyTracker,
+    attach_ng_perf,
+    environment_server_for_agent,
+    environment_servers_by_agent,
+    get_max_rollout_attempts,
+    is_terminal_failure,
+    migrate_invalid_judge_main_rows,
+    observed_elapsed,
+)
+from nemo_gym.collection.observations import TrajectoryRecord
 from nemo_gym.collection.rollouts import (
     MAX_ERROR_CHARS,
     RolloutFailedError,
@@ -44,10 +64,14 @@ from nemo_gym.collection.settings import (
     SharedRolloutCollectionConfig,
 )
 from nemo_gym.collection.trajectory import attach_trajectory_record
+from nemo_gym.collection.trajectory_evidence import attach_trajectory_evidence, build_trajectory_from_evidence
 from nemo_gym.console.command import console_command
+from nemo_gym.global_config import ROLLOUT_INDEX_KEY_NAME, TASK_INDEX_KEY_NAME
+from nemo_gym.rollout_correlation import maybe_rollout_id_from_run_body
 
 __all__ = [
     "DEFAULT_MAX_FAILURE_RATIO",
+    "DispatchLatencyTracker",
     "EXIT_TOO_MANY_FAILURES",
     "MAX_ERROR_CHARS",
     "CollectionSummary",
@@ -67,6 +91,10 @@ __all__ = [
     "e2e_rollout_collection",
     "failure_exit_code",
     "format_key_metrics",
+    "get_max_rollout_attempts",
+    "is_terminal_failure",
+    "migrate_invalid_judge_main_rows",
+    "observed_elapsed",
 ]
 
 collect_rollouts = console_command(collect_command, "ng_collect_rollouts")
@@ -87,6 +115,34 @@ def _expand_input_glob(input_glob: str) -> list[str]:
 def _rollout_request_debug_summary(row: dict[str, Any]) -> dict[str, Any]:
     """The task index, rollout index and agent name of a row (those it has), for a log line."""
     return rollout_request_debug_summary(row)
+
+
+_environment_servers_by_agent = environment_servers_by_agent
+_environment_server_for_agent = environment_server_for_agent
+_attach_ng_perf = attach_ng_perf
+
+
+def _trajectory_identity(row: Mapping[str, Any]) -> tuple[str, str]:
+    """``(task_id, rollout_id)`` of a row: its ``task_id``/``problem_id``/``instance_id`` (else its
+    task index) and its rollout id (``_ng_rollout_id``, else ``<task>-<rollout>``)."""
+    task_id = next(
+        (str(row[key]) for key in ("task_id", "problem_id", "instance_id") if row.get(key) is not None),
+        str(row[TASK_INDEX_KEY_NAME]),
+    )
+    rollout_id = (
+        maybe_rollout_id_from_run_body(row) or f"{row[TASK_INDEX_KEY_NAME]}-{row[ROLLOUT_INDEX_KEY_NAME]}"
+    )
+    return task_id, rollout_id
+
+
+def _build_trajectory_record(row: dict[str, Any], result: dict[str, Any]) -> TrajectoryRecord:
+    """The trajectory of one rollout from the evidence its result carries (see module docstring)."""
+    return build_trajectory_from_evidence(_trajectory_identity(row), result)
+
+
+def _attach_trajectory_record(row: dict[str, Any], result: dict[str, Any]) -> None:
+    """Set ``result["ng_trajectory"]`` from the rollout's evidence (never raises)."""
+    attach_trajectory_evidence(row, result, _trajectory_identity)
 
 
 if __name__ == "__main__":

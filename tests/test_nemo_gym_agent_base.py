@@ -11,11 +11,14 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from fastapi import Body, FastAPI, Request
+from fastapi import Body, FastAPI, Request, Response
 from omegaconf import OmegaConf
 
 from nemo_gym import server_utils
 from nemo_gym.base_responses_api_agent import (
+    AgentCloseSessionResponse,
+    AgentSeedSessionRequest,
+    AgentSessionState,
     AggregateMetricsRequest,
     BaseResponsesAPIAgentConfig,
     SimpleResponsesAPIAgent,
@@ -124,3 +127,46 @@ def test_request_debug_flag_follows_the_global_client() -> None:
     finally:
         server_utils.global_aiohttp_client_exit()
     assert server_utils.is_global_aiohttp_client_request_debug_enabled() is False
+
+
+class SessionAgent(SimpleResponsesAPIAgent):
+    """A NeMo Gym-style agent: FastAPI-bound ``responses`` and agent sessions."""
+
+    config: BaseResponsesAPIAgentConfig
+
+    async def responses(self, request: Request, response: Response, body: dict = Body()) -> dict:  # noqa: B008
+        session_id = self._agent_session_id_from_request(request)
+        if session_id is not None:
+            self._require_agent_session(session_id).request  # noqa: B018 - 409 when closed
+        response.set_cookie("seen", "1")
+        return {"rollout_id": request.path_params.get("rollout_id"), "session": session_id}
+
+    async def _seed_agent_session_state(self, body: AgentSeedSessionRequest) -> AgentSessionState:
+        return AgentSessionState(request=body)
+
+    async def _close_agent_session_state(self, state: AgentSessionState) -> AgentCloseSessionResponse:
+        return AgentCloseSessionResponse(agent_session_id=state.request.agent_session_id)
+
+
+def test_fastapi_bound_responses_and_agent_sessions_through_a_real_server() -> None:
+    episode = {"rollout_id": "4-1"}
+    seed = {"agent_session_id": "s1", "episode_id": episode, "task_id": {"taskset": "env:x", "task_id": "t1"}}
+    with running_server(SessionAgent(config={"name": "s"})) as url, SyncClient() as client:
+        assert client.post(url + "/v1/responses", {"input": "hi"}) == (
+            200,
+            {"rollout_id": None, "session": None},
+        )
+        # The prefix is stripped before routing, its id kept where NeMo Gym handlers read it.
+        assert client.post(url + "/ng-rollout/r3/v1/responses", {})[1]["rollout_id"] == "r3"
+        assert client.post(url + "/v1/agent_sessions", seed) == (200, {"agent_session_id": "s1"})
+        assert client.post(url + "/v1/agent_sessions", seed)[0] == 200  # the same seed again
+        assert client.post(url + "/v1/responses", {})[1]["session"] == "s1"  # the cookie names it
+        status, body = client.post(
+            url + "/v1/agent_sessions", {**seed, "task_id": {"taskset": "env:x", "task_id": "t2"}}
+        )
+        assert status == 409 and "session cookie" not in body["error"]
+        close = {"agent_session_id": "s1", "episode_id": episode}
+        assert client.post(url + "/v1/agent_sessions/close", close)[1]["agent_session_id"] == "s1"
+        assert client.post(url + "/v1/agent_sessions/close", close)[0] == 200  # a retried close
+        assert client.post(url + "/v1/responses", {})[0] == 409  # a closed session does not run
+        assert client.post(url + "/v1/agent_sessions", {"agent_session_id": ""})[0] == 422

@@ -183,6 +183,24 @@ class CatchErrors:
             await response(scope, receive, send)
 
 
+def needs_fastapi(handler: Any) -> bool:
+    """Whether a route method takes what only FastAPI binds (a ``Request``, several parameters)."""
+    import inspect
+    import typing
+
+    try:
+        params = [p for p in inspect.signature(handler).parameters.values() if p.name != "self"]
+    except (TypeError, ValueError):
+        return False
+    if len(params) > 1:
+        return True
+    try:
+        hints = typing.get_type_hints(handler)
+    except Exception:  # noqa: BLE001 - unresolvable annotations: judge by the parameter count
+        return False
+    return any(inspect.isclass(hints.get(p.name)) and issubclass(hints[p.name], Request) for p in params)
+
+
 def finish_app(server: Any, app: FastAPI) -> FastAPI:
     """What serving a NeMo Gym-style app adds: liveness routes and our error handling."""
     add_liveness(app)

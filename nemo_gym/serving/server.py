@@ -55,6 +55,7 @@ from nemo_gym.serving.protocol import (  # noqa: F401
     REGISTRATION_SECRET_HEADER,
     ROLLOUT_PREFIX,
     SESSION_COOKIE,
+    TOKEN_CAPTURE_PATH_SEGMENT,
     auth_headers,
     auth_token,
     raise_fd_limit,
@@ -656,8 +657,13 @@ def json_error_handlers(server_name: str) -> dict[Any, Callable[[Request, Except
     return {404: no_such_route, 405: no_such_route, HTTPError: http_error, Exception: internal_error}
 
 
+# Set in a request's scope when it came with the training-capture segment.
+TOKEN_CAPTURE_SCOPE_KEY = "nemo_gym.token_capture"
+
+
 class StripRolloutPrefix:
-    """ASGI middleware: ``/ng-rollout/<id>/rest`` → ``/rest``, the id kept for the handler."""
+    """ASGI middleware: ``/ng-rollout/<id>[/training-token-capture]/rest`` → ``/rest``, the id
+    kept for the handler (and in ``path_params``), the capture segment as a scope flag."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -667,8 +673,16 @@ class StripRolloutPrefix:
         if scope["type"] == "http" and path.startswith(ROLLOUT_PREFIX):
             rollout_id, _, rest = path[len(ROLLOUT_PREFIX) :].partition("/")
             scope = dict(scope)
+            # NeMo Gym's training-capture segment follows the id; the route is the same.
+            capture, _, after = rest.partition("/")
+            if capture == TOKEN_CAPTURE_PATH_SEGMENT:
+                rest = after
+                scope[TOKEN_CAPTURE_SCOPE_KEY] = True
             scope["path"] = "/" + rest
             scope["raw_path"] = scope["path"].encode()
+            # Starlette merges these into the matched route's: NeMo Gym handlers read
+            # ``request.path_params["rollout_id"]`` as their prefixed routes bound it.
+            scope["path_params"] = {**scope.get("path_params", {}), "rollout_id": rollout_id}
             token = _current_rollout_id.set(rollout_id)
             try:
                 await self.app(scope, receive, send)
