@@ -95,12 +95,15 @@ class _LazyTyped:
     def __init__(self, type_name: str, shape_errors: Callable[[Any], list[str]]) -> None:
         self.type_name = type_name
         self.shape_errors = shape_errors
+        self._typed: type[BaseModel] | None = None
 
     def typed(self) -> type[BaseModel]:
         """The typed model (importing ``openai`` the first time)."""
-        from nemo_gym import openai_utils
+        if self._typed is None:
+            from nemo_gym import openai_utils
 
-        return getattr(openai_utils, self.type_name)  # type: ignore[no-any-return]
+            self._typed = getattr(openai_utils, self.type_name)
+        return self._typed  # type: ignore[return-value]
 
     def validate(self, value: Any, info: ValidationInfo) -> Any:
         if lean_bodies.get() and not isinstance(value, BaseModel):

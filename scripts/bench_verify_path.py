@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
 import time
 
 from nemo_gym.serving.request_context import lean_bodies
@@ -69,6 +70,7 @@ def main() -> None:
     args = parser.parse_args()
     print(
         f"example_single_tool_call /verify handler: {asyncio.run(per_verify_us(args.n)):.1f} us CPU per verify"
+        f" (openai imported: {'yes' if 'openai' in sys.modules else 'no'})"
     )
 
 
