@@ -395,10 +395,20 @@ class NeMoGymResponseCreateParamsNonStreaming(_FieldAccess, BaseModel):
     truncation: Literal["auto", "disabled"] | None = None
     user: str | None = None
     stream: Literal[False] | None = None
-    # Read by NeMo Gym's model adapters as attributes (azure_openai_model forwards them).
+    # The rest of OpenAI's request fields: NeMo Gym's model adapters read them as attributes
+    # (azure_openai_model forwards background, prompt, service_tier).
     background: bool | None = None
+    include: list[str] | None = None
     prompt: dict[str, Any] | None = None
     service_tier: str | None = None
+    store: bool | None = None
+    context_management: list[dict[str, Any]] | None = None
+    conversation: str | dict[str, Any] | None = None
+    moderation: Any = None
+    prompt_cache_key: str | None = None
+    prompt_cache_retention: str | None = None
+    safety_identifier: str | None = None
+    stream_options: dict[str, Any] | None = None
 
 
 class NeMoGymResponseInputTokensDetails(InputTokensDetails):
@@ -426,6 +436,14 @@ class NeMoGymResponseUsage(ResponseUsage):
     output_tokens_details: NeMoGymResponseOutputTokensDetails = Field(
         default_factory=NeMoGymResponseOutputTokensDetails
     )  # type: ignore[assignment]
+
+    @classmethod
+    def sum_from_list(cls, usages: Any) -> NeMoGymResponseUsage:
+        """The sum of ``usages`` (zero for none); a detail count unknown in any of them stays unknown."""
+        total = cls()
+        for usage in usages:
+            total = accumulate_response_usage(total, usage) or total
+        return total
 
 
 def _add_counts(left: int | None, right: int | None) -> int | None:

@@ -266,6 +266,7 @@ def test_completion_becomes_response_with_reasoning_message_and_calls() -> None:
     assert isinstance(response, NeMoGymResponse)
     reasoning, message, *function_calls = response.output
     assert isinstance(reasoning, NeMoGymResponseReasoningItem) and reasoning.id == "rs_123"
+    assert reasoning.status is None  # OpenAI refuses a status on a replayed reasoning item
     assert [part.text for part in reasoning.summary] == ["Two cities."]
     assert isinstance(message, NeMoGymResponseOutputMessage) and message.id == "msg_123"
     assert message.content[0].text == "Checking both."
@@ -489,3 +490,23 @@ def test_failure_stream_ends_with_response_failed() -> None:
         "code": "upstream_error",
         "message": "engine died",
     }
+
+
+def test_what_nemo_gym_agents_read_from_the_request_and_usage_types() -> None:
+    from nemo_gym.openai_utils import NeMoGymResponseUsage
+
+    body = NeMoGymResponseCreateParamsNonStreaming(input="x", store=False)
+    assert (body.background, body.service_tier, body.store) == (None, None, False)
+    assert "background" not in body.model_dump(exclude_unset=True)
+    usages = [
+        NeMoGymResponseUsage(input_tokens=5, output_tokens=2, total_tokens=7),
+        NeMoGymResponseUsage.model_validate(
+            {"input_tokens": 1, "output_tokens": 1, "total_tokens": 2,
+             "input_tokens_details": {"cached_tokens": None}, "output_tokens_details": {"reasoning_tokens": 1}}
+        ),
+    ]  # fmt: skip
+    total = NeMoGymResponseUsage.sum_from_list(usages)
+    assert (total.input_tokens, total.output_tokens, total.total_tokens) == (6, 3, 9)
+    assert total.input_tokens_details.cached_tokens is None  # unknown in one: unknown in the sum
+    assert total.output_tokens_details.reasoning_tokens == 1
+    assert NeMoGymResponseUsage.sum_from_list([]).total_tokens == 0

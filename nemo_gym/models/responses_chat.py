@@ -9,7 +9,8 @@ environments and model adapters import) stays a thin layer of pydantic validatio
   request fields the conversion does not name (``metadata``, ``seed``, ``chat_template_kwargs``,
   ...) pass through to the chat request; ``instructions`` and the system/developer messages that
   open the input become one system message;
-- a function call's item ``id`` is its ``call_id`` (NeMo Gym replays them as one);
+- a function call's item ``id`` is its ``call_id`` (NeMo Gym replays them as one), and a
+  reasoning item has no ``status``;
 - the response echoes the request's settings, takes its ``model``, and leaves token counts the
   engine did not report as ``None`` rather than 0;
 - :func:`split_input_output_items` cuts a trajectory where the model's own items begin.
@@ -145,6 +146,9 @@ def assistant_message_to_output_items(
     for item in items:
         if item["type"] == "function_call":
             item["id"] = item["call_id"]
+        elif item["type"] == "reasoning":
+            # NeMo Gym's reasoning items carry no status: OpenAI refuses one on a replayed item.
+            del item["status"]
     fields = token_fields_of(message, "assistant message") if token_ids else None
     if fields is not None:
         if message.get(ROUTED_EXPERTS_FIELD) is not None:
