@@ -5,8 +5,10 @@ resources server, simple_agent and openai_model, in front of one instant loopbac
 (a bare starlette/uvicorn Responses-API answerer: a ``get_weather`` function call on the first
 turn, a message on the second; the same process serves both systems). Each system is started
 with its own ``ng_run`` and driven by its own ``ng_collect_rollouts`` on ``--rows`` rows of NeMo
-Gym's example_single_tool_call data; runs alternate between the systems (ours, NeMo Gym, ours,
-...), and each number is the median of ``--repeats`` runs. Measured:
+Gym's example_single_tool_call data. The systems take turns: in each of ``--repeats`` rounds, one
+system is started, measured and stopped, then the other (so one stack's idle processes, such as
+Ray's polling daemons, never load the other's measurement); each number is the median over the
+rounds. Measured:
 
 - rollouts/s of ``ng_collect_rollouts`` at each ``--concurrency`` (``+num_samples_in_parallel``),
   over the window from its first to its last result row when the results file grows as rollouts
@@ -17,7 +19,8 @@ Gym's example_single_tool_call data; runs alternate between the systems (ours, N
 - ``/run`` latency p50/p99 at concurrency 1, posted by this script with a bare blocking
   ``http.client`` connection (the same driver for both);
 - start-up: from starting ``ng_run`` to every server (head included) answering ``GET /``;
-- RSS summed over the stack's processes after start-up and after the last high-concurrency run.
+- RSS summed over the stack's processes after start-up and after the last high-concurrency run,
+  and the CPU the idle stack burns (5 s after start-up).
 
 NeMo Gym runs from a copy of its source tree (``--nemo-gym-tree``, e.g. the 0.7.0 wheel unpacked
 and copied somewhere writable) with a venv holding its dependencies (``--nemo-gym-venv``): each
@@ -469,6 +472,52 @@ def load_rows(tree: Path | None) -> list[bytes]:
     return [line for line in source.read_bytes().splitlines() if line.strip()]
 
 
+def measure_round(
+    s: System,
+    policy_port: int,
+    work: Path,
+    input_path: Path,
+    warm_input: Path,
+    warm_rows: int,
+    rows: list[bytes],
+    args: argparse.Namespace,
+) -> None:
+    """Start ``s``, measure everything once, stop it."""
+    seconds = s.start(policy_port, work)
+    try:
+        time.sleep(1.0)  # let start-up work settle before reading memory
+        s.results["startup_s"].append(seconds)
+        s.results["rss_after_start_mib"].append(s.rss_mib())
+        before, started = s.cpu_snapshot(), time.perf_counter()
+        time.sleep(5.0)
+        after, idle_s = s.cpu_snapshot(), time.perf_counter() - started
+        idle = sum(v - before[pid] for pid, v in after.items() if pid in before) / idle_s * 100
+        s.results["idle_cpu_percent"].append(idle)
+        print(
+            f"{s.label}: start-up {seconds:.2f} s, RSS {s.rss_mib():.0f} MiB, idle CPU {idle:.1f}%",
+            flush=True,
+        )
+        lat = sorted(s.latency_c1(rows, args.latency_requests))
+        p50 = lat[len(lat) // 2] * 1000
+        p99 = lat[min(len(lat) - 1, int(len(lat) * 0.99))] * 1000
+        s.results["latency_p50_ms"].append(p50)
+        s.results["latency_p99_ms"].append(p99)
+        print(f"{s.label}: /run at c=1 p50 {p50:.2f} ms, p99 {p99:.2f} ms", flush=True)
+        s.collect(warm_input, warm_rows, 64, work)  # the collector path warmed up (pools, caches)
+        for concurrency in args.concurrency:
+            r = s.collect(input_path, args.rows, concurrency, work)
+            s.results["runs"].setdefault(str(concurrency), []).append(r)
+            print(
+                f"{s.label}: c={concurrency} {r['rollouts_per_s']:.1f} rollouts/s, "
+                f"{r['cpu_ms_per_rollout']:.2f} CPU ms/rollout (collector {r['collector_cpu_ms_per_rollout']:.2f}, "
+                f"stack {r['stack_cpu_ms_per_rollout']:.2f}; {r['window']}), mean reward {r['mean_reward']:.2f}",
+                flush=True,
+            )
+        s.results["rss_after_last_run_mib"].append(s.rss_mib())
+    finally:
+        s.stop()
+
+
 def median(values: list[float]) -> float:
     return statistics.median(values)
 
@@ -518,44 +567,22 @@ def main() -> None:
             time.sleep(0.05)
         for s in systems:
             s.results.update(
-                startup_s=[], rss_after_start_mib=[], latency_p50_ms=[], latency_p99_ms=[], runs={}
+                startup_s=[],
+                rss_after_start_mib=[],
+                rss_after_last_run_mib=[],
+                idle_cpu_percent=[],
+                latency_p50_ms=[],
+                latency_p99_ms=[],
+                runs={},
             )
-        # Start-up, alternating; the last start of each stays up for the rest.
-        for repeat in range(args.repeats):
-            for s in systems:
-                seconds = s.start(policy_port, work)
-                time.sleep(1.0)  # let start-up work settle before reading memory
-                s.results["startup_s"].append(seconds)
-                s.results["rss_after_start_mib"].append(s.rss_mib())
-                print(f"{s.label}: start-up {seconds:.2f} s, RSS {s.rss_mib():.0f} MiB", flush=True)
-                if repeat < args.repeats - 1:
-                    s.stop()
-        for _ in range(args.repeats):
-            for s in systems:
-                lat = sorted(s.latency_c1(rows, args.latency_requests))
-                p50 = lat[len(lat) // 2] * 1000
-                p99 = lat[min(len(lat) - 1, int(len(lat) * 0.99))] * 1000
-                s.results["latency_p50_ms"].append(p50)
-                s.results["latency_p99_ms"].append(p99)
-                print(f"{s.label}: /run at c=1 p50 {p50:.2f} ms, p99 {p99:.2f} ms", flush=True)
         warm_rows = min(args.rows, 200)
         warm_input = work / "warm_up.jsonl"
         warm_input.write_bytes(b"".join(rows[i % len(rows)] + b"\n" for i in range(warm_rows)))
-        for s in systems:  # one short collection each first: imports, connection pools, JIT caches
-            s.collect(warm_input, warm_rows, 64, work)
+        # Rounds: in each, one system after the other is started, measured and stopped, so that
+        # one system's idle processes (Ray's daemons poll) do not load the other's measurement.
         for _ in range(args.repeats):
-            for concurrency in args.concurrency:
-                for s in systems:
-                    r = s.collect(input_path, args.rows, concurrency, work)
-                    s.results["runs"].setdefault(str(concurrency), []).append(r)
-                    print(
-                        f"{s.label}: c={concurrency} {r['rollouts_per_s']:.1f} rollouts/s, "
-                        f"{r['cpu_ms_per_rollout']:.2f} CPU ms/rollout (collector {r['collector_cpu_ms_per_rollout']:.2f}, "
-                        f"stack {r['stack_cpu_ms_per_rollout']:.2f}; {r['window']}), mean reward {r['mean_reward']:.2f}",
-                        flush=True,
-                    )
-        for s in systems:
-            s.results["rss_after_last_run_mib"] = s.rss_mib()
+            for s in systems:
+                measure_round(s, policy_port, work, input_path, warm_input, warm_rows, rows, args)
         failed = False
     finally:
         for s in systems:
@@ -574,7 +601,8 @@ def main() -> None:
         row = {
             "startup_s": median(r["startup_s"]),
             "rss_after_start_mib": median(r["rss_after_start_mib"]),
-            "rss_after_last_run_mib": r["rss_after_last_run_mib"],
+            "rss_after_last_run_mib": median(r["rss_after_last_run_mib"]),
+            "idle_cpu_percent": median(r["idle_cpu_percent"]),
             "latency_p50_ms": median(r["latency_p50_ms"]),
             "latency_p99_ms": median(r["latency_p99_ms"]),
         }
@@ -627,6 +655,7 @@ def main() -> None:
     line("start-up to all answering (s)", "startup_s", ".2f", False)
     line("RSS after start (MiB)", "rss_after_start_mib", ".0f", False)
     line(f"RSS after c={args.concurrency[-1]} (MiB)", "rss_after_last_run_mib", ".0f", False)
+    line("CPU of the idle stack (% of one core)", "idle_cpu_percent", ".1f", False)
     print("(policy server's CPU and memory not counted)")
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n")
