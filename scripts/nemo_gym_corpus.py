@@ -4,7 +4,7 @@ The ``nemo-gym`` wheel on the package index ships NeMo Gym's resources servers, 
 adapters. This script fetches that wheel with ``pip download`` (never installs it: its
 ``nemo_gym`` package would shadow ours), unpacks it into a cache outside the repository, copies
 each folder into a scratch tree where ``resources_servers.<name>.app`` imports with *our*
-``nemo_gym``, installs what the folder's ``requirements.txt`` asks for that the current
+``nemo_gym``, installs what the folder's ``requirements.txt`` (or, without one, its ``pyproject.toml``) asks for that the current
 environment lacks (into a scratch virtual environment layered on the current one), imports the
 folder's ``app.py`` and runs the folder's own tests with pytest.
 
@@ -44,9 +44,9 @@ from nemo_gym.tools.env_pull import (
     GPU_REQUIREMENTS,
     KINDS,
     fetch_wheel,
+    folder_requirements,
     list_folders,
     pip_arguments,
-    read_requirements,
     requirement_name,
     unmet_requirements,
 )
@@ -90,10 +90,15 @@ NEEDS_RULES: dict[str, list[tuple[str, str]]] = {
         (r"\.(parquet|sqlite|db)[\"']", "reads a data file not shipped in the wheel"),
     ],
 }
+# A folder without requirements.txt declares its dependencies in pyproject.toml; of that file
+# only a dependency taken from a git repository (a uv source) says something here.
+PYPROJECT_RULES: dict[str, list[tuple[str, str]]] = {
+    "network": [(r"git\+https://|^\s*[\w.-]+\s*=\s*\{\s*git\s*=", "clones a repository")],
+}
 # Only what runs when the server starts or its tests run is scanned: its Python modules, tests
 # and requirements. Data-preparation scripts, configs (dataset lists for training) and data
 # files are not: a folder whose training data lives elsewhere can still pass its own tests.
-SCANNED_SUFFIXES = {".py", ".txt"}
+SCANNED_SUFFIXES = {".py", ".txt", ".toml"}
 UNSCANNED_DIRS = {"data", "configs", "scripts", ".venv", "__pycache__"}
 UNSCANNED_FILES = re.compile(
     r"^(prepare|create|generate|download|build|convert|make)[a-z0-9_]*\.py$|_prep[a-z_]*\.py$"
@@ -144,12 +149,14 @@ def classify_folder(folder: Path) -> dict[str, str]:
         rel = path.relative_to(folder)
         if path.suffix not in SCANNED_SUFFIXES or not path.is_file() or UNSCANNED_DIRS & set(rel.parts[:-1]):
             continue
-        if UNSCANNED_FILES.search(path.name) or (path.suffix == ".txt" and path.name != "requirements.txt"):
+        if UNSCANNED_FILES.search(path.name) or (
+            path.suffix in (".txt", ".toml") and path.name not in ("requirements.txt", "pyproject.toml")
+        ):
             continue
         if path.stat().st_size > 2_000_000:
             continue
         text = path.read_text(errors="replace")
-        for category, rules in NEEDS_RULES.items():
+        for category, rules in (PYPROJECT_RULES if path.name == "pyproject.toml" else NEEDS_RULES).items():
             if category in needs:
                 continue
             for pattern, reason in rules:
@@ -205,6 +212,9 @@ def prepare_scratch(wheel_root: Path, scratch: Path, folders: list[tuple[str, st
     for tree in SHARED_TREES:
         if (wheel_root / tree).is_dir() and not (scratch / tree).exists():
             shutil.copytree(wheel_root / tree, scratch / tree, ignore=ignore)
+            # A regular package, so that `benchmarks.<name>` is the wheel's and not this
+            # repository's `benchmarks` package further down sys.path.
+            (scratch / tree / "__init__.py").touch()
 
 
 def layered_venv(
@@ -305,10 +315,10 @@ def runtime_requirements(folder: Path, dependencies: dict[str, list[str]]) -> li
     folder's code imports (or, for a pytest plugin, names as a fixture) and that are not
     installed here at all. A dependency installed at another version is left alone: this
     package's own pins (openai, ...) win."""
-    text = (
-        (folder / "requirements.txt").read_text(errors="replace")
-        if (folder / "requirements.txt").exists()
-        else ""
+    text = "\n".join(
+        (folder / name).read_text(errors="replace")
+        for name in ("requirements.txt", "pyproject.toml")
+        if (folder / name).exists()
     )
     extras = {e.strip() for m in re.finditer(r"nemo[-_]gym\[([^\]]*)\]", text) for e in m.group(1).split(",")}
     candidates = [r for extra in ("", *sorted(extras)) for r in dependencies.get(extra, [])] + TRANSITIVE
@@ -431,9 +441,7 @@ def run_folder(
     python = base_python
     provided = {requirement_name(r) for r in opts.base_requirements}
     missing = [
-        r
-        for r in unmet_requirements(read_requirements(folder / "requirements.txt"))
-        if requirement_name(r) not in provided
+        r for r in unmet_requirements(folder_requirements(folder)) if requirement_name(r) not in provided
     ]
     result.requirements_missing = missing
     if missing:

@@ -8,7 +8,10 @@ Every folder gets a row; every folder that does not pass gets a reason, in one o
   a ``git clone``, a dataset download, CUDA);
 - ``requirement not installable here``: pip could not install what its requirements.txt lists
   (a git URL, a package with no wheel for this Python, a GPU stack);
-- ``unlisted dependency``: it imports a third-party module its requirements.txt does not name;
+- ``unlisted dependency``: it imports a third-party module its requirements (``requirements.txt``,
+  else ``pyproject.toml``) do not name;
+- ``needs NeMo Gym's repository``: a test reads a file of NeMo Gym's git repository that the wheel
+  does not ship (its ``fern/`` or ``docs/`` pages);
 - ``gap``: it needs a ``nemo_gym`` name or behaviour this package lacks (the error names it);
 - ``own test failure``: it imports and runs, and some of its tests fail for another reason
   (the first failure is shown);
@@ -31,6 +34,8 @@ NETWORK_SIGNS = re.compile(
     r"ConnectionRefusedError|api key|API_KEY",
     re.I,
 )
+# A relative path under NeMo Gym's documentation trees: in its git repository, never in the wheel.
+REPOSITORY_FILE = re.compile(r"No such file or directory: '((?:fern|docs)/[^']+)'")
 GPU_SIGNS = re.compile(r"CUDA|cuda|vllm|No module named 'torch'|nvidia", re.I)
 
 
@@ -60,7 +65,12 @@ def classify(folder: dict[str, Any]) -> tuple[str, str]:
         )
         if listed:
             return "requirement not installable here", f"{module} ({install})"
-        return "unlisted dependency", f"imports {module}, which its requirements.txt does not list"
+        return "unlisted dependency", f"imports {module}, which its requirements do not list"
+    if repository_file := REPOSITORY_FILE.search(error):
+        return (
+            "needs NeMo Gym's repository",
+            f"reads {repository_file.group(1)}, which the wheel does not ship",
+        )
     if "nemo_gym" in error or "cannot import name" in error:
         return "gap", error
     if "nemo_gym" in error or not folder["imports"]:

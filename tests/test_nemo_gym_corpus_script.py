@@ -106,3 +106,53 @@ def test_corpus_script_list_and_selection(tmp_path: Path) -> None:
         [*base, "--folders", "nope"], capture_output=True, text=True, timeout=60, env=env
     )
     assert unknown.returncode != 0 and "unknown folder(s) in --folders: nope" in unknown.stderr
+
+
+def test_pyproject_requirements_shared_trees_and_repository_files(tmp_path: Path) -> None:
+    """A folder with only a pyproject.toml (NeMo Gym's code_fim): its git-sourced dependency is
+    what it needs (and makes it need the network); the wheel's `benchmarks/` tree is the one its
+    tests import, not this repository's `benchmarks` package."""
+    wheel = tmp_path / "wheel"
+    folder = wheel / "resources_servers" / "fim_env"
+    (folder / "tests").mkdir(parents=True)
+    (folder / "app.py").write_text("X = 1\n")
+    (folder / "pyproject.toml").write_text(
+        '[project]\nname = "fim"\ndependencies = ["nemo-gym[dev]", "human-eval-infilling", "json-repair==0.53.0"]\n'
+        '[tool.uv]\ntorch-backend = "cpu"\n'
+        '[tool.uv.sources]\nnemo-gym = { path = "../..", editable = true }\n'
+        'human-eval-infilling = { git = "https://github.com/example/human-eval-infilling.git" }\n'
+    )
+    (folder / "tests" / "test_app.py").write_text(
+        "from benchmarks.wheel_only.prepare import ANSWER\n\ndef test_shared_tree():\n    assert ANSWER == 42\n"
+    )
+    (wheel / "benchmarks" / "wheel_only").mkdir(parents=True)
+    (wheel / "benchmarks" / "wheel_only" / "prepare.py").write_text("ANSWER = 42\n")
+    out_json = tmp_path / "out.json"
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--wheel-dir", str(wheel), "--cache-dir", str(tmp_path / "cache"),
+         "--install", "none", "--timeout", "60", "--jobs", "1", "--json", str(out_json)],
+        capture_output=True, text=True, timeout=120, env=env,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    (result,) = json.loads(out_json.read_text())["folders"]
+    assert result["passes"], result["first_failure"]
+    assert result["needs"] == {"network": "clones a repository (pyproject.toml)"}
+    missing = result["requirements_missing"]
+    assert "human-eval-infilling @ git+https://github.com/example/human-eval-infilling.git" in missing
+    assert not any(r.startswith(("nemo-gym", "-e")) for r in missing)
+
+    sys.path.insert(0, str(REPO / "scripts"))
+    try:
+        from nemo_gym_corpus_report import classify
+    finally:
+        sys.path.remove(str(REPO / "scripts"))
+    docs_failure = {
+        "imports": True, "import_error": "", "needs": {}, "install": "none needed", "pytest_exit": 1,
+        "first_failure": "test_documented_tool_count_matches_get_tools: FileNotFoundError: [Errno 2] No such file "
+        "or directory: 'fern/versions/latest/pages/evaluation/environment-list.mdx'",
+    }  # fmt: skip
+    assert classify(docs_failure) == (
+        "needs NeMo Gym's repository",
+        "reads fern/versions/latest/pages/evaluation/environment-list.mdx, which the wheel does not ship",
+    )

@@ -6,6 +6,7 @@
 """
 
 from nemo_gym.sandbox.api import AsyncSandbox, Sandbox, SandboxPty
+from nemo_gym.sandbox.compose import AsyncSandboxCompose
 from nemo_gym.sandbox.config import resolve_provider_config, resolve_provider_metadata
 from nemo_gym.sandbox.lifecycle import sandbox_counts
 from nemo_gym.sandbox.providers import (
@@ -40,6 +41,7 @@ from nemo_gym.sandbox.utils import rewrite_image
 
 __all__ = [
     "AsyncSandbox",
+    "AsyncSandboxCompose",
     "ConnectableProvider",
     "ExecResult",
     "Sandbox",

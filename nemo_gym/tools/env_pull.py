@@ -169,6 +169,48 @@ def read_requirements(path: Path) -> list[str]:
     return out
 
 
+def read_pyproject_requirements(path: Path) -> list[str]:
+    """The third-party dependencies a folder's ``pyproject.toml`` declares (``[project]
+    dependencies``), with its uv sources applied: a ``git`` source becomes ``name @
+    git+URL[@rev]``, a ``url`` source ``name @ URL``, a ``path`` source the absolute path
+    (``-e`` when editable). NeMo Gym's self-reference is dropped, as in :func:`read_requirements`."""
+    import tomllib
+
+    if not path.is_file():
+        return []
+    data = tomllib.loads(path.read_text(errors="replace"))
+    sources = {
+        requirement_name(k): v
+        for k, v in ((data.get("tool") or {}).get("uv") or {}).get("sources", {}).items()
+    }
+    out = []
+    for dep in (data.get("project") or {}).get("dependencies") or []:
+        name = requirement_name(dep)
+        if re.match(r"nemo[-_]gym\b", dep, re.I):
+            continue
+        source = sources.get(name) or {}
+        if source.get("git"):
+            ref = source.get("rev") or source.get("tag") or source.get("branch")
+            out.append(f"{name} @ git+{source['git']}" + (f"@{ref}" if ref else ""))
+        elif source.get("url"):
+            out.append(f"{name} @ {source['url']}")
+        elif source.get("path"):
+            target = (path.parent / source["path"]).resolve()
+            if target.is_dir() and not (target / "nemo_gym").is_dir():
+                out.append(("-e " if source.get("editable") else "") + str(target))
+        else:
+            out.append(dep)
+    return out
+
+
+def folder_requirements(folder: Path) -> list[str]:
+    """What a folder needs installed: its ``requirements.txt`` when it has one, else what its
+    ``pyproject.toml`` declares (some NeMo Gym folders, e.g. ``code_fim``, have only that)."""
+    if (folder / "requirements.txt").is_file():
+        return read_requirements(folder / "requirements.txt")
+    return read_pyproject_requirements(folder / "pyproject.toml")
+
+
 def pip_arguments(reqs: list[str]) -> list[str]:
     """``reqs`` as pip command-line arguments (``-e PATH`` split in two)."""
     args: list[str] = []
@@ -300,7 +342,7 @@ def pull_environment(
     target.parent.mkdir(parents=True, exist_ok=True)
     shutil.copytree(source, target, ignore=shutil.ignore_patterns(".venv", "__pycache__", "*.pyc"))
 
-    missing = unmet_requirements(read_requirements(target / "requirements.txt"))
+    missing = unmet_requirements(folder_requirements(target))
     gpu = [r for r in missing if requirement_name(r) in GPU_REQUIREMENTS and not install_gpu_requirements]
     to_install = [r for r in missing if r not in gpu] if install else []
     if to_install:
