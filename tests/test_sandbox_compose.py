@@ -80,7 +80,9 @@ async def test_services_start_in_order_with_health_and_completion(tmp_path: Path
         assert (await db.exec("test -f /tmp/ready")).return_code == 0
         runtime = f"/tmp/{compose.project}"
         migrate = compose.services["migrate"]
-        assert (await migrate.exec(f"cat {runtime}/migrate/exit; cat {runtime}/migrate/log")).stdout == "0migrated\n"
+        assert (
+            await migrate.exec(f"cat {runtime}/migrate/exit; cat {runtime}/migrate/log")
+        ).stdout == "0migrated\n"
         app = compose.services["app"]
         for _ in range(100):
             url = await app.exec("cat url.txt 2>/dev/null")
@@ -88,8 +90,14 @@ async def test_services_start_in_order_with_health_and_completion(tmp_path: Path
                 break
         assert url.stdout == "postgres://u:p@127.0.0.1:5432/x\n"  # the service name became its address
         tables = list(provider.hosts.values())
-        assert tables and all(t == {"app": "127.0.0.1", "migrate": "127.0.0.1", "db": "127.0.0.1", "database": "127.0.0.1"} for t in tables)
-        assert db._spec.metadata["role"] == "db" and db._spec.metadata["nemo_gym.compose.project"] == compose.project
+        assert tables and all(
+            t == {"app": "127.0.0.1", "migrate": "127.0.0.1", "db": "127.0.0.1", "database": "127.0.0.1"}
+            for t in tables
+        )
+        assert (
+            db._spec.metadata["role"] == "db"
+            and db._spec.metadata["nemo_gym.compose.project"] == compose.project
+        )
     assert time.monotonic() - started < 30
     assert all(box._closed for box in compose.services.values())
 
@@ -105,7 +113,9 @@ async def test_a_failing_dependency_stops_everything(tmp_path: Path) -> None:
             },
         }
     }
-    compose = AsyncSandboxCompose(NetworkedLocal(default_timeout_s=60), _write(tmp_path, document), poll_interval_s=0.05)
+    compose = AsyncSandboxCompose(
+        NetworkedLocal(default_timeout_s=60), _write(tmp_path, document), poll_interval_s=0.05
+    )
     with pytest.raises(RuntimeError, match=r"'job' exited with status 4: broken"):
         await compose.start()
     # Every sandbox starts first, then commands in order: web's command never ran, all are stopped.
@@ -125,7 +135,9 @@ async def test_an_unhealthy_service_fails_after_its_retries(tmp_path: Path) -> N
         }
     }
     # One service needs no network capability: the plain local provider will do.
-    compose = AsyncSandboxCompose({"local": {"default_timeout_s": 60}}, _write(tmp_path, document), poll_interval_s=0.05)
+    compose = AsyncSandboxCompose(
+        {"local": {"default_timeout_s": 60}}, _write(tmp_path, document), poll_interval_s=0.05
+    )
     with pytest.raises(RuntimeError, match="'svc' is unhealthy after 2 checks"):
         await compose.start()
     assert compose.services["svc"]._closed
@@ -161,6 +173,10 @@ async def test_what_cannot_be_honoured_is_refused_before_anything_starts(
 
 
 def test_compose_durations() -> None:
-    assert compose_duration_s("1m30s") == 90 and compose_duration_s("500ms") == 0.5 and compose_duration_s(2) == 2.0
+    assert (
+        compose_duration_s("1m30s") == 90
+        and compose_duration_s("500ms") == 0.5
+        and compose_duration_s(2) == 2.0
+    )
     with pytest.raises(ValueError, match="not a Compose duration"):
         compose_duration_s("5 minutes")
