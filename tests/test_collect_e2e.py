@@ -57,6 +57,9 @@ def test_ng_collect_rollouts_with_every_argument(tmp_path: Path, capsys):
     prompt = tmp_path / "prompt.yaml"
     prompt.write_text("system: Answer briefly.\nuser: What is the weather in {city}?\n")
     out = tmp_path / "results" / "weather.jsonl"
+    skill = tmp_path / "skills" / "weather"
+    skill.mkdir(parents=True)
+    (skill / "SKILL.md").write_text("---\nname: weather\ndescription: Look the weather up.\n---\n")
     with running_stack(CONFIGS, [SEED_SCRIPT]) as stack:
         code = run_command(
             ng_collect_rollouts,
@@ -76,6 +79,7 @@ def test_ng_collect_rollouts_with_every_argument(tmp_path: Path, capsys):
                 "+strict=false",
                 "+rollout_timeout_s=30",
                 "+max_attempts=2",
+                f"+skills.path={skill.parent}",
             ],
         )
     assert code == 0
@@ -97,6 +101,11 @@ def test_ng_collect_rollouts_with_every_argument(tmp_path: Path, capsys):
             == f'seed={{"seed": {result["_ng_rollout_index"]}}} t=What is the weather in {result["city"]}?'
         )
         assert result["reward"] == 1.0 and result["agent_ref"]["name"] == AGENT
+        # The run's skills reach the agent (and come back) on every row.
+        assert result["skills_ref"]["path"] == str(skill.parent) and len(result["skills_ref"]["hash"]) == 12
+        assert result["skills_ref"]["skills"] == [
+            {"name": "weather", "description": "Look the weather up.", "version": None}
+        ]
     paths = CollectionPaths.for_output(out)
     assert len(read_jsonl(paths.materialized_inputs)) == 10
     (failure,) = read_jsonl(paths.failures)

@@ -301,3 +301,19 @@ async def test_raise_for_status_reads_the_body_stream() -> None:
             assert json.loads(caught.value.response_content) == {"error": "judge offline"}  # type: ignore[attr-defined]
     finally:
         await runner.cleanup()
+
+
+def test_a_bad_skills_path_is_a_config_error(tmp_path: Path) -> None:
+    from nemo_gym.collection.settings import RolloutCollectionConfig
+    from nemo_gym.launch.config import ConfigError
+
+    config = RolloutCollectionConfig.model_validate(
+        {
+            "input_jsonl_fpath": "in.jsonl",
+            "output_jsonl_fpath": str(tmp_path / "out.jsonl"),
+            "agent_name": "a",
+            "skills": {"path": str(tmp_path / "nope")},
+        }
+    )
+    with pytest.raises(ConfigError, match=r"\+skills.path: .*does not exist"):
+        config.row_materializer()

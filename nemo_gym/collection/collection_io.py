@@ -43,6 +43,7 @@ FAILURE_CLASS_KEY = "_ng_failure_class"
 ERROR_KEY = "_ng_error"
 INPUT_LINE_KEY = "_ng_input_line"
 AGENT_REF_KEY = "agent_ref"
+SKILLS_REF_KEY = "skills_ref"
 AGENT_KIND = "responses_api_agents"
 MALFORMED_INPUT = "malformed_input"
 # Rollout keys pack (task, rollout) into one int: cheap to hold a million of them in a set.
@@ -162,6 +163,8 @@ class RowMaterializer:
     add_seed: bool = False
     responses_create_params: Mapping[str, Any] = field(default_factory=dict)
     prompt: PromptConfig | None = None
+    # The run's skills (+skills.path), stamped on every row for the agent (NeMo Gym's skills_ref).
+    skills_ref: Mapping[str, Any] | None = None
 
     def repeats_for(self, agent: str) -> int:
         """Rollouts per task for ``agent`` (a map's ``_default``, else 1, for unlisted agents)."""
@@ -201,6 +204,8 @@ class RowMaterializer:
         }
         for key in (TASK_INDEX_KEY, ROLLOUT_INDEX_KEY, ATTEMPT_INDEX_KEY):
             prepared.pop(key, None)  # the collector assigns these
+        if self.skills_ref is not None:
+            prepared[SKILLS_REF_KEY] = dict(self.skills_ref)
         return prepared
 
     def expand(

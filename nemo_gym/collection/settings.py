@@ -15,6 +15,7 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from nemo_gym.agents.skills import SkillsConfig, load_skill_directory
 from nemo_gym.collection.collection_io import CollectionPaths, PromptConfig, RowMaterializer
 from nemo_gym.launch.config import ConfigError
 
@@ -108,6 +109,10 @@ class RolloutCollectionConfig(SharedRolloutCollectionConfig):
     num_repeats_add_seed: bool = False
     resume_from_cache: bool = False
     prompt_config: str | None = None
+    skills: SkillsConfig | None = Field(
+        default=None,
+        description="A folder of agent skills (skills.path) for this run: every row carries its skills_ref.",
+    )
     strict: bool = False
     rollout_timeout_s: float | None = Field(default=None, gt=0)
     max_failure_ratio: float = Field(default=DEFAULT_MAX_FAILURE_RATIO, ge=0, le=1)
@@ -145,7 +150,16 @@ class RolloutCollectionConfig(SharedRolloutCollectionConfig):
             add_seed=self.num_repeats_add_seed,
             responses_create_params=self.responses_create_params,
             prompt=PromptConfig.load(self.prompt_config) if self.prompt_config else None,
+            skills_ref=self._skills_ref(),
         )
+
+    def _skills_ref(self) -> dict[str, Any] | None:
+        if self.skills is None:
+            return None
+        try:
+            return load_skill_directory(self.skills.path).model_dump()
+        except ValueError as exc:
+            raise ConfigError(f"+skills.path: {exc}") from exc
 
 
 class E2ERolloutCollectionConfig(SharedRolloutCollectionConfig):
