@@ -31,6 +31,7 @@ from nemo_gym.base_responses_api_model import (
     read_model_call_records,
 )
 from nemo_gym.config_types import ROLLOUT_PATH_PREFIX, ModelServerRef
+from nemo_gym.server_utils import ServerClient
 from nemo_gym.testing import SyncClient
 from nemo_gym.token_id_capture import TokenIdCaptureUnavailable, current_capture_context
 
@@ -124,8 +125,6 @@ def adapter(tmp_path_factory: pytest.TempPathFactory):
 def build(canned_app, global_config: dict):
     from unittest.mock import MagicMock
 
-    from nemo_gym.server_utils import ServerClient
-
     client = MagicMock(spec=ServerClient, global_config_dict=global_config)
     return canned_app.CannedModel(config={"name": "canned_model"}, server_client=client)
 
@@ -197,9 +196,17 @@ def test_served_by_a_real_process_the_outer_prefix_strip_keeps_the_rollout(
     )
     try:
         assert proc.stdout is not None
-        url = f"http://127.0.0.1:{int(proc.stdout.readline())}"
+        port = int(proc.stdout.readline())
+        url = f"http://127.0.0.1:{port}"
         with SyncClient() as client:
             client.wait_healthy(url, timeout_s=30)
+            # NeMo Gym's blocking liveness poll, which its proxy adapters wait on.
+            peers = ServerClient(
+                global_config_dict={
+                    "canned": {"responses_api_models": {"c": {"host": "127.0.0.1", "port": port}}}
+                }
+            )
+            assert peers.poll_for_status("canned") == "success"
             status, body = client.post(url + "/ng-rollout/r-7/v1/responses", {"input": "hi"})
             assert status == 200 and body["id"] == "resp_1"
             status, body = client.post(url + "/ng-rollout/r-7/v1/responses", {"input": 5})
@@ -208,6 +215,7 @@ def test_served_by_a_real_process_the_outer_prefix_strip_keeps_the_rollout(
     finally:
         proc.terminate()
         proc.wait(10)
+    assert peers.poll_for_status("canned", timeout_seconds=2) == "connection_error"
     calls = read_model_call_records(CaptureStore(tmp_path), "r-7")
     assert [(c.dialect, c.status_code) for c in calls] == [("responses", 200), ("responses", 422)]
 

@@ -160,6 +160,33 @@ class NeMoGymServerClient(ServerClient):
         config = OmegaConf.create(yaml.safe_load(text) or {})
         return cls(head_server_config=head_server_config, global_config_dict=config, head_url=base)
 
+    def poll_for_status(self, server_name: str, *, timeout_seconds: float = 5) -> str:
+        """Whether a configured server answers at all: ``success``, ``connection_error``,
+        ``timeout`` or ``unknown_error`` (NeMo Gym's values; any HTTP answer counts as up).
+
+        Blocking (NeMo Gym's adapters call it from ``setup_webserver`` while waiting for a peer).
+        """
+        import urllib.error
+        import urllib.request
+
+        block = self.global_config_dict[server_name]
+        if server_name != "head_server":  # instance name -> kind -> implementation -> fields
+            block = next(iter(next(iter(block.values())).values()))
+        url = self._build_server_base_url(block) + "/"
+        try:
+            urllib.request.urlopen(
+                urllib.request.Request(url, headers=auth_headers()), timeout=timeout_seconds
+            )  # noqa: S310
+        except urllib.error.HTTPError:
+            return "success"  # an answer, whatever its status: the server is up
+        except TimeoutError:
+            return "timeout"
+        except urllib.error.URLError as exc:
+            return "timeout" if isinstance(exc.reason, TimeoutError) else "connection_error"
+        except Exception:  # noqa: BLE001 - NeMo Gym's catch-all status
+            return "unknown_error"
+        return "success"
+
     def _build_server_base_url(self, server_config_dict: Any) -> str:
         """``http://host:port`` of one server instance's config block (attributes or keys)."""
         if isinstance(server_config_dict, Mapping):
