@@ -12,11 +12,11 @@ types. It needs no ``anthropic`` package. New ids use this module's ``uuid4``.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 from uuid import uuid4
 
-import orjson
 from pydantic import BaseModel
 
 from nemo_gym.models.anthropic_messages import (
@@ -103,4 +103,4 @@ class AnthropicConverter:
 
     def _sse_event(self, event_type: str, data: dict[str, Any]) -> str:
         """One server-sent event: ``event:`` and ``data:`` lines."""
-        return f"event: {event_type}\ndata: {orjson.dumps(data).decode()}\n\n"
+        return f"event: {event_type}\ndata: {json.dumps(data)}\n\n"

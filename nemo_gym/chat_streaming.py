@@ -11,10 +11,9 @@ the client asked for it).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
-
-import orjson
 
 from nemo_gym.models.stream_requests import CHAT_REQUEST_FIELDS, sanitize_chat_body
 from nemo_gym.models.streaming import chat_completion_chunks
@@ -42,5 +41,5 @@ def synthesize_chat_completion_sse(completion: dict[str, Any], include_usage: bo
     """
     with_usage = include_usage and completion.get("usage") is not None
     for chunk in chat_completion_chunks(completion, include_usage=with_usage):
-        yield f"data: {orjson.dumps(chunk, option=orjson.OPT_SERIALIZE_NUMPY).decode()}\n\n"
+        yield f"data: {json.dumps(chunk)}\n\n"
     yield "data: [DONE]\n\n"

@@ -44,7 +44,7 @@ from openai.types.responses import (
 from openai.types.responses.response_output_item import McpCall
 from openai.types.responses.response_reasoning_item import Summary
 from openai.types.responses.response_usage import InputTokensDetails, OutputTokensDetails
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag, field_validator
 from typing_extensions import TypedDict
 
 from nemo_gym.models.openai_client import (
@@ -150,10 +150,20 @@ class NeMoGymSummary(Summary):
 
 
 class NeMoGymResponseReasoningItem(ResponseReasoningItem):
-    """A reasoning item (``summary`` a list, ``type`` defaulted)."""
+    """A reasoning item (``summary`` a list, ``type`` defaulted, no ``status``).
+
+    A ``status`` given is dropped, as NeMo Gym does: OpenAI refuses a status on a reasoning
+    item sent back in the next request's input.
+    """
 
     summary: list[NeMoGymSummary]  # type: ignore[assignment]
     type: Literal["reasoning"] = "reasoning"
+    status: None = Field(default=None, exclude=True)  # type: ignore[assignment]
+
+    @field_validator("status", mode="before")
+    @classmethod
+    def _drop_status(cls, value: Any) -> None:
+        return None
 
 
 class NeMoGymResponseOutputText(ResponseOutputText):
@@ -183,10 +193,18 @@ class NeMoGymResponseOutputMessage(ResponseOutputMessage):
     type: Literal["message"] = "message"
 
 
+def _part_dict(value: Any) -> Any:
+    # Parts may be given as models (NeMoGymResponseInputText(...)); they are kept as dicts.
+    return value.model_dump(exclude_none=True) if isinstance(value, BaseModel) else value
+
+
+_Part = Annotated[dict[str, Any], BeforeValidator(_part_dict)]
+
+
 class NeMoGymEasyInputMessage(EasyInputMessage):
     """A message in a request's input: ``content`` a string or a list of input parts."""
 
-    content: str | list[dict[str, Any]]  # type: ignore[assignment]
+    content: str | list[_Part]  # type: ignore[assignment]
     type: Literal["message"] = "message"  # type: ignore[assignment]
 
 
@@ -195,7 +213,7 @@ class NeMoGymMessage(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
-    content: list[dict[str, Any]]
+    content: list[_Part]
     role: Literal["user", "system", "developer"]
     status: _STATUS = "completed"
     type: Literal["message"] = "message"
@@ -207,7 +225,7 @@ class NeMoGymFunctionCallOutput(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     call_id: str
-    output: str | list[dict[str, Any]]
+    output: str | list[_Part]
     type: Literal["function_call_output"] = "function_call_output"
     id: str | None = None
     status: _STATUS | None = None

@@ -11,11 +11,10 @@ names flattened calls back and sends the full event sequence (:mod:`nemo_gym.mod
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 from uuid import uuid4
-
-import orjson
 
 from nemo_gym.models.stream_requests import (
     NAMESPACE_TOOL_DELIMITER,
@@ -64,8 +63,7 @@ def restore_namespace_tool_calls(items: list[Any], ns_map: NamespaceMap) -> list
 
 
 def _sse(event: dict[str, Any]) -> str:
-    data = orjson.dumps(event, option=orjson.OPT_SERIALIZE_NUMPY).decode()
-    return f"event: {event['type']}\ndata: {data}\n\n"
+    return f"event: {event['type']}\ndata: {json.dumps(event)}\n\n"
 
 
 def synthesize_responses_sse(

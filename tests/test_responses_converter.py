@@ -510,3 +510,18 @@ def test_what_nemo_gym_agents_read_from_the_request_and_usage_types() -> None:
     assert total.input_tokens_details.cached_tokens is None  # unknown in one: unknown in the sum
     assert total.output_tokens_details.reasoning_tokens == 1
     assert NeMoGymResponseUsage.sum_from_list([]).total_tokens == 0
+
+
+def test_text_parts_stay_parts_and_part_models_validate() -> None:
+    from nemo_gym.openai_utils import NeMoGymEasyInputMessage, NeMoGymResponseInputText
+
+    converter = ResponsesConverter(return_token_id_information=False)
+    chat = converter.responses_to_chat_completion_create_params({"input": "hello"})
+    assert chat.messages == [{"role": "user", "content": [{"type": "text", "text": "hello"}]}]
+    message = NeMoGymEasyInputMessage(
+        role="user", content=[NeMoGymResponseInputText(text="a"), {"type": "input_text", "text": "b"}]
+    )
+    chat = converter.responses_to_chat_completion_create_params({"input": [message.model_dump()]})
+    assert chat.messages[0]["content"] == [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]
+    # a reasoning item's status is dropped (OpenAI refuses it on a replayed item)
+    assert "status" not in NeMoGymResponseReasoningItem(id="rs", summary=[], status="completed").model_dump()

@@ -61,6 +61,7 @@ def responses_to_chat_request(
     think_tags: bool = True,
     limit_mm_per_prompt: Mapping[str, int] | None = None,
     fold_system: bool = False,
+    text_parts: bool = False,
 ) -> dict[str, Any]:
     """Convert Responses create-params into a Chat Completions request.
 
@@ -74,7 +75,8 @@ def responses_to_chat_request(
     system/developer messages that open the input join ``instructions`` in one leading system
     message (many chat templates take a single system message, first). Chat-shaped input
     (``tool`` messages, assistant messages with ``tool_calls``) is taken as the Responses items it
-    stands for. Raises ``ValueError`` naming the offending item, part or tool
+    stands for. With ``text_parts``, content given as a list of parts (or a string ``input``) stays
+    a list of chat text parts rather than joining into one string. Raises ``ValueError`` naming the offending item, part or tool
     (:class:`~nemo_gym.models.chat_tools.ConversionUnsupported` for what chat cannot express).
     """
     if "input" not in params or params["input"] is None:
@@ -84,9 +86,11 @@ def responses_to_chat_request(
         messages.append({"role": "system", "content": params["instructions"]})
     raw_input = params["input"]
     if isinstance(raw_input, str):
-        messages.append({"role": "user", "content": raw_input})
+        content: Any = [{"type": "text", "text": raw_input}] if text_parts else raw_input
+        messages.append({"role": "user", "content": content})
     else:
-        messages.extend(_input_items_to_messages(raw_input, think_tags, MediaLimits(limit_mm_per_prompt)))
+        media = MediaLimits(limit_mm_per_prompt)
+        messages.extend(_input_items_to_messages(raw_input, think_tags, media, text_parts))
     if fold_system and params.get("instructions"):
         texts = [messages.pop(0)["content"]]
         while messages and messages[0]["role"] in ("system", "developer"):
@@ -160,7 +164,7 @@ class _AssistantTurn:
 
 
 def _input_items_to_messages(
-    items: list[dict[str, Any]], think_tags: bool, media: MediaLimits
+    items: list[dict[str, Any]], think_tags: bool, media: MediaLimits, text_parts: bool = False
 ) -> list[dict[str, Any]]:
     messages: list[dict[str, Any]] = []
     turn: _AssistantTurn | None = None
@@ -173,11 +177,14 @@ def _input_items_to_messages(
             turn = None
         if kind == "function_call_output":
             # A tool may answer with images (a screenshot): they ride in the tool message as parts.
-            content = _content_of(item["output"], where, media)
+            content = _content_of(item["output"], where, media, text_parts)
             messages.append({"role": "tool", "tool_call_id": item["call_id"], "content": content})
         elif not from_model:
             messages.append(
-                {"role": item["role"], "content": _content_of(item.get("content") or "", where, media)}
+                {
+                    "role": item["role"],
+                    "content": _content_of(item.get("content") or "", where, media, text_parts),
+                }
             )
         else:
             turn = turn or _AssistantTurn()
@@ -259,9 +266,10 @@ def _text_of(content: Any, where: str) -> str:
     return "".join(texts)
 
 
-def _content_of(content: Any, where: str, media: MediaLimits) -> Any:
+def _content_of(content: Any, where: str, media: MediaLimits, text_parts: bool = False) -> Any:
     """A user/system message's content: its text, or Chat parts when it holds images, files or videos."""
-    if not isinstance(content, list) or not any(isinstance(p, dict) and media_kind(p) for p in content):
+    has_media = isinstance(content, list) and any(isinstance(p, dict) and media_kind(p) for p in content)
+    if not isinstance(content, list) or not (has_media or text_parts):
         return _text_of(content, where)
     parts: list[dict[str, Any]] = []
     for index, part in enumerate(content):

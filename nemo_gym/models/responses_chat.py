@@ -9,8 +9,8 @@ environments and model adapters import) stays a thin layer of pydantic validatio
   request fields the conversion does not name (``metadata``, ``seed``, ``chat_template_kwargs``,
   ...) pass through to the chat request; ``instructions`` and the system/developer messages that
   open the input become one system message;
-- a function call's item ``id`` is its ``call_id`` (NeMo Gym replays them as one), and a
-  reasoning item has no ``status``;
+- content given as parts stays a list of chat parts (a string ``input`` becomes one text part);
+- a function call's item ``id`` is its ``call_id`` (NeMo Gym replays them as one);
 - the response echoes the request's settings, takes its ``model``, and leaves token counts the
   engine did not report as ``None`` rather than 0;
 - :func:`split_input_output_items` cuts a trajectory where the model's own items begin.
@@ -123,7 +123,7 @@ def responses_params_to_chat_params(
     unsupported = sorted(key for key, value in reasoning.items() if key != "effort" and value is not None)
     if unsupported:
         raise ConversionUnsupported(f"reasoning field(s) {unsupported} have no Chat Completions form")
-    request = responses_to_chat_request(params, think_tags=think_tags, fold_system=True)
+    request = responses_to_chat_request(params, think_tags=think_tags, fold_system=True, text_parts=True)
     if not token_ids:
         for message in request["messages"]:
             for key in (*TOKEN_ID_FIELDS, ROUTED_EXPERTS_FIELD):
@@ -146,9 +146,6 @@ def assistant_message_to_output_items(
     for item in items:
         if item["type"] == "function_call":
             item["id"] = item["call_id"]
-        elif item["type"] == "reasoning":
-            # NeMo Gym's reasoning items carry no status: OpenAI refuses one on a replayed item.
-            del item["status"]
     fields = token_fields_of(message, "assistant message") if token_ids else None
     if fields is not None:
         if message.get(ROUTED_EXPERTS_FIELD) is not None:
