@@ -331,3 +331,21 @@ def test_nemo_gym_adapter_ingress_refuses_fields_openai_does_not_define(adapter)
             client.post("/v1/responses", json={"input": "hi", "required_prefix_token_ids": [1]}).status_code
             == 422
         )
+
+
+def test_nemo_gym_capture_components_load_but_refuse_use() -> None:
+    from nemo_gym.token_id_capture import InMemoryLineageStore, TokenCaptureStore, trajectories_from_source
+    from nemo_gym.token_id_capture.external_capture import VLLMWorkerCaptureHandler
+    from nemo_gym.token_id_capture.staging.records import CaptureAdmission
+
+    store = InMemoryLineageStore()  # NeMo Gym's tests build one at import: that must load
+    for use in (
+        lambda: store.index,
+        lambda: TokenCaptureStore("/tmp").freeze,
+        lambda: VLLMWorkerCaptureHandler().prepare_request,
+        trajectories_from_source,
+    ):
+        with pytest.raises(TokenIdCaptureUnavailable, match="return_token_id_information: true"):
+            use()
+    admission = CaptureAdmission(rollout_id="r", model_call_id="c", mode="token_in", prev_len=2)
+    assert admission.model_dump(mode="json")["required_prefix_token_ids"] == []

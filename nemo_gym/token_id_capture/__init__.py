@@ -8,7 +8,9 @@ rebuild the rollout from it. nemo_gym carries token IDs on the response items in
 ledger itself is not implemented here: the config block is read and a run that turns capture on
 is refused at start with that explanation, never silently ignored. What model adapters call on
 every request works: :func:`current_capture_context` is None (no call is being captured), and
-the capture hooks of the model base do nothing.
+the capture hooks of the model base do nothing. NeMo Gym's capture components (lineage and token
+stores, staging handlers, engine adapters) exist by name, so code that imports them loads; any
+use of one raises :class:`TokenIdCaptureUnavailable` with the same explanation.
 """
 
 from nemo_gym.token_id_capture.config import (
@@ -18,7 +20,10 @@ from nemo_gym.token_id_capture.config import (
     TokenIdCaptureUnavailable,
     token_id_capture_config,
 )
-from nemo_gym.token_id_capture.records import UNCOMMITTED_CALL_REASON
+from nemo_gym.token_id_capture.consumer import trajectories_from_source
+from nemo_gym.token_id_capture.lineage import FileLineageStore, InMemoryLineageStore
+from nemo_gym.token_id_capture.protocols import LineageResolver, TokenCaptureSnapshot, TokenSink, TokenSource
+from nemo_gym.token_id_capture.records import UNCOMMITTED_CALL_REASON, ParentResolutionStatus, TokenEntry
 from nemo_gym.token_id_capture.sink import (
     NG_CAPTURE_FIELD,
     NG_COMMIT_COORDS_FIELD,
@@ -32,6 +37,7 @@ from nemo_gym.token_id_capture.sink import (
     resolve_parent,
     set_token_sink,
 )
+from nemo_gym.token_id_capture.store import TokenCaptureStore
 
 __all__ = [
     "NG_CAPTURE_FIELD",
@@ -39,6 +45,15 @@ __all__ = [
     "TOKEN_ID_CAPTURE_BLOCK",
     "UNCOMMITTED_CALL_REASON",
     "CaptureContext",
+    "FileLineageStore",
+    "InMemoryLineageStore",
+    "LineageResolver",
+    "ParentResolutionStatus",
+    "TokenCaptureSnapshot",
+    "TokenCaptureStore",
+    "TokenEntry",
+    "TokenSink",
+    "TokenSource",
     "TokenIdCaptureConfig",
     "TokenIdCaptureSettings",
     "TokenIdCaptureUnavailable",
@@ -51,4 +66,5 @@ __all__ = [
     "resolve_parent",
     "set_token_sink",
     "token_id_capture_config",
+    "trajectories_from_source",
 ]

@@ -20,8 +20,7 @@ class TokenIdCaptureUnavailable(ValueError):
 
 
 UNAVAILABLE_MESSAGE = (
-    "token_id_capture.{what} is set, but NeMo Gym's training-token capture ledger is not "
-    "implemented in nemo_gym; set return_token_id_information: true on the model server instead "
+    "{what}: NeMo Gym's training-token capture ledger is not implemented in nemo_gym; set return_token_id_information: true on the model server instead "
     "(each response's last output item then carries prompt_token_ids, generation_token_ids and "
     "generation_log_probs; see docs/TOKEN_IDS.md)"
 )
@@ -95,7 +94,9 @@ class TokenIdCaptureConfig(BaseModel):
         block = self.token_id_capture
         for what, on in (("enabled", block.enabled), ("external_staging", block.external_staging)):
             if on:
-                raise TokenIdCaptureUnavailable(UNAVAILABLE_MESSAGE.format(what=what))
+                raise TokenIdCaptureUnavailable(
+                    UNAVAILABLE_MESSAGE.format(what=f"token_id_capture.{what} is set")
+                )
 
     def build_sink(self) -> None:
         """No token sink exists here (capture on is refused by :meth:`require_disabled`)."""
@@ -116,3 +117,20 @@ def token_id_capture_config(global_config_dict: Any) -> TokenIdCaptureConfig:
         except (ImportError, ValueError):
             global_config_dict = dict(global_config_dict)
     return TokenIdCaptureConfig.model_validate(global_config_dict or {})
+
+
+class CaptureComponent:
+    """Base of NeMo Gym's capture components that nemo_gym does not implement (stores, staging
+    handlers, adapters): one can be built, so a module or config that makes one on import loads,
+    and any use of it raises :class:`TokenIdCaptureUnavailable` saying what to use instead."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def __getattr__(self, name: str) -> Any:
+        raise TokenIdCaptureUnavailable(UNAVAILABLE_MESSAGE.format(what=f"{type(self).__name__}.{name}"))
+
+
+def unavailable(what: str) -> TokenIdCaptureUnavailable:
+    """The error a capture operation nemo_gym does not implement raises."""
+    return TokenIdCaptureUnavailable(UNAVAILABLE_MESSAGE.format(what=what))

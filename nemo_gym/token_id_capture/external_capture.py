@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol, runtime_checkable
 
-from nemo_gym.token_id_capture.config import UNAVAILABLE_MESSAGE, TokenIdCaptureUnavailable
+from nemo_gym.token_id_capture.config import CaptureComponent, unavailable
 
 
 @runtime_checkable
@@ -30,4 +30,8 @@ class ExternalCaptureHandler(Protocol):
 
 def make_external_capture_handler(backend: str) -> ExternalCaptureHandler:
     """Refused: external staging is part of the capture ledger nemo_gym does not implement."""
-    raise TokenIdCaptureUnavailable(UNAVAILABLE_MESSAGE.format(what=f"external_staging ({backend})"))
+    raise unavailable(f"token_id_capture.external_staging ({backend}) is set")
+
+
+class VLLMWorkerCaptureHandler(CaptureComponent):
+    """NeMo Gym's handler for vLLM workers that stage captured tokens (not implemented here)."""

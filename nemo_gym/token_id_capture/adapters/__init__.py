@@ -1,0 +1,1 @@
+"""NeMo Gym's inference-engine adapters for staged token capture: not implemented here."""
