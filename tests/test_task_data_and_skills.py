@@ -317,3 +317,22 @@ def test_a_bad_skills_path_is_a_config_error(tmp_path: Path) -> None:
     )
     with pytest.raises(ConfigError, match=r"\+skills.path: .*does not exist"):
         config.row_materializer()
+
+
+def test_an_observed_conversation_keeps_typed_items() -> None:
+    # claude_code_agent finds its tool results in an invocation's conversation with isinstance.
+    from nemo_gym.openai_utils import NeMoGymFunctionCallOutput
+    from nemo_gym.rollout_observability import AgentInvocation
+
+    output = NeMoGymFunctionCallOutput(
+        call_id="c", output="o", status="incomplete", type="function_call_output"
+    )
+    invocation = AgentInvocation(invocation_id="i", conversation=[output, {"role": "user", "content": "hi"}])
+    assert invocation.conversation[0] is output
+    assert invocation.conversation[1].type == "message" and invocation.conversation[1].role == "user"
+    dumped = invocation.model_dump(mode="json")["conversation"]
+    assert dumped[0]["status"] == "incomplete" and dumped[1] == {
+        "type": "message",
+        "role": "user",
+        "content": "hi",
+    }

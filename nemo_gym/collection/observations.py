@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from nemo_gym.serving.server import ModelServerRef
 
@@ -123,7 +123,16 @@ class AgentInvocation(ObservationModel):
     duration_ms: NonNegative | None = None
     error_type: str | None = None
     model_calls: list[ModelCallRef] = Field(default_factory=list)
-    conversation: list[ConversationItem] = Field(default_factory=list)
+    # Typed items (NeMo Gym's NeMoGym* input items) stay the objects they are, so that a harness
+    # can look for its function-call outputs with isinstance; plain mappings become ConversationItem.
+    conversation: list[Any] = Field(default_factory=list)
+
+    @field_validator("conversation")
+    @classmethod
+    def _conversation_items(cls, items: list[Any]) -> list[Any]:
+        return [
+            item if isinstance(item, BaseModel) else ConversationItem.model_validate(item) for item in items
+        ]
 
 
 class ToolCallObservation(ObservationModel):
