@@ -11,9 +11,8 @@ from __future__ import annotations
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from omegaconf import DictConfig, OmegaConf
 from pydantic import BaseModel, ConfigDict
 
 from nemo_gym.launch.config import (
@@ -22,6 +21,12 @@ from nemo_gym.launch.config import (
     redact,
 )
 from nemo_gym.launch.launch_hooks import ENV_CONFIG_PATH
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
+
+# omegaconf (~5 MiB, ~0.1 s) is imported where a config is composed, not here: every server
+# process imports this module (through server_utils and rollout_correlation) and never needs it.
 
 NEMO_GYM_CONFIG_PATH_ENV_VAR_NAME = ENV_CONFIG_PATH
 CONFIG_PATHS_KEY_NAME = "config_paths"
@@ -48,6 +53,26 @@ AGENT_REF_KEY_NAME = "agent_ref"
 _GLOBAL_CONFIG_DICT: DictConfig | None = None
 
 
+class _NoModelConfig:
+    """``NO_MODEL_GLOBAL_CONFIG_DICT``: a ``DictConfig`` built on first access (omegaconf then)."""
+
+    _value: Any = None
+
+    def __get__(self, instance: Any, owner: Any) -> DictConfig:
+        if self._value is None:
+            from omegaconf import DictConfig
+
+            _NoModelConfig._value = DictConfig(
+                {
+                    "policy_base_url": "",
+                    "policy_api_key": "",
+                    "policy_model_name": "",
+                    "policy_model": {"responses_api_models": {"dummy_model": {"entrypoint": "app.py"}}},
+                }
+            )
+        return self._value  # type: ignore[no-any-return]
+
+
 class GlobalConfigDictParserConfig(BaseModel):
     """Where the global config comes from (NeMo Gym's fields).
 
@@ -69,17 +94,12 @@ class GlobalConfigDictParserConfig(BaseModel):
     offline: bool = False
 
     # What NeMo Gym's tests merge in to compose a stack without a policy model.
-    NO_MODEL_GLOBAL_CONFIG_DICT: ClassVar[DictConfig] = DictConfig(
-        {
-            "policy_base_url": "",
-            "policy_api_key": "",
-            "policy_model_name": "",
-            "policy_model": {"responses_api_models": {"dummy_model": {"entrypoint": "app.py"}}},
-        }
-    )
+    NO_MODEL_GLOBAL_CONFIG_DICT: ClassVar[DictConfig] = _NoModelConfig()  # type: ignore[assignment]
 
     def load(self) -> dict[str, Any]:
         """The composed config as a plain dict."""
+        from omegaconf import DictConfig, OmegaConf
+
         initial = self.initial_global_config_dict
         if isinstance(initial, DictConfig):
             initial = OmegaConf.to_container(initial, resolve=False)
@@ -100,6 +120,8 @@ def set_global_config_dict(
     global_config_dict_parser_config: GlobalConfigDictParserConfig | None = None,
 ) -> None:
     """Compose the global config and make it this process's current one."""
+    from omegaconf import OmegaConf
+
     global _GLOBAL_CONFIG_DICT
     parser_config = global_config_dict_parser_config or GlobalConfigDictParserConfig()
     _GLOBAL_CONFIG_DICT = OmegaConf.create(parser_config.load())
@@ -161,4 +183,15 @@ class GlobalConfigDictParser:
 
     def parse(self, parse_config: GlobalConfigDictParserConfig | None = None) -> DictConfig:
         """The composed config (see :meth:`GlobalConfigDictParserConfig.load`) as a ``DictConfig``."""
+        from omegaconf import OmegaConf
+
         return OmegaConf.create((parse_config or GlobalConfigDictParserConfig()).load())
+
+
+def __getattr__(name: str) -> Any:
+    # omegaconf's names, which NeMo Gym's module also exposes here, imported when asked for.
+    if name in ("DictConfig", "OmegaConf"):
+        import omegaconf
+
+        return getattr(omegaconf, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -3,6 +3,8 @@
 Usage: python scripts/bench_startup.py [--repeats 5] [--json out.json] [+config_paths=[...]]
 Default stack: example_single_tool_call + its simple_agent + the scripted policy model (+ head).
 Prints a table and the median; targets: under 3 s to all-healthy, under 80 MB RSS per server process.
+Also each process's CPU seconds (user + system) spent by then: mostly imports, and unlike the
+wall time it hardly moves when other work shares the machine.
 """
 
 from __future__ import annotations
@@ -27,8 +29,8 @@ DEFAULT_CONFIGS = (
 )
 
 
-def one_run(config_arg: str) -> tuple[float, dict[str, float]]:
-    """Start ng_run, time until it reports all-healthy, read every process's RSS, stop it."""
+def one_run(config_arg: str) -> tuple[float, dict[str, float], dict[str, float]]:
+    """Start ng_run, time until it reports all-healthy, read every process's RSS and CPU, stop it."""
     started = time.perf_counter()
     proc = subprocess.Popen(
         [str(Path(sys.executable).parent / "ng_run"), config_arg, "++head_server.port=0"],
@@ -50,12 +52,13 @@ def one_run(config_arg: str) -> tuple[float, dict[str, float]]:
         raise RuntimeError("ng_run did not become healthy")
     with urllib.request.urlopen(head_url + "/server_instances", timeout=5) as resp:
         instances = json.load(resp)
-    rss = {"head_server (ng_run)": psutil.Process(proc.pid).memory_info().rss / 2**20}
-    for info in instances:
-        rss[info["name"]] = psutil.Process(info["pid"]).memory_info().rss / 2**20
+    processes = {"head_server (ng_run)": psutil.Process(proc.pid)}
+    processes.update({info["name"]: psutil.Process(info["pid"]) for info in instances})
+    rss = {name: p.memory_info().rss / 2**20 for name, p in processes.items()}
+    cpu = {name: sum(p.cpu_times()[:2]) for name, p in processes.items()}
     proc.send_signal(signal.SIGINT)
     proc.wait(30)
-    return elapsed, rss
+    return elapsed, rss, cpu
 
 
 def main() -> None:
@@ -65,21 +68,25 @@ def main() -> None:
     parser.add_argument("config", nargs="?", default=DEFAULT_CONFIGS)
     args = parser.parse_args()
 
-    times, rss_runs = [], []
+    times, rss_runs, cpu_runs = [], [], []
     for i in range(args.repeats):
-        elapsed, rss = one_run(args.config)
+        elapsed, rss, cpu = one_run(args.config)
         times.append(elapsed)
         rss_runs.append(rss)
+        cpu_runs.append(cpu)
         print(f"run {i + 1}: all healthy in {elapsed:.2f}s")
     median_rss = {name: statistics.median(run[name] for run in rss_runs) for name in rss_runs[0]}
+    median_cpu = {name: statistics.median(run[name] for run in cpu_runs) for name in cpu_runs[0]}
     print(
         f"\nng_run → all healthy: median {statistics.median(times):.2f}s (min {min(times):.2f}s, max {max(times):.2f}s)"
     )
-    print(f"{'process':42} {'RSS MiB (median)':>16}")
+    print(f"{'process':42} {'RSS MiB (median)':>16} {'CPU s (median)':>15}")
     for name, value in median_rss.items():
-        print(f"{name:42} {value:16.1f}")
+        print(f"{name:42} {value:16.1f} {median_cpu[name]:15.2f}")
     if args.json:
-        args.json.write_text(json.dumps({"startup_s": times, "rss_mib": median_rss}, indent=2))
+        args.json.write_text(
+            json.dumps({"startup_s": times, "rss_mib": median_rss, "cpu_s": median_cpu}, indent=2)
+        )
 
 
 if __name__ == "__main__":
