@@ -36,7 +36,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from nemo_gym.models.openai_request_checks import check_chat_request, check_responses_request
 from nemo_gym.models.streaming import stream_chat_completion, stream_responses
 from nemo_gym.serving.server import BaseServer, BaseServerConfig, HTTPError, body_model
-from nemo_gym.token_id_capture.config import NonGeneratingRequest, token_id_capture_config
+from nemo_gym.token_id_capture.non_generating import NonGeneratingRequest
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -455,6 +455,7 @@ def install_model_call_capture(
     to that capture and are accepted for NeMo Gym's signature.
     """
     from nemo_gym.models.call_capture import CaptureMiddleware
+    from nemo_gym.token_id_capture.config import token_id_capture_config
 
     if global_config_dict is not None:
         token_id_capture_config(_plain(global_config_dict)).require_disabled()

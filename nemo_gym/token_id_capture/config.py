@@ -10,9 +10,21 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field
+
+from nemo_gym.token_id_capture.non_generating import NonGeneratingRequest
 
 TOKEN_ID_CAPTURE_BLOCK = "token_id_capture"
+__all__ = [
+    "TOKEN_ID_CAPTURE_BLOCK",
+    "CaptureComponent",
+    "NonGeneratingRequest",
+    "TokenIdCaptureConfig",
+    "TokenIdCaptureSettings",
+    "TokenIdCaptureUnavailable",
+    "token_id_capture_config",
+    "unavailable",
+]
 
 
 class TokenIdCaptureUnavailable(ValueError):
@@ -24,29 +36,6 @@ UNAVAILABLE_MESSAGE = (
     "(each response's last output item then carries prompt_token_ids, generation_token_ids and "
     "generation_log_probs; see docs/TOKEN_IDS.md)"
 )
-
-
-class NonGeneratingRequest(BaseModel):
-    """One exact route of a model server that never returns generated text (``GET /metadata``)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    method: str
-    path: str
-
-    @field_validator("method", mode="before")
-    @classmethod
-    def _upper(cls, value: Any) -> str:
-        if not isinstance(value, str) or not value.isascii() or not value.isalpha():
-            raise ValueError("method must be an HTTP method such as GET or POST")
-        return value.upper()
-
-    @field_validator("path")
-    @classmethod
-    def _exact(cls, path: str) -> str:
-        if not path.startswith("/") or any(c in path for c in "?#*{}"):
-            raise ValueError("path must start with '/' and be exact (no query, fragment or wildcard)")
-        return path
 
 
 class TokenIdCaptureSettings(BaseModel):
