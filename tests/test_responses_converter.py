@@ -525,3 +525,52 @@ def test_text_parts_stay_parts_and_part_models_validate() -> None:
     assert chat.messages[0]["content"] == [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]
     # a reasoning item's status is dropped (OpenAI refuses it on a replayed item)
     assert "status" not in NeMoGymResponseReasoningItem(id="rs", summary=[], status="completed").model_dump()
+
+
+def test_openai_client_reads_the_synthesized_streams_over_loopback() -> None:
+    """The official client, over a real socket, rebuilds both answers from our event streams."""
+    from openai import OpenAI
+    from starlette.applications import Starlette
+    from starlette.responses import StreamingResponse
+    from starlette.routing import Route
+
+    from nemo_gym.testing import running_app
+
+    answer = completion(
+        {"content": "<think>x</think>Sunny.", "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
+        finish_reason="tool_calls",
+        usage={"prompt_tokens": 4, "completion_tokens": 6, "total_tokens": 10},
+    )  # fmt: skip
+    params = NeMoGymResponseCreateParamsNonStreaming(input="weather?", tools=[WEATHER], model="m")
+    response = ResponsesConverter(return_token_id_information=False).chat_completion_to_response(
+        params, answer
+    )
+
+    async def responses(request: Any) -> StreamingResponse:
+        return StreamingResponse(
+            synthesize_responses_sse(response.model_dump(mode="json")), media_type="text/event-stream"
+        )
+
+    async def chat(request: Any) -> StreamingResponse:
+        stream = synthesize_chat_completion_sse(
+            answer.model_dump(mode="json", exclude_none=True), include_usage=True
+        )
+        return StreamingResponse(stream, media_type="text/event-stream")
+
+    app = Starlette(routes=[Route("/v1/responses", responses, methods=["POST"]),
+                            Route("/v1/chat/completions", chat, methods=["POST"])])  # fmt: skip
+    with running_app(app) as url:
+        client = OpenAI(base_url=f"{url}/v1", api_key="local", timeout=10, max_retries=0)
+        events = list(client.responses.create(model="m", input="weather?", stream=True))
+        final = events[-1].response  # type: ignore[union-attr]
+        assert events[-1].type == "response.completed"
+        assert final.output_text == "Sunny." and final.output[-1].call_id == "c1"  # type: ignore[union-attr]
+        chunks = list(
+            client.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "w"}], stream=True
+            )
+        )
+        text = "".join(chunk.choices[0].delta.content or "" for chunk in chunks if chunk.choices)
+        assert text == "<think>x</think>Sunny."
+        assert chunks[-1].usage is not None and chunks[-1].usage.total_tokens == 10
