@@ -319,3 +319,38 @@ async def test_a_second_answer_to_one_request_closes_the_connection():
         assert pool.open_connections == 0  # not reused: its next answer would be the stray one
         assert (await call(pool, server.port)).status == 200 and server.connections == 2
         pool.close()
+
+
+async def test_a_run_that_reached_a_replica_is_not_sent_to_another_after_a_disconnect():
+    from aiohttp import web
+
+    async def drop(reader, writer, n):
+        return False  # read the request, close without answering (the server died mid-rollout)
+
+    async with ScriptedServer(drop) as one, ScriptedServer(drop) as two:
+        urls = [f"http://127.0.0.1:{one.port}", f"http://127.0.0.1:{two.port}"]
+
+        async def instances(request: web.Request) -> web.Response:
+            return web.json_response(
+                [
+                    {"name": "agent", "url": u, "host": "127.0.0.1", "port": int(u.rsplit(":", 1)[1])}
+                    for u in urls
+                ]
+            )
+
+        app = web.Application()
+        app.router.add_get("/server_instances", instances)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        client = ServerClient(f"http://127.0.0.1:{port}")
+        try:
+            with pytest.raises(ServerCallError) as info:
+                await client.post("agent", "/run", {}, rollout_id="r1")
+            assert info.value.kind == "unreachable"
+            assert one.requests + two.requests == 1  # not re-sent to the other replica
+        finally:
+            await client.close()
+            await runner.cleanup()

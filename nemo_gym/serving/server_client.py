@@ -295,6 +295,8 @@ class ServerClient:
         except ServerCallError as exc:
             if exc.kind != "unreachable" or replica or server_name in self._static or not self.head_url:
                 raise
+            if not isinstance(exc.__cause__, (hop_client.HopConnectError, aiohttp.ClientConnectorError)):
+                raise  # the connection broke after the request went out: it may have run; never twice
             # The server may have restarted on another port: re-resolve once and try again.
             fresh = await self.resolve(server_name, refresh=True)
             if base in fresh and len(fresh) == 1:
