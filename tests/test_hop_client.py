@@ -354,3 +354,73 @@ async def test_a_run_that_reached_a_replica_is_not_sent_to_another_after_a_disco
         finally:
             await client.close()
             await runner.cleanup()
+
+
+def test_a_caller_that_hangs_up_is_seen_by_the_server_further_down():
+    """ServerClient's call cancelled (its own caller went away): the uvicorn server it was
+    calling sees the disconnect and can stop the work (the server base's disconnect watch)."""
+    import threading
+
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import Response
+    from starlette.routing import Route
+
+    from nemo_gym.testing import running_app
+
+    started, gone = threading.Event(), threading.Event()
+
+    async def work(request: Request) -> Response:
+        started.set()
+        while not await request.is_disconnected():
+            await asyncio.sleep(0.02)
+        gone.set()
+        return Response(status_code=499)
+
+    with running_app(Starlette(routes=[Route("/work", work, methods=["POST"])])) as url:
+
+        async def main() -> None:
+            client = ServerClient(static_urls={"down": url})
+            task = asyncio.ensure_future(client.post("down", "/work", {}))
+            while not started.is_set():
+                await asyncio.sleep(0.02)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            await client.close()
+
+        asyncio.run(main())
+        assert gone.wait(5)
+
+
+async def test_upstream_streams_through_the_hop_client_and_a_closed_stream_hangs_up():
+    from nemo_gym.serving.upstream import UpstreamError, UpstreamHTTP
+
+    hung_up = asyncio.Event()
+
+    async def events(reader, writer, n):
+        if n == 1:  # a dropped first try with no answer: retried, as aiohttp's path does
+            return False
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+        )
+        writer.write(b"8\r\ndata: 1\n\r\n")
+        await writer.drain()
+        if await reader.read(1) == b"":
+            hung_up.set()
+        return False
+
+    async with ScriptedServer(events) as server:
+        http = UpstreamHTTP(connect_retries=2, request_timeout_s=10)
+        answer = await http.open_stream(
+            "POST", f"http://127.0.0.1:{server.port}/v1/responses", {"stream": True}
+        )
+        assert answer.ok and answer.is_event_stream and answer.hop is not None and answer.attempts == 2
+        chunks = answer.chunks()
+        assert await chunks.__anext__() == b"data: 1\n"
+        answer.close()
+        await asyncio.wait_for(hung_up.wait(), 5)
+        with pytest.raises(UpstreamError) as info:  # nothing listens there any more
+            await http.request("POST", f"http://127.0.0.1:{free_port()}/v1/responses", {})
+        assert info.value.kind == "unreachable" and "connection refused" in str(info.value)
+        await http.close()
