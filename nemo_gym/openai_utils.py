@@ -571,6 +571,11 @@ class NeMoGymChatCompletionCreateParamsNonStreaming(_FieldAccess, BaseModel):
     top_logprobs: int | None = None
     response_format: dict[str, Any] | None = None
     stream: Literal[False] | None = None
+    # The provider extensions (CHAT_REQUEST_PROVIDER_EXTENSION_FIELDS): objects when given, so a
+    # malformed one is a 422 at the door rather than a failure inside the adapter.
+    chat_template_kwargs: dict[str, Any] | None = None
+    thinking: dict[str, Any] | None = None
+    output_config: dict[str, Any] | None = None
 
 
 # The chat request param TypedDicts under NeMo Gym's names (the openai package's own).
