@@ -35,7 +35,10 @@ NETWORK_SIGNS = re.compile(
     re.I,
 )
 # A relative path under NeMo Gym's documentation trees: in its git repository, never in the wheel.
-REPOSITORY_FILE = re.compile(r"No such file or directory: '((?:fern|docs)/[^']+)'")
+# (given relative, or under the tree root the folders were copied to).
+REPOSITORY_FILE = re.compile(
+    r"No such file or directory: '(?:/(?:(?!resources_servers/|responses_api_)[^'])*?/)?((?:fern|docs)/[^']+)'"
+)
 GPU_SIGNS = re.compile(r"CUDA|cuda|vllm|No module named 'torch'|nvidia", re.I)
 
 

@@ -152,7 +152,14 @@ def test_pyproject_requirements_shared_trees_and_repository_files(tmp_path: Path
         "first_failure": "test_documented_tool_count_matches_get_tools: FileNotFoundError: [Errno 2] No such file "
         "or directory: 'fern/versions/latest/pages/evaluation/environment-list.mdx'",
     }  # fmt: skip
-    assert classify(docs_failure) == (
+    expected = (
         "needs NeMo Gym's repository",
         "reads fern/versions/latest/pages/evaluation/environment-list.mdx, which the wheel does not ship",
     )
+    assert classify(docs_failure) == expected
+    # As the corpus run reports it: under the scratch tree's root.
+    rooted = docs_failure["first_failure"].replace("'fern/", "'/tmp/nemo_gym_corpus.x1/fern/")
+    assert classify({**docs_failure, "first_failure": rooted}) == expected
+    # A folder's own docs are not NeMo Gym's repository.
+    own = docs_failure["first_failure"].replace("'fern/", "'/tmp/s/resources_servers/x/docs/")
+    assert classify({**docs_failure, "first_failure": own})[0] != "needs NeMo Gym's repository"
