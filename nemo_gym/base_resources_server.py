@@ -113,7 +113,7 @@ class _LazyTyped:
             if errors:
                 raise ValueError("; ".join(errors[:5]))
             return value
-        return self.typed().model_validate(value, context=info.context)
+        return self.typed().__pydantic_validator__.validate_python(value, context=info.context)
 
     def __get_pydantic_core_schema__(self, source: Any, handler: Any) -> core_schema.CoreSchema:
         return core_schema.with_info_plain_validator_function(
