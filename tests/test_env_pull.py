@@ -231,6 +231,32 @@ def test_requirement_lines_of_a_nemo_gym_folder(tmp_path: Path) -> None:
     assert pip_arguments(reqs)[-2:] == ["-e", f"{folder / 'vendored'}[fast]"]
 
 
+def test_a_folder_with_only_a_pyproject_toml(tmp_path: Path) -> None:
+    from nemo_gym.tools.env_pull import folder_requirements
+
+    (tmp_path / "nemo_gym").mkdir()
+    folder = tmp_path / "resources_servers" / "env"
+    (folder / "vendored").mkdir(parents=True)
+    (folder / "pyproject.toml").write_text(
+        '[project]\nname = "env"\ndependencies = [\n  "nemo-gym[dev]",\n  "human-eval-infilling",\n'
+        '  "lib-at-url",\n  "vendored",\n  "json-repair==0.53.0",\n]\n'
+        "[tool.uv.sources]\n"
+        'nemo-gym = { path = "../..", editable = true }\n'
+        'human-eval-infilling = { git = "https://github.com/o/human-eval-infilling.git", rev = "abc123" }\n'
+        'lib_at_url = { url = "https://example.org/lib-1.0.tar.gz" }\n'
+        'vendored = { path = "vendored", editable = true }\n'
+    )
+    assert folder_requirements(folder) == [
+        "human-eval-infilling @ git+https://github.com/o/human-eval-infilling.git@abc123",
+        "lib-at-url @ https://example.org/lib-1.0.tar.gz",
+        f"-e {folder / 'vendored'}",
+        "json-repair==0.53.0",
+    ]
+    # requirements.txt, when there is one, is what counts.
+    (folder / "requirements.txt").write_text("pyyaml\n")
+    assert folder_requirements(folder) == ["pyyaml"]
+
+
 def test_config_paths_resolve_under_nemo_gym_extra_roots(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
