@@ -44,7 +44,17 @@ from openai.types.responses import (
 from openai.types.responses.response_output_item import McpCall
 from openai.types.responses.response_reasoning_item import Summary
 from openai.types.responses.response_usage import InputTokensDetails, OutputTokensDetails
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag, field_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Discriminator,
+    Field,
+    SerializerFunctionWrapHandler,
+    Tag,
+    field_validator,
+    model_serializer,
+)
 from typing_extensions import TypedDict
 
 from nemo_gym.models.openai_client import (
@@ -239,6 +249,16 @@ class NeMoGymResponseFunctionToolCall(ResponseFunctionToolCall):
     model_config = ConfigDict(validate_by_name=True, validate_by_alias=True)
 
     type: Literal["function_call"] = "function_call"
+
+    @model_serializer(mode="wrap")
+    def _without_unset_async(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # An unset ``async`` is left out, so a dump with aliases (the wire) and one without
+        # (``async_``) agree, as they do on NeMo Gym's openai version, which has no such field.
+        dumped: dict[str, Any] = handler(self)
+        for key in ("async", "async_"):
+            if key in dumped and dumped[key] is None:
+                del dumped[key]
+        return dumped
 
 
 class NeMoGymResponseFunctionCallOutput(ResponseFunctionToolCallOutputItem):
@@ -538,10 +558,18 @@ class NeMoGymChatCompletionMessageForTraining(NeMoGymChatCompletionMessage, Toke
     """:class:`NeMoGymChatCompletionMessage` with its model call's token IDs."""
 
 
+NeMoGymChatCompletionOutputMessage = Annotated[
+    NeMoGymChatCompletionMessageForTraining | NeMoGymChatCompletionMessage,
+    Field(union_mode="left_to_right"),
+    BeforeValidator(_token_metadata_complete),
+]
+"""An assistant message: the training variant when it carries its call's token IDs."""
+
+
 class NeMoGymChoice(Choice):
     """One chat completion choice."""
 
-    message: NeMoGymChatCompletionMessage  # type: ignore[assignment]
+    message: NeMoGymChatCompletionOutputMessage  # type: ignore[assignment]
 
 
 class NeMoGymChatCompletion(ChatCompletion):
@@ -576,6 +604,27 @@ class NeMoGymChatCompletionCreateParamsNonStreaming(_FieldAccess, BaseModel):
     chat_template_kwargs: dict[str, Any] | None = None
     thinking: dict[str, Any] | None = None
     output_config: dict[str, Any] | None = None
+    # The rest of OpenAI's chat request fields, declared (as NeMo Gym declares them) so that a dump
+    # lists them and adapters can read them as attributes.
+    audio: dict[str, Any] | None = None
+    frequency_penalty: float | None = None
+    logit_bias: dict[str, int] | None = None
+    metadata: dict[str, str] | None = None
+    modalities: list[str] | None = None
+    parallel_tool_calls: bool = True
+    prediction: dict[str, Any] | None = None
+    presence_penalty: float | None = None
+    reasoning_effort: str | None = None
+    service_tier: str | None = None
+    store: bool | None = None
+    stream_options: dict[str, Any] | None = None
+    user: str | None = None
+    web_search_options: dict[str, Any] | None = None
+    moderation: Any = None
+    prompt_cache_key: str | None = None
+    prompt_cache_retention: str | None = None
+    safety_identifier: str | None = None
+    verbosity: str | None = None
 
 
 # The chat request param TypedDicts under NeMo Gym's names (the openai package's own).

@@ -574,3 +574,20 @@ def test_openai_client_reads_the_synthesized_streams_over_loopback() -> None:
         text = "".join(chunk.choices[0].delta.content or "" for chunk in chunks if chunk.choices)
         assert text == "<think>x</think>Sunny."
         assert chunks[-1].usage is not None and chunks[-1].usage.total_tokens == 10
+
+
+def test_chat_types_as_nemo_gym_adapters_compare_them() -> None:
+    from nemo_gym.openai_utils import NeMoGymChatCompletionMessageForTraining, NeMoGymChoice
+
+    choice = NeMoGymChoice.model_validate(
+        {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "ok", **TOKENS}}
+    )
+    assert isinstance(choice.message, NeMoGymChatCompletionMessageForTraining)
+    plain = NeMoGymChoice.model_validate({"index": 0, "finish_reason": "stop", "message": {"content": "ok"}})
+    assert not isinstance(plain.message, NeMoGymChatCompletionMessageForTraining)
+    # an unset `async` is left out with or without aliases, so the wire and a plain dump agree
+    call = NeMoGymResponseFunctionToolCall(call_id="c", name="f", arguments="{}")
+    assert "async" not in call.model_dump(by_alias=True) and "async_" not in call.model_dump()
+    params = NeMoGymChatCompletionCreateParamsNonStreaming(messages=[])
+    assert params.model_dump()["parallel_tool_calls"] is True and params.model_dump()["audio"] is None
+    assert params.model_dump(exclude_unset=True) == {"messages": []}
