@@ -497,12 +497,20 @@ def measure_round(
             f"{s.label}: start-up {seconds:.2f} s, RSS {s.rss_mib():.0f} MiB, idle CPU {idle:.1f}%",
             flush=True,
         )
+        cpu_before = s.cpu_snapshot()
         lat = sorted(s.latency_c1(rows, args.latency_requests))
+        cpu_after = s.cpu_snapshot()
+        c1_cpu = sum(v - cpu_before[pid] for pid, v in cpu_after.items() if pid in cpu_before)
+        s.results["c1_cpu_ms_per_rollout"].append(c1_cpu / (args.latency_requests + 20) * 1000)
         p50 = lat[len(lat) // 2] * 1000
         p99 = lat[min(len(lat) - 1, int(len(lat) * 0.99))] * 1000
         s.results["latency_p50_ms"].append(p50)
         s.results["latency_p99_ms"].append(p99)
-        print(f"{s.label}: /run at c=1 p50 {p50:.2f} ms, p99 {p99:.2f} ms", flush=True)
+        print(
+            f"{s.label}: /run at c=1 p50 {p50:.2f} ms, p99 {p99:.2f} ms, "
+            f"stack CPU {s.results['c1_cpu_ms_per_rollout'][-1]:.2f} ms/rollout",
+            flush=True,
+        )
         s.collect(warm_input, warm_rows, 64, work)  # the collector path warmed up (pools, caches)
         for concurrency in args.concurrency:
             r = s.collect(input_path, args.rows, concurrency, work)
@@ -571,6 +579,7 @@ def main() -> None:
                 rss_after_start_mib=[],
                 rss_after_last_run_mib=[],
                 idle_cpu_percent=[],
+                c1_cpu_ms_per_rollout=[],
                 latency_p50_ms=[],
                 latency_p99_ms=[],
                 runs={},
@@ -605,6 +614,7 @@ def main() -> None:
             "idle_cpu_percent": median(r["idle_cpu_percent"]),
             "latency_p50_ms": median(r["latency_p50_ms"]),
             "latency_p99_ms": median(r["latency_p99_ms"]),
+            "c1_cpu_ms_per_rollout": median(r["c1_cpu_ms_per_rollout"]),
         }
         for c, runs in r["runs"].items():
             row[f"rollouts_per_s_c{c}"] = median([x["rollouts_per_s"] for x in runs])
@@ -652,6 +662,7 @@ def main() -> None:
         )
     line("/run p50 at c=1 (ms)", "latency_p50_ms", ".2f", False)
     line("/run p99 at c=1 (ms)", "latency_p99_ms", ".2f", False)
+    line("stack CPU ms per rollout at c=1", "c1_cpu_ms_per_rollout", ".2f", False)
     line("start-up to all answering (s)", "startup_s", ".2f", False)
     line("RSS after start (MiB)", "rss_after_start_mib", ".0f", False)
     line(f"RSS after c={args.concurrency[-1]} (MiB)", "rss_after_last_run_mib", ".0f", False)
