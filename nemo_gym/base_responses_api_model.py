@@ -22,9 +22,10 @@ in :mod:`nemo_gym.models.call_records`). Our own servers (plain-dict bodies) kee
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypedDict
 
 import orjson
@@ -34,7 +35,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from nemo_gym.models.openai_request_checks import check_chat_request, check_responses_request
-from nemo_gym.models.streaming import stream_chat_completion, stream_responses
+from nemo_gym.models.streaming import SSE_KEEPALIVE, stream_chat_completion, stream_responses
 from nemo_gym.serving.server import BaseServer, BaseServerConfig, HTTPError, body_model
 from nemo_gym.token_id_capture.non_generating import NonGeneratingRequest
 
@@ -132,6 +133,8 @@ class SimpleResponsesAPIModel(BaseServer):
     config: BaseResponsesAPIModelConfig
     # NeMo Gym's: (method, path) of extra routes that never return generated text.
     non_generating_model_routes: ClassVar[frozenset[tuple[str, str]]] = frozenset()
+    # Seconds between keep-alive comments of a ``stream: true`` chat answer still being computed.
+    chat_keepalive_s: ClassVar[float] = 15.0
 
     async def responses(self, body: dict[str, Any]) -> dict[str, Any]:
         """Answer a Responses API create request with a Responses API response object."""
@@ -312,10 +315,41 @@ class SimpleResponsesAPIModel(BaseServer):
 
         cleaned, include_usage = sanitize_streaming_chat_body(body)
         params = _validated(NeMoGymChatCompletionCreateParamsNonStreaming, cleaned)
-        completion = _as_json(await self._invoke_chat_completions(request, params))
-        return await self._stream_served_response(
-            completion, synthesize_chat_completion_sse(completion, include_usage=include_usage)
-        )
+        pending = asyncio.ensure_future(self._invoke_chat_completions(request, params))
+        try:
+            # A quick answer (or a quick failure) is served whole, failures as normal HTTP errors.
+            done, _ = await asyncio.wait({pending}, timeout=self.chat_keepalive_s)
+        except BaseException:
+            pending.cancel()
+            raise
+        if done:
+            completion = _as_json(pending.result())
+            return await self._stream_served_response(
+                completion, synthesize_chat_completion_sse(completion, include_usage=include_usage)
+            )
+
+        async def events() -> AsyncIterator[bytes]:
+            # A long generation would leave the stream silent past a proxy's idle timeout:
+            # comment lines keep it open until the answer is there.
+            try:
+                yield SSE_KEEPALIVE
+                while not (await asyncio.wait({pending}, timeout=self.chat_keepalive_s))[0]:
+                    yield SSE_KEEPALIVE
+                try:
+                    completion = _as_json(pending.result())
+                except Exception as exc:  # noqa: BLE001 - headers are sent: the failure is the stream's last event
+                    logger.exception("%s: chat_completions() failed after its stream started", self.name)
+                    status = getattr(exc, "status_code", None) or getattr(exc, "status", None) or 500
+                    error = {"message": f"HTTP {status}: {exc}", "type": "server_error", "code": status}
+                    yield b"event: error\ndata: " + orjson.dumps({"error": error}) + b"\n\n"
+                    return
+                await self._finalize_served_response(completion)
+                for event in synthesize_chat_completion_sse(completion, include_usage=include_usage):
+                    yield event.encode() if isinstance(event, str) else event
+            finally:
+                pending.cancel()
+
+        return _event_stream(events())
 
     async def messages(self, request: Request, body: dict[str, Any]) -> Any:
         """``POST /v1/messages``: an Anthropic Messages request answered through :meth:`responses`."""
@@ -403,11 +437,12 @@ def _as_json(answer: Any) -> dict[str, Any]:
     return dict(answer)
 
 
-def _event_stream(chunks: Iterable[str | bytes]) -> Response:
+def _event_stream(chunks: Iterable[str | bytes] | AsyncIterator[bytes]) -> Response:
     from starlette.responses import StreamingResponse
 
     headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-    return StreamingResponse(iter(chunks), media_type="text/event-stream", headers=headers)
+    content = chunks if isinstance(chunks, AsyncIterator) else iter(chunks)
+    return StreamingResponse(content, media_type="text/event-stream", headers=headers)
 
 
 def _plain(config: Any) -> Any:

@@ -82,6 +82,15 @@ class CannedModel(SimpleResponsesAPIModel):
     async def chat_completions(
         self, body: NeMoGymChatCompletionCreateParamsNonStreaming = Body()
     ) -> NeMoGymChatCompletion:
+        if body.messages[-1]["content"] == "slow":
+            import asyncio
+
+            await asyncio.sleep(0.3)
+        if body.messages[-1]["content"] == "slow failure":
+            import asyncio
+
+            await asyncio.sleep(0.3)
+            raise RuntimeError("engine fell over late")
         return NeMoGymChatCompletion.model_validate({
             "id": "chat_1", "created": 0, "model": "canned", "object": "chat.completion",
             "choices": [{"index": 0, "finish_reason": "stop",
@@ -349,3 +358,28 @@ def test_nemo_gym_capture_components_load_but_refuse_use() -> None:
             use()
     admission = CaptureAdmission(rollout_id="r", model_call_id="c", mode="token_in", prev_len=2)
     assert admission.model_dump(mode="json")["required_prefix_token_ids"] == []
+
+
+def test_slow_streamed_chat_answer_keeps_the_stream_open(adapter, tmp_path: Path, monkeypatch) -> None:
+    _, canned_app = adapter
+    server = build(canned_app, {"observability_enabled": True, "model_call_capture_dir": str(tmp_path)})
+    monkeypatch.setattr(type(server), "chat_keepalive_s", 0.05)
+    with TestClient(server.setup_webserver()) as client:
+        slow = {"messages": [{"role": "user", "content": "slow"}], "stream": True}
+        text = client.post("/ng-rollout/k-1/v1/chat/completions", json=slow).text
+        assert text.startswith(": keep-alive\n\n") and text.count(": keep-alive") >= 2
+        assert '"content":"hello"' in text.replace(" ", "") and text.rstrip().endswith("data: [DONE]")
+        # A failure after the stream began ends it with an error event, not a cut connection.
+        late = client.post(
+            "/ng-rollout/k-1/v1/chat/completions",
+            json={"messages": [{"role": "user", "content": "slow failure"}], "stream": True},
+        )
+        assert (
+            late.status_code == 200 and "event: error" in late.text and "engine fell over late" in late.text
+        )
+    calls = read_model_call_records(CaptureStore(tmp_path), "k-1")
+    assert calls[0].error_category is None and calls[0].response is not None
+    assert calls[0].response["choices"][0]["message"]["content"] == "hello"
+    # The keep-alive comments are not the first token.
+    assert calls[0].latency_ttft_ms is not None and calls[0].latency_ttft_ms >= 250
+    assert calls[1].error_category == "upstream_error"

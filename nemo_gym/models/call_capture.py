@@ -24,6 +24,7 @@ from typing import Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from nemo_gym.models.call_records import CaptureStore, exchange_for, store_exchange
+from nemo_gym.models.streaming import SSE_KEEPALIVE
 from nemo_gym.serving.protocol import ROLLOUT_PATH_SEGMENT, TOKEN_CAPTURE_PATH_SEGMENT
 from nemo_gym.serving.request_context import _current_rollout_id
 
@@ -33,8 +34,6 @@ logger = logging.getLogger(__name__)
 OBSERVED_PATHS = {"/v1/responses": "responses", "/v1/chat/completions": "chat", "/v1/messages": "messages"}
 # A client may name its own session (an agent harness's id) so its calls can be joined to it.
 CLIENT_SESSION_HEADER = b"x-session-id"
-# A comment line servers send to keep an idle stream open: not the first token.
-SSE_KEEPALIVE = b": keep-alive\n\n"
 EXECUTION_STATE_KEY = "nemo_gym_model_execution"
 
 _PREFIX = re.compile(

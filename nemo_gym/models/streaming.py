@@ -31,6 +31,10 @@ _FINAL_EVENT = {
 }
 
 
+# A comment line that keeps an idle event stream open (a keep-alive is not the first token).
+SSE_KEEPALIVE = b": keep-alive\n\n"
+
+
 def text_pieces(text: str) -> list[str]:
     """``text`` cut into deltas of a few words each (at least one piece, even for '')."""
     words = _WORDS.findall(text)
