@@ -186,10 +186,25 @@ class ResponsesConverter(BaseModel):
         ``preserve_envelope_id`` the response keeps the completion's id (external token capture
         records calls under it), else it gets a fresh ``resp_`` id.
         """
-        output = [item.model_dump() for item in self.postprocess_chat_response(chat_completion.choices[0])]
+        choice = chat_completion.choices[0]
+        output = [item.model_dump() for item in self.postprocess_chat_response(choice)]
+        # Only the envelope's fields are read: the rollout's input and the message (token IDs and
+        # all) are not dumped again.
+        head = {
+            "id": chat_completion.id,
+            "created": chat_completion.created,
+            "model": chat_completion.model,
+            "choices": [
+                {
+                    "finish_reason": choice.finish_reason,
+                    "native_finish_reason": getattr(choice, "native_finish_reason", None),
+                }
+            ],
+            "usage": chat_completion.usage,
+        }
         response = chat_completion_to_response_envelope(
-            _plain(responses_create_params),
-            chat_completion.model_dump(),
+            _plain(responses_create_params, exclude={"input"}),
+            head,
             output,
             new_id=_new_id,
             keep_completion_id=preserve_envelope_id,
