@@ -76,8 +76,9 @@ def responses_to_chat_request(
     message (many chat templates take a single system message, first). Chat-shaped input
     (``tool`` messages, assistant messages with ``tool_calls``) is taken as the Responses items it
     stands for. With ``text_parts``, content given as a list of parts (or a string ``input``) stays
-    a list of chat text parts rather than joining into one string. Raises ``ValueError`` naming the offending item, part or tool
-    (:class:`~nemo_gym.models.chat_tools.ConversionUnsupported` for what chat cannot express).
+    a list of chat text parts rather than joining into one string. Raises ``ValueError`` naming the
+    offending item, part or tool (:class:`~nemo_gym.models.chat_tools.ConversionUnsupported` for
+    what chat cannot express).
     """
     if "input" not in params or params["input"] is None:
         raise ValueError("Responses create-params have no 'input'; give a string or a list of items")
