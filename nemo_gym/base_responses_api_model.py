@@ -23,7 +23,6 @@ in :mod:`nemo_gym.models.call_records`). Our own servers (plain-dict bodies) kee
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 from collections.abc import AsyncIterator, Iterable
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypedDict
@@ -32,11 +31,20 @@ import orjson
 from pydantic import BaseModel, Field
 from starlette.responses import Response
 from starlette.routing import Route
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp
 
+from nemo_gym.models.fastapi_dispatch import (
+    as_json,
+    call_handler,
+    event_stream,
+    nemo_gym_handler,
+    plain_config,
+    validated,
+)
+from nemo_gym.models.openai_errors import OpenAIErrorBodies
 from nemo_gym.models.openai_request_checks import check_chat_request, check_responses_request
 from nemo_gym.models.streaming import SSE_KEEPALIVE, stream_chat_completion, stream_responses
-from nemo_gym.serving.server import BaseServer, BaseServerConfig, HTTPError, body_model
+from nemo_gym.serving.server import BaseServer, BaseServerConfig, HTTPError
 from nemo_gym.token_id_capture.non_generating import NonGeneratingRequest
 
 if TYPE_CHECKING:
@@ -205,7 +213,7 @@ class SimpleResponsesAPIModel(BaseServer):
     def nemo_gym_style(self) -> bool:
         """Whether this class's handlers are written NeMo Gym's way: a ``request`` parameter or a
         pydantic body type (``NeMoGymResponseCreateParamsNonStreaming``) instead of a plain dict."""
-        return any(_nemo_gym_handler(getattr(self, name)) for name in ("responses", "chat_completions"))
+        return any(nemo_gym_handler(getattr(self, name)) for name in ("responses", "chat_completions"))
 
     def uses_setup_webserver(self) -> bool:
         """NeMo Gym-style adapters are served by :meth:`setup_webserver`'s FastAPI app."""
@@ -229,7 +237,7 @@ class SimpleResponsesAPIModel(BaseServer):
         global_config = getattr(self.server_client, "global_config_dict", None)
         install_model_call_capture(
             app,
-            ModelCallCaptureConfig.model_validate(_plain(global_config) or {}),
+            ModelCallCaptureConfig.model_validate(plain_config(global_config) or {}),
             model_server_name=self.config.name,
             global_config_dict=global_config,
             num_workers=self.config.num_workers,
@@ -273,7 +281,7 @@ class SimpleResponsesAPIModel(BaseServer):
         from nemo_gym.openai_utils import NeMoGymResponseCreateParamsNonStreaming
 
         if not body.get("stream"):
-            params = _validated(NeMoGymResponseCreateParamsNonStreaming, body)
+            params = validated(NeMoGymResponseCreateParamsNonStreaming, body)
             response = await self._invoke_responses(request, params)
             answer = _orjson_dispatch_response(response)
             await self._finalize_served_response(response)
@@ -281,7 +289,7 @@ class SimpleResponsesAPIModel(BaseServer):
         from nemo_gym.responses_streaming import sanitize_streaming_responses_body
 
         cleaned, ns_map = sanitize_streaming_responses_body(body)
-        params = _validated(NeMoGymResponseCreateParamsNonStreaming, cleaned)
+        params = validated(NeMoGymResponseCreateParamsNonStreaming, cleaned)
         return await self._stream_responses(request, params, ns_map)
 
     async def _stream_responses(self, request: Request, params: Any, ns_map: Any = None) -> Response:
@@ -289,24 +297,29 @@ class SimpleResponsesAPIModel(BaseServer):
         from nemo_gym.responses_streaming import synthesize_responses_failure_sse, synthesize_responses_sse
 
         try:
-            answer = _as_json(await self._invoke_responses(request, params))
+            answer = as_json(await self._invoke_responses(request, params))
         except Exception as exc:  # noqa: BLE001 - the client asked for a stream: the failure is its last event
             logger.exception("%s: responses() failed serving a streamed /v1/responses request", self.name)
-            return _event_stream(synthesize_responses_failure_sse(str(exc)))
+            return event_stream(synthesize_responses_failure_sse(str(exc)))
         return await self._stream_served_response(answer, synthesize_responses_sse(answer, ns_map))
 
     async def _stream_served_response(self, response: Any, events: Iterable[str | bytes]) -> Response:
         """The event stream of a finished answer, built before :meth:`_finalize_served_response` runs."""
         chunks = [event.encode() if isinstance(event, str) else event for event in events]
         await self._finalize_served_response(response)
-        return _event_stream(chunks)
+        return event_stream(chunks)
 
     async def chat_completions_dispatch(self, request: Request, body: dict[str, Any]) -> Any:
         """``POST /v1/chat/completions`` of a NeMo Gym-style adapter (``stream: true`` as chunks)."""
-        from nemo_gym.openai_utils import NeMoGymChatCompletionCreateParamsNonStreaming
+        from nemo_gym.openai_utils import (
+            CHAT_REQUEST_PROVIDER_EXTENSION_FIELDS,
+            NeMoGymChatCompletionCreateParamsNonStreaming,
+        )
 
         if body.get("stream") is not True:
-            params = _validated(NeMoGymChatCompletionCreateParamsNonStreaming, body)
+            params = validated(
+                NeMoGymChatCompletionCreateParamsNonStreaming, body, CHAT_REQUEST_PROVIDER_EXTENSION_FIELDS
+            )
             completion = await self._invoke_chat_completions(request, params)
             answer = _orjson_dispatch_response(completion)
             await self._finalize_served_response(completion)
@@ -314,7 +327,9 @@ class SimpleResponsesAPIModel(BaseServer):
         from nemo_gym.chat_streaming import sanitize_streaming_chat_body, synthesize_chat_completion_sse
 
         cleaned, include_usage = sanitize_streaming_chat_body(body)
-        params = _validated(NeMoGymChatCompletionCreateParamsNonStreaming, cleaned)
+        params = validated(
+            NeMoGymChatCompletionCreateParamsNonStreaming, cleaned, CHAT_REQUEST_PROVIDER_EXTENSION_FIELDS
+        )
         pending = asyncio.ensure_future(self._invoke_chat_completions(request, params))
         try:
             # A quick answer (or a quick failure) is served whole, failures as normal HTTP errors.
@@ -323,7 +338,7 @@ class SimpleResponsesAPIModel(BaseServer):
             pending.cancel()
             raise
         if done:
-            completion = _as_json(pending.result())
+            completion = as_json(pending.result())
             return await self._stream_served_response(
                 completion, synthesize_chat_completion_sse(completion, include_usage=include_usage)
             )
@@ -336,7 +351,7 @@ class SimpleResponsesAPIModel(BaseServer):
                 while not (await asyncio.wait({pending}, timeout=self.chat_keepalive_s))[0]:
                     yield SSE_KEEPALIVE
                 try:
-                    completion = _as_json(pending.result())
+                    completion = as_json(pending.result())
                 except Exception as exc:  # noqa: BLE001 - headers are sent: the failure is the stream's last event
                     logger.exception("%s: chat_completions() failed after its stream started", self.name)
                     status = getattr(exc, "status_code", None) or getattr(exc, "status", None) or 500
@@ -349,7 +364,7 @@ class SimpleResponsesAPIModel(BaseServer):
             finally:
                 pending.cancel()
 
-        return _event_stream(events())
+        return event_stream(events())
 
     async def messages(self, request: Request, body: dict[str, Any]) -> Any:
         """``POST /v1/messages``: an Anthropic Messages request answered through :meth:`responses`."""
@@ -369,91 +384,14 @@ class SimpleResponsesAPIModel(BaseServer):
         return dispatched
 
     async def _invoke_responses(self, request: Request, params: Any) -> Any:
-        return await _call_handler(self.responses, request, params)
+        return await call_handler(self.responses, request, params)
 
     async def _invoke_chat_completions(self, request: Request, params: Any) -> Any:
-        return await _call_handler(self.chat_completions, request, params)
+        return await call_handler(self.chat_completions, request, params)
 
     async def _finalize_served_response(self, response: Any) -> None:
         """Called with each answer once it is converted for the client (adapters that commit
         captured tokens override it)."""
-
-
-def _nemo_gym_handler(handler: Any) -> bool:
-    try:
-        params = inspect.signature(handler).parameters
-    except (TypeError, ValueError):
-        return False
-    return "request" in params or body_model(handler) is not None
-
-
-async def _call_handler(handler: Any, request: Any, params: Any) -> Any:
-    # NeMo Gym adapters declare ``responses(self, body)`` or ``responses(self, request, body)``.
-    if "request" in inspect.signature(handler).parameters:
-        return await handler(request=request, body=params)
-    return await handler(body=params)
-
-
-def _validated(model: type[BaseModel], body: dict[str, Any]) -> Any:
-    """``body`` as ``model``, or FastAPI's 422 listing each wrong field under ``body``.
-
-    NeMo Gym's request types forbid fields OpenAI's API does not define (a misspelt ``thinkng``
-    is a 422, not silently dropped), and its adapters rely on that: a field outside the
-    ``openai`` package's request fields, the model's own and the provider extensions is refused.
-    """
-    from fastapi.exceptions import RequestValidationError
-    from pydantic import ValidationError
-
-    from nemo_gym.models.stream_requests import CHAT_REQUEST_FIELDS, RESPONSES_REQUEST_FIELDS
-    from nemo_gym.openai_utils import CHAT_REQUEST_PROVIDER_EXTENSION_FIELDS
-
-    known = (
-        CHAT_REQUEST_FIELDS | CHAT_REQUEST_PROVIDER_EXTENSION_FIELDS
-        if "messages" in model.model_fields
-        else RESPONSES_REQUEST_FIELDS
-    )
-    errors: list[dict[str, Any]] = [
-        {
-            "type": "extra_forbidden",
-            "loc": ("body", key),
-            "msg": "Extra inputs are not permitted",
-            "input": body[key],
-        }
-        for key in body
-        if key not in known and key not in model.model_fields
-    ]
-    try:
-        params = model.model_validate(body)
-    except ValidationError as exc:
-        errors += [{**e, "loc": ("body", *e["loc"])} for e in exc.errors(include_url=False)]
-    if errors:
-        raise RequestValidationError(errors)
-    return params
-
-
-def _as_json(answer: Any) -> dict[str, Any]:
-    if isinstance(answer, BaseModel):
-        return answer.model_dump(mode="json", by_alias=True)
-    return dict(answer)
-
-
-def _event_stream(chunks: Iterable[str | bytes] | AsyncIterator[bytes]) -> Response:
-    from starlette.responses import StreamingResponse
-
-    headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-    content = chunks if isinstance(chunks, AsyncIterator) else iter(chunks)
-    return StreamingResponse(content, media_type="text/event-stream", headers=headers)
-
-
-def _plain(config: Any) -> Any:
-    """A global config as plain Python (an OmegaConf config converted; anything else as is)."""
-    if config is None or isinstance(config, dict):
-        return config
-    try:
-        from omegaconf import DictConfig, OmegaConf
-    except ImportError:
-        return config
-    return OmegaConf.to_container(config, resolve=True) if isinstance(config, DictConfig) else config
 
 
 # ---- NeMo Gym's model-call capture, per rollout ------------------------------------------
@@ -493,7 +431,7 @@ def install_model_call_capture(
     from nemo_gym.token_id_capture.config import token_id_capture_config
 
     if global_config_dict is not None:
-        token_id_capture_config(_plain(global_config_dict)).require_disabled()
+        token_id_capture_config(plain_config(global_config_dict)).require_disabled()
     app.add_middleware(
         CaptureMiddleware, store=make_capture_store(config), model_server_name=model_server_name
     )
@@ -503,7 +441,7 @@ def model_call_capture_dirs_from_config(global_config_dict: Any) -> list[Path]:
     """The run's capture directory as a list (empty with observability off)."""
     from nemo_gym.models.call_records import ModelCallCaptureConfig
 
-    config = ModelCallCaptureConfig.model_validate(_plain(global_config_dict) or {})
+    config = ModelCallCaptureConfig.model_validate(plain_config(global_config_dict) or {})
     if not config.observability_enabled or config.model_call_capture_dir is None:
         return []
     return [config.model_call_capture_dir]
@@ -513,7 +451,7 @@ def observability_enabled_from_config(global_config_dict: Any) -> bool:
     """The run's ``observability_enabled`` flag."""
     from nemo_gym.models.call_records import ModelCallCaptureConfig
 
-    return ModelCallCaptureConfig.model_validate(_plain(global_config_dict) or {}).observability_enabled
+    return ModelCallCaptureConfig.model_validate(plain_config(global_config_dict) or {}).observability_enabled
 
 
 def _store_holding(rollout_id: str, capture_dirs: list[Path]) -> CaptureStore | None:
@@ -629,91 +567,6 @@ BaseResponsesAPIModel = SimpleResponsesAPIModel
 def without_stream(body: dict[str, Any]) -> dict[str, Any]:
     """``body`` without ``stream`` and ``stream_options`` (the request a whole answer needs)."""
     return {key: value for key, value in body.items() if key not in ("stream", "stream_options")}
-
-
-# ---- OpenAI-shaped errors -------------------------------------------------------------------
-# The server that answered an error (OpenAI's body has no place for it).
-SERVER_HEADER = b"x-nemo-gym-server"
-_ERROR_TYPES = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    403: "permission_error",
-    404: "not_found_error",
-    413: "invalid_request_error",
-    422: "invalid_request_error",
-    429: "rate_limit_error",
-}
-
-
-class OpenAIErrorBodies:
-    """ASGI middleware: a JSON error answer ``{"error": "<text>", ...}`` becomes OpenAI's shape.
-
-    Only answers with status >= 400 and a JSON body are held back and rewritten; everything
-    else (event streams included) passes through untouched.
-    """
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        held: dict[str, Any] = {}
-        chunks: list[bytes] = []
-
-        async def shaping_send(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                headers = dict(message.get("headers") or [])
-                if message["status"] >= 400 and headers.get(b"content-type", b"").startswith(
-                    b"application/json"
-                ):
-                    held["start"] = message
-                    return
-            elif message["type"] == "http.response.body" and "start" in held:
-                chunks.append(message.get("body", b""))
-                if message.get("more_body"):
-                    return
-                await _send_shaped(send, held["start"], b"".join(chunks))
-                return
-            await send(message)
-
-        await self.app(scope, receive, shaping_send)
-
-
-async def _send_shaped(send: Send, start: Message, raw: bytes) -> None:
-    status = start["status"]
-    try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        body = None
-    server = None
-    if isinstance(body, dict) and isinstance(body.get("error"), str):
-        extra = {k: v for k, v in body.items() if k not in ("error", "server", "code", "param")}
-        code, param = body.get("code"), body.get("param")
-        shaped = openai_error_body(
-            body["error"],
-            status,
-            param=param if isinstance(param, str) else None,
-            code=code if isinstance(code, str) else None,
-        )
-        server = body.get("server")
-        raw = orjson.dumps({**shaped, **extra})
-    headers = [(k, v) for k, v in start.get("headers") or [] if k.lower() != b"content-length"]
-    headers.append((b"content-length", str(len(raw)).encode()))
-    if isinstance(server, str):
-        headers.append((SERVER_HEADER, server.encode()))
-    await send({**start, "headers": headers})
-    await send({"type": "http.response.body", "body": raw, "more_body": False})
-
-
-def openai_error_body(
-    message: str, status: int, param: str | None = None, code: str | None = None
-) -> dict[str, Any]:
-    """OpenAI's error object for ``message`` answered with HTTP ``status`` (``code``: a string
-    such as ``context_length_exceeded``, or null as OpenAI sends for most errors)."""
-    error_type = _ERROR_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
-    return {"error": {"message": message, "type": error_type, "param": param, "code": code}}
 
 
 def __getattr__(name: str) -> Any:

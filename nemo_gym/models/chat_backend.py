@@ -41,7 +41,7 @@ def openai_error_routes(routes: list[Route]) -> list[Route]:
     """The routes unchanged: kept for code written against the earlier per-route wrapper.
 
     Every model server's error answers are now shaped by
-    :class:`nemo_gym.base_responses_api_model.OpenAIErrorBodies`, for all routes at once.
+    :class:`nemo_gym.models.openai_errors.OpenAIErrorBodies`, for all routes at once.
     """
     return routes
 
