@@ -3,14 +3,14 @@
 Starts the openai stack of ``scripts/bench_cpu_per_rollout.py`` (example_single_tool_call +
 simple_agent + openai_model in front of an instant OpenAI-compatible fake, real processes on
 127.0.0.1) and a bare starlette/uvicorn echo server (the floor: one bare uvicorn hop on this
-machine). With one blocking ``http.client`` connection and one request at a time it measures the
-p50 of: the echo hop; the fake policy itself; each hop the agent makes in a rollout, posted
+machine). With one blocking connection per target (a minimal raw-socket client: ``http.client`` alone
+costs about a bare hop) and one request at a time, it measures the p50 of: the echo hop; the fake policy itself; each hop the agent makes in a rollout, posted
 directly to its server with the body the agent sends (``/seed_session``, the two model calls,
 ``/get_weather``, ``/verify``); and the whole ``/run``. ``/run`` minus the sum of its hops is
 the agent's own share. While ``/run`` is posted it also reads each process's CPU time (CPU per
 rollout at concurrency 1: what the rollout costs when nothing overlaps, a number far less
-sensitive to a loaded machine than wall time). Rounds are interleaved; each number is the
-median over ``--repeats`` rounds.
+sensitive to a loaded machine than wall time). Targets take turns 50 requests at a time, so all
+see the same load; each number is the median over ``--repeats`` rounds.
 
 Usage: python scripts/bench_latency_c1.py [--requests 1000] [--repeats 3] [--json out.json]
 """
@@ -21,6 +21,8 @@ import argparse
 import http.client
 import json
 import os
+import re
+import socket
 import statistics
 import subprocess
 import sys
@@ -50,24 +52,52 @@ from nemo_gym.launch.launcher import StackHandle, free_port  # noqa: E402
 HEADERS = {"Content-Type": "application/json"}
 
 
-def p50_ms(host: str, port: int, path: str, body: bytes, requests: int) -> float:
-    """Median milliseconds of ``requests`` POSTs, one at a time on one kept-alive connection."""
-    conn = http.client.HTTPConnection(host, port, timeout=60)
+class RawClient:
+    """A blocking keep-alive HTTP/1.1 client doing the least work per request (``http.client``
+    parses headers in Python and costs about as much as a whole bare hop)."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.sock = socket.create_connection((host, port))
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.host, self.port = host, port
+
+    def request_bytes(self, path: str, body: bytes) -> bytes:
+        return (
+            f"POST {path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n"
+        ).encode() + body
+
+    def post(self, data: bytes) -> bytes:
+        self.sock.sendall(data)
+        buf = b""
+        while b"\r\n\r\n" not in buf:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise RuntimeError("connection closed")
+            buf += chunk
+        head, _, rest = buf.partition(b"\r\n\r\n")
+        if not head.startswith(b"HTTP/1.1 200"):
+            raise RuntimeError(f"answer: {head[:200]!r}")
+        length = int(re.search(rb"(?i)\r\ncontent-length: *(\d+)", head).group(1))  # type: ignore[union-attr]
+        while len(rest) < length:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise RuntimeError("connection closed")
+            rest += chunk
+        return rest
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def timed(client: RawClient, data: bytes, requests: int) -> list[float]:
+    """Seconds of ``requests`` POSTs, one at a time."""
     latencies = []
-    try:
-        for i in range(requests + 50):
-            started = time.perf_counter()
-            conn.request("POST", path, body=body, headers=HEADERS)
-            resp = conn.getresponse()
-            answer = resp.read()
-            elapsed = time.perf_counter() - started
-            if resp.status != 200:
-                raise RuntimeError(f"POST {path}: HTTP {resp.status}: {answer[:300]!r}")
-            if i >= 50:
-                latencies.append(elapsed)
-    finally:
-        conn.close()
-    return statistics.median(latencies) * 1000
+    for _ in range(requests):
+        started = time.perf_counter()
+        client.post(data)
+        latencies.append(time.perf_counter() - started)
+    return latencies
 
 
 def post_json(host: str, port: int, path: str, body: Any) -> Any:
@@ -147,21 +177,36 @@ def main() -> None:
                 orjson.dumps({**row, "response": response}),
             ),
         }
-        run_body = orjson.dumps(row)
-        p50_ms(agent.host, agent.port, "/run", run_body, 100)  # warm-up
+        targets = {
+            **hops,
+            "agent /run (a whole rollout)": (agent.host, agent.port, "/run", orjson.dumps(row)),
+        }
+        clients = {name: RawClient(host, port) for name, (host, port, _, _) in targets.items()}
+        data = {name: clients[name].request_bytes(path, body) for name, (_, _, path, body) in targets.items()}
+        for name in targets:  # warm-up
+            timed(clients[name], data[name], 50)
+        chunk = 50  # every target in turn, chunk by chunk, so all see the same load
         for round_index in range(args.repeats):
-            measured = {name: p50_ms(*target, args.requests) for name, target in hops.items()}
-            before = {name: cpu_s(p) for name, p in procs.items()}
-            measured["agent /run (a whole rollout)"] = p50_ms(
-                agent.host, agent.port, "/run", run_body, args.requests
-            )
-            after = {name: cpu_s(p) for name, p in procs.items()}
-            cpu = {name: (after[name] - before[name]) / (args.requests + 50) * 1000 for name in procs}
+            samples: dict[str, list[float]] = {name: [] for name in targets}
+            run_cpu = {name: 0.0 for name in procs}
+            for _ in range(max(1, args.requests // chunk)):
+                for name in targets:
+                    if name.startswith("agent"):
+                        before = {p: cpu_s(proc) for p, proc in procs.items()}
+                    samples[name] += timed(clients[name], data[name], chunk)
+                    if name.startswith("agent"):
+                        for p, proc in procs.items():
+                            run_cpu[p] += cpu_s(proc) - before[p]
+            runs = len(samples["agent /run (a whole rollout)"])
+            measured = {name: statistics.median(values) * 1000 for name, values in samples.items()}
+            cpu = {name: seconds / runs * 1000 for name, seconds in run_cpu.items()}
             results["rounds"].append({"p50_ms": measured, "cpu_ms_per_rollout": cpu})
             print(
                 f"round {round_index + 1}: /run p50 {measured['agent /run (a whole rollout)']:.3f} ms",
                 flush=True,
             )
+        for client in clients.values():
+            client.close()
     finally:
         handle.stop()
         for proc in (echo, fake):
