@@ -424,3 +424,64 @@ async def test_upstream_streams_through_the_hop_client_and_a_closed_stream_hangs
             await http.request("POST", f"http://127.0.0.1:{free_port()}/v1/responses", {})
         assert info.value.kind == "unreachable" and "connection refused" in str(info.value)
         await http.close()
+
+
+def test_a_server_on_this_machine_is_reached_through_its_unix_socket():
+    import os
+    import stat
+
+    from nemo_gym.base_resources_server import BaseResourcesServerConfig, SimpleResourcesServer, tool
+    from nemo_gym.serving import local_socket
+    from nemo_gym.testing import running_server
+
+    class Counter(SimpleResourcesServer):
+        config: BaseResourcesServerConfig
+
+        @tool
+        async def count(self, body: dict) -> dict:
+            self.session["n"] = self.session.get("n", 0) + 1
+            return {"n": self.session["n"]}
+
+    directory = local_socket.socket_dir()
+    assert directory is not None and stat.S_IMODE(os.stat(directory).st_mode) == 0o700
+    with running_server(Counter({"name": "counter"})) as url:
+        port = int(url.rsplit(":", 1)[1])
+        path = local_socket.socket_path(directory, "127.0.0.1", port)
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+
+        async def main() -> None:
+            client = ServerClient(static_urls={"counter": url})
+            rollout = client.rollout()
+            assert [(await rollout.post_json("counter", "/count", {}))["n"] for _ in range(3)] == [1, 2, 3]
+            (pool,) = client._pools.values()
+            assert list(pool._idle) == [(path, 0)]  # the one connection went through the file
+            await client.close()
+
+        asyncio.run(main())
+    assert not os.path.exists(path)  # removed on shutdown
+
+
+async def test_a_socket_file_left_by_a_killed_server_falls_back_to_tcp(monkeypatch):
+    import contextlib
+    import os
+
+    from nemo_gym.serving import local_socket
+
+    async with ScriptedServer(answer_ok) as server:
+        directory = local_socket.socket_dir()
+        assert directory is not None
+        path = local_socket.socket_path(directory, "127.0.0.1", server.port)
+        stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        stale.bind(path)
+        stale.close()  # the file stays, nothing listens: as after a kill -9
+        try:
+            client = ServerClient(static_urls={"s": f"http://127.0.0.1:{server.port}"}, connect_retries=0)
+            assert (await client.post("s", "/x", {})).status == 200
+            assert (await client.post("s", "/x", {})).status == 200 and server.requests == 2
+            await client.close()
+            monkeypatch.setenv(local_socket.ENV_UNIX_SOCKETS, "0")
+            assert local_socket.path_for("127.0.0.1", server.port) is None
+            assert local_socket.bind("127.0.0.1", 0) is None
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)

@@ -409,10 +409,17 @@ class HopPool:
         return len(self._open)
 
     async def acquire(
-        self, host: str, port: int, deadline: float, connect_timeout_s: float | None, fresh: bool = False
+        self,
+        host: str,
+        port: int,
+        deadline: float,
+        connect_timeout_s: float | None,
+        fresh: bool = False,
+        unix_path: str | None = None,
     ) -> _HopConnection:
-        """An idle connection to ``host:port`` (unless ``fresh``), else a new one once the cap allows."""
-        key = (host, port)
+        """An idle connection to ``host:port`` (through the Unix socket ``unix_path`` when given;
+        unless ``fresh``), else a new one once the cap allows."""
+        key = (host, port) if unix_path is None else (unix_path, 0)
         while True:
             if not fresh:
                 idle = self._idle.get(key)
@@ -452,7 +459,10 @@ class HopPool:
             if timeout <= 0:
                 raise TimeoutError
             async with asyncio.timeout(timeout):
-                await self.loop.create_connection(lambda: conn, *key)
+                if key[1] == 0:  # a Unix socket: the key holds its path
+                    await self.loop.create_unix_connection(lambda: conn, key[0])
+                else:
+                    await self.loop.create_connection(lambda: conn, *key)
         except TimeoutError as exc:
             self._drop(conn)
             raise HopTimeout(*key, f"no connection to {key[0]}:{key[1]} within {timeout:.3g}s") from exc
@@ -572,8 +582,11 @@ async def request(
     connect_timeout_s: float | None = None,
     max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
     stream: bool = False,
+    unix_path: str | None = None,
 ) -> HopResponse:
     """Send one request through ``pool`` and return its answer (read whole unless ``stream``).
+
+    ``unix_path``: connect through that Unix socket (``Host`` still names ``host:port``).
 
     ``headers`` comes from :func:`encode_headers` (``Host`` and ``Content-Length`` are added).
 
@@ -585,7 +598,7 @@ async def request(
     data = build_request(method, host, port, path, headers, body)
     fresh = False
     while True:
-        conn = await pool.acquire(host, port, deadline, connect_timeout_s, fresh=fresh)
+        conn = await pool.acquire(host, port, deadline, connect_timeout_s, fresh, unix_path)
         waiter = conn.send(data, deadline, max_answer_bytes, stream)
         try:
             return await waiter

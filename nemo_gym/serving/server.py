@@ -32,6 +32,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from nemo_gym.serving import local_socket
 from nemo_gym.serving.access_guard import AccessGuard
 from nemo_gym.serving.error_answers import (  # noqa: F401 - part of this module's API
     CALLER_FAULT_STATUSES,
@@ -569,7 +570,9 @@ class BaseServer(BaseModel):
         self.uvicorn_server = uv_server
         self._embedded = embedded
         await self.on_startup()
-        serve_task = asyncio.create_task(uv_server.serve(sockets=[sock]))
+        local = local_socket.bind(host, port)  # same-host hops skip TCP (serving/local_socket.py)
+        sockets = [sock] if local is None else [sock, local.sock]
+        serve_task = asyncio.create_task(uv_server.serve(sockets=sockets))
         try:
             head_url = os.environ.get(ENV_HEAD_URL)
             if register and head_url:
@@ -579,6 +582,8 @@ class BaseServer(BaseModel):
                     await register_with_head(head_url, self.name, self.server_type, host, port)
             await serve_task
         finally:
+            if local is not None:
+                local.unlink()
             try:
                 await self.on_shutdown()
             finally:

@@ -25,7 +25,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from nemo_gym.serving import hop_client
+from nemo_gym.serving import hop_client, local_socket
 from nemo_gym.serving.protocol import (
     ENV_HEAD_URL,
     ROLLOUT_PREFIX,
@@ -131,7 +131,7 @@ class ServerClient:
         self._lookups: dict[asyncio.AbstractEventLoop, asyncio.Task[list[ServerInstanceInfo]]] = {}
         self._headers = auth_headers()
         self._pools: dict[asyncio.AbstractEventLoop, hop_client.HopPool] = {}
-        self._hop_targets: dict[str, tuple[str, int, str] | None] = {}
+        self._hop_targets: dict[str, tuple[str, int, str, str | None] | None] = {}
         self._use_hop_client = os.environ.get(ENV_HOP_CLIENT, "").lower() != "aiohttp"
         self._hop_headers = hop_client.encode_headers(self._headers.items())
         self._hop_json_headers = hop_client.encode_headers(
@@ -394,8 +394,10 @@ class ServerClient:
                 ) from exc
         raise ServerCallError("timeout", server_name, path, f"no answer from {base} within {timeout_s:g}s")
 
-    def _hop_target(self, base: str) -> tuple[str, int, str] | None:
-        """``(host, port, path prefix)`` of a plain-HTTP base URL, None for one aiohttp takes."""
+    def _hop_target(self, base: str) -> tuple[str, int, str, str | None] | None:
+        """``(host, port, path prefix, Unix socket)`` of a plain-HTTP base URL, None for one aiohttp
+        takes. The socket is the file a server on this machine listens on too (see
+        :mod:`nemo_gym.serving.local_socket`), or None."""
         try:
             return self._hop_targets[base]
         except KeyError:
@@ -403,7 +405,8 @@ class ServerClient:
         target = None
         url = urllib.parse.urlsplit(base)
         if self._use_hop_client and url.scheme == "http" and url.hostname and not url.query:
-            target = (url.hostname, url.port or 80, url.path.rstrip("/"))
+            port = url.port or 80
+            target = (url.hostname, port, url.path.rstrip("/"), local_socket.path_for(url.hostname, port))
         self._hop_targets[base] = target
         return target
 
@@ -412,13 +415,13 @@ class ServerClient:
         method: str,
         server_name: str,
         base: str,
-        target: tuple[str, int, str],
+        target: tuple[str, int, str, str | None],
         path: str,
         data: bytes | None,
         cookies: Mapping[str, str] | None,
         timeout_s: float,
     ) -> ServerResponse:
-        host, port, prefix = target
+        host, port, prefix, unix_path = target
         pool = self.hop_pool()
         headers = self._hop_headers if data is None else self._hop_json_headers
         if cookies:
@@ -442,9 +445,16 @@ class ServerClient:
                     data,
                     deadline=deadline,
                     max_answer_bytes=self.max_answer_bytes,
+                    unix_path=unix_path,
                 )
                 return ServerResponse(resp.status, resp.body, resp.cookies, base)
             except hop_client.HopConnectError as exc:
+                if unix_path is not None:
+                    # A socket file left by a server that is gone: TCP from now on for this base.
+                    unix_path = None
+                    self._hop_targets[base] = (host, port, prefix, None)
+                    attempt -= 1
+                    continue
                 # Nothing was sent: safe to try again, with backoff, within the deadline.
                 if attempt > self.connect_retries or loop.time() >= deadline:
                     raise ServerCallError(
