@@ -475,13 +475,19 @@ async def test_a_socket_file_left_by_a_killed_server_falls_back_to_tcp(monkeypat
         stale.bind(path)
         stale.close()  # the file stays, nothing listens: as after a kill -9
         try:
-            client = ServerClient(static_urls={"s": f"http://127.0.0.1:{server.port}"}, connect_retries=0)
+            base = f"http://127.0.0.1:{server.port}"
+            client = ServerClient(static_urls={"s": base}, connect_retries=0)
+            assert client._hop_target(base) == ("127.0.0.1", server.port, "", path)
             assert (await client.post("s", "/x", {})).status == 200
+            assert client._hop_target(base) == ("127.0.0.1", server.port, "", None)  # TCP from now on
             assert (await client.post("s", "/x", {})).status == 200 and server.requests == 2
             await client.close()
             monkeypatch.setenv(local_socket.ENV_UNIX_SOCKETS, "0")
             assert local_socket.path_for("127.0.0.1", server.port) is None
             assert local_socket.bind("127.0.0.1", 0) is None
+            monkeypatch.delenv(local_socket.ENV_UNIX_SOCKETS)
+            local_socket.remove_stale(directory)  # what a server starting up does with the stale file
+            assert not os.path.exists(path)
         finally:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)

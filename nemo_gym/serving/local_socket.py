@@ -88,6 +88,7 @@ def bind(host: str, port: int) -> LocalSocket | None:
     directory = socket_dir()
     if directory is None:
         return None
+    remove_stale(directory)
     path = socket_path(directory, host, port)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
@@ -102,6 +103,27 @@ def bind(host: str, port: int) -> LocalSocket | None:
         sock.close()
         return None
     return LocalSocket(sock, path, inode)
+
+
+def remove_stale(directory: str, limit: int = 256) -> None:
+    """Remove socket files nobody listens on any more (servers killed with SIGKILL leave them)."""
+    try:
+        names = [name for name in os.listdir(directory) if name.endswith(".sock")][:limit]
+    except OSError:
+        return
+    for name in names:
+        path = os.path.join(directory, name)
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        probe.setblocking(False)  # a live server with a full backlog: EAGAIN, not a wait
+        try:
+            probe.connect(path)
+        except ConnectionRefusedError:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+        except OSError:
+            pass
+        finally:
+            probe.close()
 
 
 def path_for(host: str, port: int) -> str | None:

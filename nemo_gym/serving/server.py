@@ -572,6 +572,8 @@ class BaseServer(BaseModel):
         await self.on_startup()
         local = local_socket.bind(host, port)  # same-host hops skip TCP (serving/local_socket.py)
         sockets = [sock] if local is None else [sock, local.sock]
+        if local is not None:  # a SIGTERM ends the process in uvicorn's shutdown, before `finally`
+            SHUTDOWN_CLEANUPS[local.path] = local.unlink
         serve_task = asyncio.create_task(uv_server.serve(sockets=sockets))
         try:
             head_url = os.environ.get(ENV_HEAD_URL)
@@ -583,6 +585,7 @@ class BaseServer(BaseModel):
             await serve_task
         finally:
             if local is not None:
+                SHUTDOWN_CLEANUPS.pop(local.path, None)
                 local.unlink()
             try:
                 await self.on_shutdown()
