@@ -336,3 +336,13 @@ def test_an_observed_conversation_keeps_typed_items() -> None:
         "role": "user",
         "content": "hi",
     }
+
+
+def test_openai_model_answers_to_nemo_gyms_class_names() -> None:
+    # gdpval builds judge proxies as openai_model's SimpleModelServer(config=SimpleModelServerConfig(...)).
+    from responses_api_models.openai_model import app
+
+    config = app.SimpleModelServerConfig(
+        name="judge", openai_base_url="http://127.0.0.1:9/v1", openai_model="m"
+    )
+    assert isinstance(config, app.OpenAIModelConfig) and app.SimpleModelServer is app.OpenAIModel

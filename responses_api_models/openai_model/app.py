@@ -235,5 +235,10 @@ def strip_nemo_gym_fields(item: Any) -> Any:
     return {key: value for key, value in item.items() if key not in _NEMO_GYM_ITEM_FIELDS}
 
 
+# NeMo Gym's names for this adapter's classes (environments and their tests import them).
+SimpleModelServerConfig = OpenAIModelConfig
+SimpleModelServer = OpenAIModel
+
+
 if __name__ == "__main__":
     OpenAIModel.run_webserver()
