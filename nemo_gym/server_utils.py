@@ -35,6 +35,7 @@ from nemo_gym.serving.nemo_gym_client import NeMoGymServerClient as ServerClient
 from nemo_gym.serving.protocol import ROLLOUT_PREFIX, SESSION_COOKIE
 from nemo_gym.serving.server import BaseServer
 from nemo_gym.serving.server_client import capped_connector
+from nemo_gym.telemetry.connection_pool import reset_server_name, set_server_name
 
 __all__ = [
     "HEAD_SERVER_KEY_NAME",
@@ -69,6 +70,9 @@ IS_NEMO_GYM_FASTAPI_ENTRYPOINT_KEY_NAME = "IS_NEMO_GYM_FASTAPI_ENTRYPOINT"
 
 _GLOBAL_AIOHTTP_CLIENT: aiohttp.ClientSession | None = None
 _GLOBAL_AIOHTTP_CLIENT_REQUEST_DEBUG = False
+# NeMo Gym's switch for labelling calls only with its queue-timing connector; calls here are
+# always labelled (a context variable, no cost worth a switch). Kept for code that sets it.
+_GLOBAL_AIOHTTP_CLIENT_QUEUE_TELEMETRY = False
 
 
 def is_nemo_gym_fastapi_worker() -> bool:
@@ -109,30 +113,42 @@ async def get_response_json(response: Any) -> Any:
     return orjson.loads(await response.read())
 
 
-async def request(method: str, url: str, _internal: bool = False, **kwargs: Any) -> aiohttp.ClientResponse:
+async def request(
+    method: str,
+    url: str,
+    _internal: bool = False,
+    _max_connection_retries: int | None = None,
+    _server_name: str | None = None,
+    **kwargs: Any,
+) -> aiohttp.ClientResponse:
     """One HTTP call to ``url`` through the process-wide client (``json=`` a dict or pydantic model).
 
-    A refused or dropped connection is retried up to ``MAX_NUM_TRIES`` times with backoff and
-    jitter; the answer is returned whatever its status (see :func:`raise_for_status`).
+    A refused or dropped connection is retried up to ``_max_connection_retries`` (at most
+    ``MAX_NUM_TRIES``) times with backoff and jitter; the answer is returned whatever its status
+    (see :func:`raise_for_status`). The call and its retries carry ``_server_name`` as their
+    destination label (:mod:`nemo_gym.telemetry.connection_pool`; ``"external"`` by default).
     """
-    kwargs.pop("_max_connection_retries", None)
-    kwargs.pop("_server_name", None)
+    tries = min(_max_connection_retries or MAX_NUM_TRIES, MAX_NUM_TRIES)
     if isinstance(kwargs.get("json"), BaseModel):
         kwargs["json"] = kwargs["json"].model_dump(exclude_unset=True, mode="json")
     if "json" in kwargs:
         kwargs["data"] = orjson.dumps(kwargs.pop("json"))
         kwargs.setdefault("headers", {})
         kwargs["headers"] = {**kwargs["headers"], "Content-Type": "application/json"}
-    delay = 0.1
-    for attempt in range(1, MAX_NUM_TRIES + 1):
-        try:
-            return await get_global_aiohttp_client().request(method, url, **kwargs)
-        except (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError):
-            if attempt == MAX_NUM_TRIES:
-                raise
-            await asyncio.sleep(delay * (0.5 + random.random()))
-            delay *= 2
-    raise AssertionError("unreachable")
+    label = set_server_name(_server_name or "external")
+    try:
+        delay = 0.1
+        for attempt in range(1, tries + 1):
+            try:
+                return await get_global_aiohttp_client().request(method=method, url=url, **kwargs)
+            except (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError):
+                if attempt == tries:
+                    raise
+                await asyncio.sleep(delay * (0.5 + random.random()))
+                delay *= 2
+        raise AssertionError("unreachable")
+    finally:
+        reset_server_name(label)
 
 
 def get_server_url(server_name: str) -> str:

@@ -128,6 +128,7 @@ NEMO_GYM_PUBLIC_PATHS = {
     "task_materialization",
     "token_id_capture",
     "anthropic_converter",
+    "profiling",
 }  # fmt: skip
 OUR_ENTRY_POINTS = {"gymnasium", "gymnasium_server", "llm_judge", "response_items", "train_data"}
 

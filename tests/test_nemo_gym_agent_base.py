@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import aiohttp
+import pytest
 from fastapi import Body, FastAPI, Request, Response
 from omegaconf import OmegaConf
 
@@ -170,3 +172,41 @@ def test_fastapi_bound_responses_and_agent_sessions_through_a_real_server() -> N
         assert client.post(url + "/v1/agent_sessions/close", close)[0] == 200  # a retried close
         assert client.post(url + "/v1/responses", {})[0] == 409  # a closed session does not run
         assert client.post(url + "/v1/agent_sessions", {"agent_session_id": ""})[0] == 422
+
+
+def test_request_labels_its_destination_and_bounds_retries(monkeypatch) -> None:
+    from nemo_gym.telemetry import connection_pool
+
+    seen: list[tuple[str, str]] = []
+
+    class Client:
+        async def request(self, method: str, url: str, **kwargs: object) -> str:
+            seen.append((connection_pool.current_server_name(), url))
+            if len(seen) == 1:
+                raise aiohttp.ServerDisconnectedError()
+            return "answer"
+
+    monkeypatch.setattr(server_utils, "get_global_aiohttp_client", lambda: Client())
+    answer = asyncio.run(server_utils.request("POST", "http://x/y", _server_name="remote", json={"a": 1}))
+    assert answer == "answer" and seen == [("remote", "http://x/y")] * 2
+    assert connection_pool.current_server_name() == "external"  # restored after the call
+    seen.clear()
+    with pytest.raises(aiohttp.ServerDisconnectedError):
+        asyncio.run(server_utils.request("GET", "http://x/z", _max_connection_retries=1))
+    assert seen == [("external", "http://x/z")]
+
+
+def test_profiler_writes_its_files(tmp_path) -> None:
+    from nemo_gym.profiling import Profiler
+
+    with pytest.raises(ValueError, match="spaces"):
+        Profiler(name="a b", base_profile_dir=tmp_path)
+    profiler = Profiler(
+        name="run-1", base_profile_dir=tmp_path / "prof", required_str="test_nemo_gym_agent_base"
+    )
+    profiler.start()
+    sorted(range(1000), key=lambda n: -n)
+    profiler.stop()
+    log = (tmp_path / "prof" / "run-1.log").read_text()
+    assert "test_nemo_gym_agent_base" in log and "ncalls" in log
+    assert (tmp_path / "prof" / "run-1.prof").stat().st_size > 0
