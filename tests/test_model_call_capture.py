@@ -218,6 +218,12 @@ def test_served_by_a_real_process_the_outer_prefix_strip_keeps_the_rollout(
             assert peers.poll_for_status("canned") == "success"
             status, body = client.post(url + "/ng-rollout/r-7/v1/responses", {"input": "hi"})
             assert status == 200 and body["id"] == "resp_1"
+            # NeMo Gym's training-token-capture segment routes the same (capture itself is refused
+            # at start when a run turns it on; an agent flag alone serves the call as NeMo Gym does).
+            status, body = client.post(
+                url + "/ng-rollout/r-7/training-token-capture/v1/responses", {"input": "hi"}
+            )
+            assert status == 200 and body["id"] == "resp_1"
             status, body = client.post(url + "/ng-rollout/r-7/v1/responses", {"input": 5})
             # Our OpenAI-shaped error answer, as for every model server.
             assert status == 422 and body["error"]["type"] == "invalid_request_error", body
@@ -226,7 +232,11 @@ def test_served_by_a_real_process_the_outer_prefix_strip_keeps_the_rollout(
         proc.wait(10)
     assert peers.poll_for_status("canned", timeout_seconds=2) == "connection_error"
     calls = read_model_call_records(CaptureStore(tmp_path), "r-7")
-    assert [(c.dialect, c.status_code) for c in calls] == [("responses", 200), ("responses", 422)]
+    assert [(c.dialect, c.status_code) for c in calls] == [
+        ("responses", 200),
+        ("responses", 200),
+        ("responses", 422),
+    ]
 
 
 def test_our_own_model_servers_keep_the_lean_path() -> None:

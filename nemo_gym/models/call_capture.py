@@ -302,11 +302,10 @@ class CaptureMiddleware:
             await self.app(scope, receive, send)
             return
         rollout_id, _, path = split_rollout_prefix(scope.get("path", ""))
-        if rollout_id is None and (rollout_id := _current_rollout_id.get()) is not None:
-            # The server's outer StripRolloutPrefix took the prefix off already; the token-capture
-            # segment that may follow it is ours to drop.
-            segment = f"/{TOKEN_CAPTURE_PATH_SEGMENT}/"
-            path = "/" + path[len(segment) :] if path.startswith(segment) else path
+        if rollout_id is None:
+            # Served by a nemo_gym process, the outer StripRolloutPrefix took the prefix (and a
+            # token-capture segment) off already and kept the id.
+            rollout_id = _current_rollout_id.get()
         if path != scope.get("path"):
             scope = {**scope, "path": path, "raw_path": path.encode()}
         dialect = OBSERVED_PATHS.get(path)
