@@ -457,8 +457,11 @@ def run_folder(
             if venv_python is not None:
                 python = venv_python
 
+    modules = [f"{kind}.{name}.app"]
+    if not (folder / "app.py").is_file():  # a grouped folder: one server per subfolder
+        modules = [f"{kind}.{name}.{app.parent.name}.app" for app in sorted(folder.glob("*/app.py"))]
     code, out = run_bounded(
-        [str(python), "-c", f"import importlib; importlib.import_module('{kind}.{name}.app')"],
+        [str(python), "-c", f"import importlib\nfor m in {modules!r}: importlib.import_module(m)"],
         folder,
         env,
         min(opts.timeout, 120),
@@ -535,9 +538,29 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def grouped_folders(wheel_root: Path, kinds: list[str]) -> list[tuple[str, str]]:
+    """Folders whose servers sit one level down, sharing one ``requirements.txt``: ``(kind, name)``.
+
+    NeMo Gym's ``responses_api_agents/conversational_tool_use`` is one: an agent per stage
+    (``domain_generation/app.py``, ``simulation/app.py``, ...). Such a folder imports when every
+    one of its ``app.py`` does, and its tests are all its subfolders' tests.
+    """
+    out = []
+    for kind in kinds:
+        base = wheel_root / kind
+        if base.is_dir():
+            out += [
+                (kind, p.name)
+                for p in sorted(base.iterdir())
+                if p.is_dir() and not (p / "app.py").is_file() and any(p.glob("*/app.py"))
+            ]
+    return out
+
+
 def select_folders(wheel_root: Path, opts: argparse.Namespace) -> list[tuple[str, str]]:
     """The folders chosen by ``--kind``, ``--folders`` and ``--runnable``."""
-    folders = list_folders(wheel_root, opts.kind or list(KINDS))
+    kinds = opts.kind or list(KINDS)
+    folders = sorted(list_folders(wheel_root, kinds) + grouped_folders(wheel_root, kinds))
     if opts.folders:
         wanted = {w.strip() for w in opts.folders.split(",") if w.strip()}
         folders = [(k, n) for k, n in folders if n in wanted or f"{k}/{n}" in wanted]

@@ -163,3 +163,28 @@ def test_pyproject_requirements_shared_trees_and_repository_files(tmp_path: Path
     # A folder's own docs are not NeMo Gym's repository.
     own = docs_failure["first_failure"].replace("'fern/", "'/tmp/s/resources_servers/x/docs/")
     assert classify({**docs_failure, "first_failure": own})[0] != "needs NeMo Gym's repository"
+
+
+def test_a_grouped_folder_runs_as_one_folder(tmp_path: Path) -> None:
+    """A folder with one server per subfolder (NeMo Gym's conversational_tool_use) is one corpus row."""
+    wheel = tmp_path / "wheel"
+    group = wheel / "responses_api_agents" / "staged_agent"
+    for stage, body in (("plan", "STAGE = 'plan'\n"), ("act", "from nemo_gym.no_such_module import x\n")):
+        (group / stage / "tests").mkdir(parents=True)
+        (group / stage / "__init__.py").touch()
+        (group / stage / "tests" / "__init__.py").touch()
+        (group / stage / "app.py").write_text(body)
+        (group / stage / "tests" / "test_app.py").write_text("def test_stage():\n    pass\n")
+    (group / "__init__.py").touch()
+    out_json = tmp_path / "out.json"
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--wheel-dir", str(wheel), "--cache-dir", str(tmp_path / "cache"),
+         "--install", "none", "--timeout", "60", "--folders", "staged_agent", "--json", str(out_json)],
+        capture_output=True, text=True, timeout=120, env=env,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    (row,) = json.loads(out_json.read_text())["folders"]
+    assert row["folder"] == "responses_api_agents/staged_agent" and row["tests_passed"] == 2
+    # every stage's app.py must import: the `act` stage does not
+    assert not row["imports"] and "nemo_gym.no_such_module" in row["import_error"]
