@@ -491,3 +491,23 @@ async def test_a_socket_file_left_by_a_killed_server_falls_back_to_tcp(monkeypat
         finally:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
+
+
+async def test_a_large_stream_is_read_with_flow_control_and_the_connection_is_reused():
+    big = bytes(range(256)) * (12 * 1024)  # 3 MiB: reading pauses above 1 MiB buffered
+
+    async def large(reader, writer, n):
+        if n == 1:
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(big) + big)
+        else:
+            writer.write(OK)
+        await writer.drain()
+        return True
+
+    async with ScriptedServer(large) as server:
+        pool = hop_client.HopPool(8)
+        resp = await call(pool, server.port, stream=True)
+        await asyncio.sleep(0.2)  # let the buffer fill to the pause point before reading
+        assert await resp.read() == big
+        assert (await call(pool, server.port, deadline_s=2)).status == 200 and server.connections == 1
+        pool.close()

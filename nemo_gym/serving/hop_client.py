@@ -299,6 +299,7 @@ class _HopConnection(asyncio.Protocol):
         waiter, stream = self.waiter, self.stream
         response = None if waiter is None else self._response(b"".join(self.parts), None)
         self._reset()
+        self.resume()  # paused by the stream's last chunk: the next request's answer must be read
         if keep_alive:
             self.pool.release(self)
         else:
