@@ -87,6 +87,7 @@ class ExampleMCPWeatherResourcesServer(SimpleResourcesServer):
     """A deterministic weather tool; each session records the cities it was asked about."""
 
     config: ExampleMCPWeatherResourcesServerConfig
+    plain_bodies = True  # handlers read response/responses_create_params as dicts
 
     async def seed_session(self, body: ExampleMCPWeatherSeedSessionRequest) -> dict[str, Any]:
         """Open the session's record of weather calls."""
