@@ -511,3 +511,13 @@ async def test_a_large_stream_is_read_with_flow_control_and_the_connection_is_re
         assert await resp.read() == big
         assert (await call(pool, server.port, deadline_s=2)).status == 200 and server.connections == 1
         pool.close()
+
+
+async def test_an_idle_connection_past_its_time_is_not_reused():
+    async with ScriptedServer(answer_ok) as server:
+        pool = hop_client.HopPool(8, idle_timeout_s=0.05)
+        await call(pool, server.port)
+        await asyncio.sleep(0.1)
+        await call(pool, server.port)
+        assert server.connections == 2 and pool.open_connections == 1
+        pool.close()
