@@ -210,3 +210,11 @@ def test_profiler_writes_its_files(tmp_path) -> None:
     log = (tmp_path / "prof" / "run-1.log").read_text()
     assert "test_nemo_gym_agent_base" in log and "ncalls" in log
     assert (tmp_path / "prof" / "run-1.prof").stat().st_size > 0
+
+
+def test_server_client_model_construct_as_nemo_gym_tests_build_it() -> None:
+    client = ServerClient.model_construct(global_config_dict=MODEL_BLOCK)
+    assert isinstance(client, ServerClient) and client.global_config_dict == MODEL_BLOCK
+    assert PathAgent(config={"name": "a"}, server_client=client).resolve_model_base_url("policy_model") == (
+        "http://127.0.0.1:8123/v1"
+    )

@@ -115,6 +115,12 @@ class NeMoGymServerClient(ServerClient):
         self.global_config_dict = global_config_dict if global_config_dict is not None else {}
 
     @classmethod
+    def model_construct(cls, _fields_set: Any = None, **values: Any) -> NeMoGymServerClient:
+        """A client from its fields, unchecked (NeMo Gym's client is a pydantic model that tests
+        build this way): ``head_server_config`` and ``global_config_dict``."""
+        return cls(values.get("head_server_config"), values.get("global_config_dict"))
+
+    @classmethod
     def from_env(cls) -> NeMoGymServerClient:
         """A client for the head server named by ``NEMO_GYM_HEAD_URL`` (set by ``ng_run``)."""
         return cls(head_url=os.environ.get(ENV_HEAD_URL))
