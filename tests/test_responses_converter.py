@@ -226,6 +226,29 @@ def test_custom_tools_and_allowed_tools_convert_both_ways() -> None:
         ({"input": "x", "tools": [{"type": "web_search"}]}, "web_search"),
         ({"input": [{"type": "compaction", "encrypted_content": "..."}]}, "compaction"),
         ({"input": "x", "reasoning": {"summary": "auto"}}, "summary"),
+        ({"input": "x", "context_management": []}, "context_management"),
+        (
+            {
+                "input": [
+                    {
+                        "type": "function_call",
+                        "call_id": "c",
+                        "name": "ls",
+                        "arguments": "{}",
+                        "namespace": "fs",
+                    }
+                ]
+            },
+            "namespace",
+        ),
+        (
+            {
+                "input": [
+                    {"type": "message", "role": "assistant", "phase": "commentary", "content": "working"}
+                ]
+            },
+            "phase",
+        ),
     ],
 )
 def test_what_chat_cannot_express_is_refused_by_name(params: dict[str, Any], named: str) -> None:
@@ -591,3 +614,26 @@ def test_chat_types_as_nemo_gym_adapters_compare_them() -> None:
     params = NeMoGymChatCompletionCreateParamsNonStreaming(messages=[])
     assert params.model_dump()["parallel_tool_calls"] is True and params.model_dump()["audio"] is None
     assert params.model_dump(exclude_unset=True) == {"messages": []}
+
+
+def test_chat_messages_to_items_keep_tool_parts_and_refuse_unknown_roles() -> None:
+    converter = ResponsesConverter(return_token_id_information=False)
+    (output,) = converter.chat_completions_messages_to_responses_items(
+        [
+            {
+                "role": "tool",
+                "tool_call_id": "c1",
+                "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}],
+            }
+        ]
+    )
+    assert output.model_dump()["output"] == [
+        {"type": "input_text", "text": "a"},
+        {"type": "input_text", "text": "b"},
+    ]
+    with pytest.raises(NotImplementedError, match="alien"):
+        converter.chat_completions_messages_to_responses_items([{"role": "alien", "content": "x"}])
+    with pytest.raises(NotImplementedError, match="Responses API through"):
+        converter.responses_to_chat_completion_create_params(
+            {"input": [{"type": "file_search_call", "id": "fs"}]}
+        )

@@ -136,6 +136,12 @@ class _AssistantTurn:
 
     def add(self, item: dict[str, Any], kind: str, where: str) -> None:
         self.rank = _CALL_ORDER[kind]
+        # A call's namespace, or a message's phase, has no place in a chat message: refused, not dropped.
+        for field in ("namespace", "phase"):
+            if item.get(field) is not None:
+                raise ConversionUnsupported(
+                    f"{where} has a {field} ({item[field]!r}), which Chat Completions cannot hold"
+                )
         if kind == "reasoning":
             self.reasoning.extend(_reasoning_texts(item))
         elif kind == "message":
@@ -236,7 +242,8 @@ def _item_type(item: dict[str, Any], where: str) -> str:
     kind = item.get("type") or ("message" if item.get("role") else None)
     if kind not in _INPUT_ITEM_TYPES:
         raise ConversionUnsupported(
-            f"{where} has unsupported type {kind!r} (no Chat Completions form); expected one of {_INPUT_ITEM_TYPES}"
+            f"{where} has unsupported type {kind!r} (no Chat Completions form; expected one of "
+            f"{_INPUT_ITEM_TYPES}): send it to a model server that passes the Responses API through"
         )
     if kind == "message" and item.get("role") not in _MESSAGE_ROLES:
         raise ValueError(f"{where} has unsupported role {item.get('role')!r}; expected {_MESSAGE_ROLES}")
@@ -495,7 +502,9 @@ def chat_request_to_responses_params(
             content = _chat_content_to_responses(message.get("content") or "", where)
             items.append({"type": "message", "role": role, "content": content})
         else:
-            raise ValueError(f"{where} has unsupported role {role!r}; expected {_MESSAGE_ROLES} or tool")
+            raise ConversionUnsupported(
+                f"{where} has unsupported role {role!r}; expected {_MESSAGE_ROLES} or tool"
+            )
 
     params: dict[str, Any] = {"input": items}
     for key in ("model", "temperature", "top_p", "parallel_tool_calls"):

@@ -168,6 +168,8 @@ def chat_messages_to_items(
         (item,) = chat_request_to_responses_params({"messages": [message]}, new_id=new_id)["input"]
         if item["type"] == "function_call_output":
             item["status"] = "completed"
+            if isinstance(message.get("content"), list):  # a tool's text parts stay parts
+                item["output"] = [{"type": "input_text", "text": part["text"]} for part in message["content"]]
         items.append(item)
     return items
 
