@@ -368,10 +368,8 @@ class SimpleResponsesAPIModel(BaseServer):
 
     async def messages(self, request: Request, body: dict[str, Any]) -> Any:
         """``POST /v1/messages``: an Anthropic Messages request answered through :meth:`responses`."""
-        try:
-            from nemo_gym.anthropic_converter import AnthropicConverter  # type: ignore[import-not-found]
-        except ImportError:
-            raise HTTPError(501, f"{self.name}: /v1/messages needs nemo_gym.anthropic_converter") from None
+        from nemo_gym.anthropic_converter import AnthropicConverter
+
         converter = AnthropicConverter()
         response = await self._invoke_responses(request, converter.anthropic_request_to_responses(body))
         answer = converter.responses_to_anthropic_response(

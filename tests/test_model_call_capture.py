@@ -393,3 +393,25 @@ def test_slow_streamed_chat_answer_keeps_the_stream_open(adapter, tmp_path: Path
     # The keep-alive comments are not the first token.
     assert calls[0].latency_ttft_ms is not None and calls[0].latency_ttft_ms >= 250
     assert calls[1].error_category == "upstream_error"
+
+
+def test_anthropic_messages_are_answered_through_responses(adapter, tmp_path: Path) -> None:
+    _, canned_app = adapter
+    server = build(canned_app, {"observability_enabled": True, "model_call_capture_dir": str(tmp_path)})
+    request = {"model": "claude-x", "max_tokens": 16, "messages": [{"role": "user", "content": "hi"}]}
+    with TestClient(server.setup_webserver()) as client:
+        answer = client.post("/ng-rollout/m-1/v1/messages", json=request)
+        assert answer.status_code == 200, answer.text
+        blocks = answer.json()["content"]
+        assert {"type": "text", "text": "hello"}.items() <= next(
+            b for b in blocks if b["type"] == "text"
+        ).items()
+        assert next(b for b in blocks if b["type"] == "tool_use")["input"] == {"q": 1}
+        streamed = client.post("/ng-rollout/m-1/v1/messages", json={**request, "stream": True})
+        assert "event: message_stop" in streamed.text
+    calls = read_model_call_records(CaptureStore(tmp_path), "m-1")
+    assert [c.dialect for c in calls] == ["messages", "messages"]
+    assert calls[1].tool_calls == [
+        {"call_id": calls[1].tool_calls[0]["call_id"], "name": "lookup", "arguments": {"q": 1}}
+    ]
+    assert calls[1].error_category is None
