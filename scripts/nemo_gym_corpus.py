@@ -202,6 +202,11 @@ def prepare_scratch(wheel_root: Path, scratch: Path, folders: list[tuple[str, st
         base = wheel_root / kind
         if base.is_dir():
             copies += [(kind, p.name) for p in base.iterdir() if p.is_dir() and not (p / "app.py").exists()]
+    # Folders a requested one imports or names (an agent built on its resources server's package:
+    # aviary_agent imports resources_servers.aviary), so that it imports as it does in NeMo Gym.
+    copies += sorted(
+        {ref for kind, name in folders for ref in referenced_folders(wheel_root, kind, name)} - set(copies)
+    )
     for kind, name in copies:
         (scratch / kind).mkdir(exist_ok=True)
         (scratch / kind / "__init__.py").touch()
@@ -215,6 +220,21 @@ def prepare_scratch(wheel_root: Path, scratch: Path, folders: list[tuple[str, st
             # A regular package, so that `benchmarks.<name>` is the wheel's and not this
             # repository's `benchmarks` package further down sys.path.
             (scratch / tree / "__init__.py").touch()
+
+
+_FOLDER_REFERENCE = re.compile(r"\b(resources_servers|responses_api_agents|responses_api_models)[./](\w+)")
+
+
+def referenced_folders(wheel_root: Path, kind: str, name: str) -> set[tuple[str, str]]:
+    """Other wheel folders that ``kind/name``'s Python and YAML files import or name."""
+    found: set[tuple[str, str]] = set()
+    for path in (wheel_root / kind / name).rglob("*"):
+        if path.suffix not in (".py", ".yaml", ".yml") or not path.is_file():
+            continue
+        for ref_kind, ref_name in _FOLDER_REFERENCE.findall(path.read_text(errors="replace")):
+            if (ref_kind, ref_name) != (kind, name) and (wheel_root / ref_kind / ref_name).is_dir():
+                found.add((ref_kind, ref_name))
+    return found
 
 
 def layered_venv(

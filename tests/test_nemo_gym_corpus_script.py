@@ -188,3 +188,30 @@ def test_a_grouped_folder_runs_as_one_folder(tmp_path: Path) -> None:
     assert row["folder"] == "responses_api_agents/staged_agent" and row["tests_passed"] == 2
     # every stage's app.py must import: the `act` stage does not
     assert not row["imports"] and "nemo_gym.no_such_module" in row["import_error"]
+
+
+def test_an_agent_gets_the_resources_server_folder_it_imports(tmp_path: Path) -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("nemo_gym_corpus_under_test", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    corpus = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = corpus  # its dataclasses look their module up
+    try:
+        spec.loader.exec_module(corpus)
+    finally:
+        del sys.modules[spec.name]
+    wheel = tmp_path / "wheel"
+    write_folder(wheel, "resources_servers", "shop", "X = 1\n", "def test_x():\n    pass\n")
+    write_folder(wheel, "resources_servers", "unrelated", "X = 1\n", "def test_x():\n    pass\n")
+    write_folder(
+        wheel,
+        "responses_api_agents",
+        "shop_agent",
+        "from resources_servers.shop.app import X\n",
+        "def test_x():\n    pass\n",
+    )
+    scratch = tmp_path / "scratch"
+    corpus.prepare_scratch(wheel, scratch, [("responses_api_agents", "shop_agent")])
+    assert (scratch / "resources_servers" / "shop" / "app.py").is_file()
+    assert not (scratch / "resources_servers" / "unrelated").exists()
