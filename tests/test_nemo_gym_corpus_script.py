@@ -123,15 +123,19 @@ def test_pyproject_requirements_shared_trees_and_repository_files(tmp_path: Path
         'human-eval-infilling = { git = "https://github.com/example/human-eval-infilling.git" }\n'
     )
     (folder / "tests" / "test_app.py").write_text(
-        "from benchmarks.wheel_only.prepare import ANSWER\n\ndef test_shared_tree():\n    assert ANSWER == 42\n"
+        "from benchmarks.wheel_only.prepare import ANSWER\nfrom resources_servers.helper_env.app import HELP\n\n"
+        "def test_shared_tree_and_sibling():\n    assert (ANSWER, HELP) == (42, 'help')\n"
     )
+    # A sibling folder it imports: copied into the scratch tree with it, not run.
+    (wheel / "resources_servers" / "helper_env").mkdir()
+    (wheel / "resources_servers" / "helper_env" / "app.py").write_text("HELP = 'help'\n")
     (wheel / "benchmarks" / "wheel_only").mkdir(parents=True)
     (wheel / "benchmarks" / "wheel_only" / "prepare.py").write_text("ANSWER = 42\n")
     out_json = tmp_path / "out.json"
     env = dict(os.environ, PYTHONPATH=str(REPO))
     proc = subprocess.run(
         [sys.executable, str(SCRIPT), "--wheel-dir", str(wheel), "--cache-dir", str(tmp_path / "cache"),
-         "--install", "none", "--timeout", "60", "--jobs", "1", "--json", str(out_json)],
+         "--install", "none", "--timeout", "60", "--jobs", "1", "--json", str(out_json), "--folders", "fim_env"],
         capture_output=True, text=True, timeout=120, env=env,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
