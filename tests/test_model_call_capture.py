@@ -415,3 +415,20 @@ def test_anthropic_messages_are_answered_through_responses(adapter, tmp_path: Pa
         {"call_id": calls[1].tool_calls[0]["call_id"], "name": "lookup", "arguments": {"q": 1}}
     ]
     assert calls[1].error_category is None
+
+
+def test_ng_run_refuses_a_run_that_turns_training_token_capture_on(tmp_path: Path) -> None:
+    root = Path(__file__).resolve().parent.parent
+    configs = [
+        root / "resources_servers/example_single_tool_call/configs/example_single_tool_call.yaml",
+        root / "responses_api_models/scripted_model/configs/scripted_model.yaml",
+    ]
+    command = [
+        sys.executable, "-c", "from nemo_gym.cli import ng_run; ng_run()",
+        f"+config_paths=[{','.join(map(str, configs))}]", "++token_id_capture.enabled=true",
+    ]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60, cwd=tmp_path, env=env)
+    # Refused before any server starts, saying what to use instead: never silently ignored.
+    assert done.returncode != 0
+    assert "token_id_capture.enabled is set" in done.stderr and "return_token_id_information" in done.stderr

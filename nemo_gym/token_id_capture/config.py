@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from nemo_gym.models.capture_support import TOKEN_CAPTURE_UNAVAILABLE, unserved_token_capture_switches
 from nemo_gym.token_id_capture.non_generating import NonGeneratingRequest
 
 TOKEN_ID_CAPTURE_BLOCK = "token_id_capture"
@@ -31,11 +32,7 @@ class TokenIdCaptureUnavailable(ValueError):
     """A run asked for NeMo Gym's training-token capture, which nemo_gym does not implement."""
 
 
-UNAVAILABLE_MESSAGE = (
-    "{what}: NeMo Gym's training-token capture ledger is not implemented in nemo_gym; set return_token_id_information: true on the model server instead "
-    "(each response's last output item then carries prompt_token_ids, generation_token_ids and "
-    "generation_log_probs; see docs/TOKEN_IDS.md)"
-)
+UNAVAILABLE_MESSAGE = TOKEN_CAPTURE_UNAVAILABLE
 
 
 class TokenIdCaptureSettings(BaseModel):
@@ -80,12 +77,9 @@ class TokenIdCaptureConfig(BaseModel):
 
     def require_disabled(self) -> None:
         """Raise :class:`TokenIdCaptureUnavailable` when the run turns capture on."""
-        block = self.token_id_capture
-        for what, on in (("enabled", block.enabled), ("external_staging", block.external_staging)):
-            if on:
-                raise TokenIdCaptureUnavailable(
-                    UNAVAILABLE_MESSAGE.format(what=f"token_id_capture.{what} is set")
-                )
+        block = {TOKEN_ID_CAPTURE_BLOCK: self.token_id_capture.model_dump()}
+        for switch in unserved_token_capture_switches(block):
+            raise TokenIdCaptureUnavailable(UNAVAILABLE_MESSAGE.format(what=f"{switch} is set"))
 
     def build_sink(self) -> None:
         """No token sink exists here (capture on is refused by :meth:`require_disabled`)."""
