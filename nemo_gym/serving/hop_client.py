@@ -85,23 +85,42 @@ class HopResponse:
     """One answer: ``status``, ``headers`` (lower-case names; repeated names keep the last),
     ``cookies`` it set, and ``body`` (empty until read for an answer opened as a stream)."""
 
-    __slots__ = ("status", "headers", "cookies", "body", "_conn", "_stream")
+    __slots__ = ("status", "raw_headers", "_headers", "_cookies", "body", "_conn", "_stream")
 
     def __init__(
         self,
         status: int,
-        headers: dict[str, str],
-        cookies: dict[str, str],
+        raw_headers: list[tuple[bytes, bytes]],
         body: bytes,
         conn: _HopConnection | None = None,
         stream: _StreamBuffer | None = None,
     ) -> None:
         self.status = status
-        self.headers = headers
-        self.cookies = cookies
+        self.raw_headers = raw_headers
+        self._headers: dict[str, str] | None = None
+        self._cookies: dict[str, str] | None = None
         self.body = body
         self._conn = conn
         self._stream = stream
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """Header names lower-cased (decoded on first use: most hops never look)."""
+        if self._headers is None:
+            self._headers = {
+                name.decode("latin-1").lower(): value.decode("latin-1") for name, value in self.raw_headers
+            }
+        return self._headers
+
+    @property
+    def cookies(self) -> dict[str, str]:
+        """The cookies the answer set (``Set-Cookie`` headers)."""
+        if self._cookies is None:
+            self._cookies = {}
+            for name, value in self.raw_headers:
+                if len(name) == 10 and name.lower() == b"set-cookie":
+                    self._cookies.update(parse_set_cookie(value.decode("latin-1")))
+        return self._cookies
 
     async def chunks(self) -> AsyncIterator[bytes]:
         """The body as it arrives; raises :class:`HopError` when the connection breaks or the
@@ -371,15 +390,7 @@ class _HopConnection(asyncio.Protocol):
         return b"content-length" not in names and b"transfer-encoding" not in names
 
     def _response(self, body: bytes, stream: _StreamBuffer | None) -> HopResponse:
-        headers: dict[str, str] = {}
-        cookies: dict[str, str] = {}
-        for raw_name, raw_value in self.headers:
-            name = raw_name.decode("latin-1").lower()
-            value = raw_value.decode("latin-1")
-            if name == "set-cookie":
-                cookies.update(parse_set_cookie(value))
-            headers[name] = value
-        return HopResponse(self.status, headers, cookies, body, self if stream else None, stream)
+        return HopResponse(self.status, self.headers, body, self if stream else None, stream)
 
 
 def parse_set_cookie(value: str) -> dict[str, str]:
@@ -423,18 +434,25 @@ class HopPool:
         key = (host, port) if unix_path is None else (unix_path, 0)
         while True:
             if not fresh:
-                idle = self._idle.get(key)
-                while idle:
-                    conn = idle.pop()  # the most recently used: the least likely to be stale
-                    if conn.closed:
-                        continue
-                    if self.loop.time() - conn.idle_since > self.idle_timeout_s:
-                        conn._close()
-                        continue
+                conn = self.take_idle(key)
+                if conn is not None:
                     return conn
             if len(self._open) < self.max_connections or self._close_one_idle():
                 return await self._connect(key, deadline, connect_timeout_s)
             await self._wait_for_room(key, deadline)
+
+    def take_idle(self, key: tuple[str, int]) -> _HopConnection | None:
+        """An idle connection for ``key`` still fit for use, or None."""
+        idle = self._idle.get(key)
+        while idle:
+            conn = idle.pop()  # the most recently used: the least likely to be stale
+            if conn.closed:
+                continue
+            if self.loop.time() - conn.idle_since > self.idle_timeout_s:
+                conn._close()
+                continue
+            return conn
+        return None
 
     async def _wait_for_room(self, key: tuple[str, int], deadline: float) -> None:
         waiter = self.loop.create_future()
