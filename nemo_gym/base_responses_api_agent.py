@@ -207,10 +207,9 @@ class SimpleResponsesAPIAgent(BaseServer):
         if rollout_id is None and isinstance(request, Request):
             rollout_id = current_rollout_id()
         path = getattr(getattr(request, "url", None), "path", "")
-        scope = request.scope if isinstance(request, Request) else {}
-        token_capture = bool(scope.get(TOKEN_CAPTURE_SCOPE_KEY)) or (
-            isinstance(path, str) and f"/{TOKEN_CAPTURE_PATH_SEGMENT}/" in path
-        )
+        scope = getattr(request, "scope", None)  # a test's mock Request may have none
+        captured = isinstance(scope, Mapping) and bool(scope.get(TOKEN_CAPTURE_SCOPE_KEY))
+        token_capture = captured or (isinstance(path, str) and f"/{TOKEN_CAPTURE_PATH_SEGMENT}/" in path)
         return rollout_path_prefix(rollout_id, token_capture=token_capture) + url_path
 
     def resolve_model_base_url(self, model_server_name: str, rollout_id: str | None = None) -> str:
