@@ -42,6 +42,7 @@ from nemo_gym.serving.error_answers import (  # noqa: F401 - part of this module
     json_response,
     validation_error_body,
 )
+from nemo_gym.serving.gc_tuning import tune_gc_for_serving
 
 # The shared wire names are re-exported here: servers and tests import them from nemo_gym.serving.server.
 from nemo_gym.serving.protocol import (  # noqa: F401
@@ -545,6 +546,7 @@ class BaseServer(BaseModel):
                 message = str(error["msg"]).removeprefix("Value error, ")
                 sys.stderr.write(f"config error: {name}: {where + ': ' if where else ''}{message}\n")
             sys.exit(2)
+        tune_gc_for_serving()  # this process is the server: start-up objects frozen, fewer collections
         with asyncio.Runner(loop_factory=_loop_factory()) as runner:
             runner.run(server.serve())
 
