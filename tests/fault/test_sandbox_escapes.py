@@ -9,12 +9,12 @@ effect is absent on the host.
 from __future__ import annotations
 
 import asyncio
-import time
 import os
 import shutil
 import socket
 import tempfile
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
