@@ -21,6 +21,7 @@ from nemo_gym.launch.config import (
     redact,
 )
 from nemo_gym.launch.launch_hooks import ENV_CONFIG_PATH
+from nemo_gym.serving.launched_config import launched_global_config_dict_config
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -130,7 +131,11 @@ def set_global_config_dict(
 def get_global_config_dict(
     global_config_dict_parser_config: GlobalConfigDictParserConfig | None = None,
 ) -> DictConfig:
-    """The current global config, composed on first use."""
+    """The current global config: in a server ``ng_run`` started, the run's config it was
+    launched with (other servers' secrets redacted); elsewhere composed on first use."""
+    global _GLOBAL_CONFIG_DICT
+    if _GLOBAL_CONFIG_DICT is None and global_config_dict_parser_config is None:
+        _GLOBAL_CONFIG_DICT = launched_global_config_dict_config()
     if _GLOBAL_CONFIG_DICT is None:
         set_global_config_dict(global_config_dict_parser_config)
     assert _GLOBAL_CONFIG_DICT is not None
@@ -165,7 +170,9 @@ def get_first_server_config_dict(global_config_dict: Any, top_level_path: str) -
 
 
 def maybe_get_global_config_dict() -> DictConfig | None:
-    """The current global config, or None when none was composed in this process."""
+    """The current global config, or None when none was composed (or launched with) in this process."""
+    if _GLOBAL_CONFIG_DICT is None:
+        return launched_global_config_dict_config()  # type: ignore[no-any-return]
     return _GLOBAL_CONFIG_DICT
 
 

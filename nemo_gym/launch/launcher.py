@@ -50,7 +50,7 @@ from nemo_gym.launch.launch_hooks import (
     current_launch,
     server_command,
 )
-from nemo_gym.serving.secrets import remember_secret_values, secret_values
+from nemo_gym.serving.secrets import redact_other_servers, remember_secret_values, secret_values
 from nemo_gym.serving.server import (
     ENV_AUTH_TOKEN,
     ENV_HEAD_URL,
@@ -275,15 +275,22 @@ def launch_spec(
     )
 
 
-def launch_payload(instance: ServerInstance, registration_secret: str | None = None) -> bytes:
-    """What a launched server reads on stdin: its config, the auth token, the registration secret."""
-    return orjson.dumps(
-        {
-            "server_config": {**instance.fields, "name": instance.name},
-            "auth_token": auth_token(),
-            "registration_secret": registration_secret,
-        }
-    )
+def launch_payload(
+    instance: ServerInstance,
+    registration_secret: str | None = None,
+    global_config: Mapping[str, Any] | None = None,
+) -> bytes:
+    """What a launched server reads on stdin: its config, the auth token, the registration secret
+    and the run's global config (other servers' secrets already redacted: :meth:`Stack.global_config_for`)."""
+    payload: dict[str, Any] = {
+        "server_config": {**instance.fields, "name": instance.name},
+        "auth_token": auth_token(),
+        "registration_secret": registration_secret,
+    }
+    if global_config is not None:
+        payload["global_config"] = global_config
+    # default=str: a config value that is not JSON (a Path from a trainer's dict) travels as text.
+    return orjson.dumps(payload, default=str)
 
 
 def num_workers(instance: ServerInstance) -> int:
@@ -374,6 +381,7 @@ class Stack:
         self._head_server: Any = None
         self._head_task: asyncio.Task[None] | None = None
         self._stopping = asyncio.Event()
+        self._redacted_blocks: dict[str, Any] = {}
 
     async def start(self) -> None:
         """Start everything and return once every server is registered and healthy."""
@@ -392,6 +400,9 @@ class Stack:
                 await self._register_external(instance, instance.fields["external_url"])
             for spec in specs:
                 spec.env[ENV_HEAD_URL] = self.head_url
+                spec.stdin_payload = launch_payload(
+                    spec.instance, self.registration_secret, self.global_config_for(spec.instance.name)
+                )
                 workers = num_workers(spec.instance)
                 for index in range(workers):
                     proc = await self.backend.start(spec, self.log)
@@ -406,6 +417,19 @@ class Stack:
             await self.stop()
             raise
         self.startup_seconds = time.monotonic() - started
+
+    def global_config_for(self, name: str) -> dict[str, Any]:
+        """The run's global config as server ``name`` receives it: other servers' blocks redacted
+        (docs/RELIABILITY.md), ``head_server`` where the head server listens."""
+        config = redact_other_servers(self.config, name, self.instances, self._redacted_blocks)
+        head = urlsplit(self.head_url)
+        if head.hostname and head.port:
+            config["head_server"] = {
+                **(config.get("head_server") or {}),
+                "host": head.hostname,
+                "port": head.port,
+            }
+        return config
 
     async def _start_head(self) -> None:
         host, port = head_server_address(self.config)

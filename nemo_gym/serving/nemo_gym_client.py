@@ -15,6 +15,7 @@ from typing import Any
 import aiohttp
 import orjson
 
+from nemo_gym.serving.launched_config import launched_global_config, launched_global_config_dict_config
 from nemo_gym.serving.protocol import ENV_HEAD_URL, auth_headers
 from nemo_gym.serving.server_client import ServerCallError, ServerClient, ServerResponse
 
@@ -112,7 +113,28 @@ class NeMoGymServerClient(ServerClient):
             head_url = f"http://{host}:{port}"
         super().__init__(head_url, **kwargs)
         self.head_server_config = head_server_config
-        self.global_config_dict = global_config_dict if global_config_dict is not None else {}
+        self._global_config_dict = global_config_dict
+
+    @property
+    def global_config_dict(self) -> Any:
+        """The run's global config: the one given, else the one ``ng_run`` launched this process
+        with (an OmegaConf ``DictConfig``, built on first access), else ``{}``."""
+        if self._global_config_dict is not None:
+            return self._global_config_dict
+        launched = launched_global_config_dict_config()
+        return launched if launched is not None else {}
+
+    @global_config_dict.setter
+    def global_config_dict(self, value: Any) -> None:
+        self._global_config_dict = value
+
+    def plain_global_config(self) -> Mapping[str, Any]:
+        """The global config without building an OmegaConf one: what our own code reads, so a
+        launched server's process never loads omegaconf unless its code asks for the config."""
+        if self._global_config_dict is None:
+            return launched_global_config() or {}
+        config = self._global_config_dict
+        return config if isinstance(config, Mapping) else {}
 
     @classmethod
     def model_construct(cls, _fields_set: Any = None, **values: Any) -> NeMoGymServerClient:

@@ -116,6 +116,32 @@ def redact(value: Any, extra_values: Iterable[str] = ()) -> Any:
     return walk(value, False)
 
 
+def redact_other_servers(
+    config: Mapping[str, Any],
+    own: str,
+    server_names: Iterable[str],
+    cache: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A copy of a run config for server ``own``: every other server's block redacted, the rest whole.
+
+    What a launched server receives as the run's global config. Its own block and the top-level
+    keys (run-wide settings such as ``hf_token``, meant for every server) stay as they are; a
+    secret kept only in another server's block (its ``api_key``, its headers) never reaches it.
+    ``cache`` keeps each block's redacted copy for the next server's call (one redaction per
+    block, not one per pair).
+    """
+    others = set(server_names) - {own}
+    cache = {} if cache is None else cache
+    result = {}
+    for key, value in config.items():
+        if key in others:
+            if key not in cache:
+                cache[key] = redact(value)
+            value = cache[key]
+        result[key] = value
+    return result
+
+
 def redact_bytes(raw: bytes, extra_values: Iterable[str] = ()) -> bytes:
     """:func:`redact_text` over UTF-8 bytes (an error answer, a log line); unchanged when clean."""
     text = raw.decode("utf-8", errors="replace")

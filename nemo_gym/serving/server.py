@@ -43,6 +43,7 @@ from nemo_gym.serving.error_answers import (  # noqa: F401 - part of this module
     validation_error_body,
 )
 from nemo_gym.serving.gc_tuning import tune_gc_for_serving
+from nemo_gym.serving.launched_config import install_launched_global_config
 
 # The shared wire names are re-exported here: servers and tests import them from nemo_gym.serving.server.
 from nemo_gym.serving.protocol import (  # noqa: F401
@@ -518,12 +519,18 @@ class BaseServer(BaseModel):
 
         The config and secrets come as JSON on stdin when ``NEMO_GYM_LAUNCH_PAYLOAD=stdin`` (what
         the launcher does: nothing secret in the environment), else from ``NEMO_GYM_SERVER_CONFIG``.
+        The payload's ``global_config`` becomes the process's global config.
         Every secret value is remembered, so error answers and logs hide it.
         """
         if os.environ.get(ENV_LAUNCH_PAYLOAD) == "stdin":
             payload = read_launch_payload()
             config = payload.get("server_config") or {}
             set_process_secrets(payload.get("auth_token"), payload.get("registration_secret"))
+            global_config = payload.get("global_config")
+            if isinstance(global_config, dict):
+                # The run's config (other servers' secrets redacted by the launcher): what
+                # get_global_config_dict() and server_client.global_config_dict answer here.
+                install_launched_global_config(global_config)
         else:
             raw = os.environ.get(ENV_SERVER_CONFIG)
             config = orjson.loads(raw) if raw else {}

@@ -1,0 +1,164 @@
+"""Servers ``ng_run`` starts get the run's global config, without other servers' secrets.
+
+NeMo Gym-style servers read the whole run config (``get_global_config_dict()``,
+``self.server_client.global_config_dict``): top-level settings, other servers' blocks, the head
+server. Here the launcher hands it over in the launch payload; every other server's block is
+redacted first, so one server's API key never reaches another (docs/RELIABILITY.md).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from nemo_gym.launch.config import server_instances
+from nemo_gym.serving.secrets import REDACTED, redact_other_servers
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+
+PROBE_APP = """
+from fastapi import FastAPI
+
+from nemo_gym.base_resources_server import (
+    BaseResourcesServerConfig,
+    BaseVerifyRequest,
+    BaseVerifyResponse,
+    SimpleResourcesServer,
+)
+from nemo_gym.global_config import get_global_config_dict
+
+
+class ProbeConfig(BaseResourcesServerConfig):
+    api_key: str = ""
+
+
+class ProbeServer(SimpleResourcesServer):
+    config: ProbeConfig
+
+    def setup_webserver(self) -> FastAPI:
+        app = super().setup_webserver()
+        app.post("/probe")(self.probe)
+        return app
+
+    async def probe(self, body: dict) -> dict:
+        from omegaconf import OmegaConf
+
+        config = get_global_config_dict()
+        client_config = self.server_client.global_config_dict
+        return {
+            "top": config[body["key"]],
+            "client_top": client_config[body["key"]],
+            "same_object": config is client_config,
+            "whole": OmegaConf.to_container(config),
+        }
+
+    async def verify(self, body: BaseVerifyRequest) -> BaseVerifyResponse:
+        return BaseVerifyResponse(**body.model_dump(), reward=1.0)
+
+
+if __name__ == "__main__":
+    ProbeServer.run_webserver()
+"""
+
+CONFIG = """
+run_label: globalcfg-run-7
+probe_a:
+  resources_servers:
+    gc_probe:
+      entrypoint: app.py
+      api_key: own-secret-aaaa-1111
+probe_b:
+  resources_servers:
+    gc_probe:
+      entrypoint: app.py
+      api_key: other-secret-bbbb-2222
+      openai_default_headers:
+        X-Other: other-header-cccc-3333
+"""
+
+
+def test_each_block_but_the_servers_own_is_redacted() -> None:
+    config = {
+        "hf_token": "run-wide-token-123",
+        "a": {"resources_servers": {"x": {"api_key": "aaaa-secret"}}},
+        "b": {"responses_api_models": {"y": {"api_key": "bbbb-secret", "model": "m1"}}},
+    }
+    names = server_instances(config)
+    for_a = redact_other_servers(config, "a", names)
+    assert for_a["a"] == config["a"]  # its own block whole
+    assert for_a["hf_token"] == "run-wide-token-123"  # top-level: run-wide
+    assert for_a["b"]["responses_api_models"]["y"] == {"api_key": REDACTED, "model": "m1"}
+    assert config["b"]["responses_api_models"]["y"]["api_key"] == "bbbb-secret"  # a copy
+
+
+@pytest.mark.slow
+def test_a_nemo_gym_style_server_under_ng_run_reads_the_runs_config(tmp_path: Path) -> None:
+    app_dir = tmp_path / "resources_servers" / "gc_probe"
+    app_dir.mkdir(parents=True)
+    (app_dir / "app.py").write_text(PROBE_APP)
+    (tmp_path / "probe.yaml").write_text(CONFIG)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen(
+        [str(BIN / "ng_run"), "+config_paths=[probe.yaml]", "++head_server.port=0"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    lines: list[str] = []
+    try:
+        head_url = ""
+        deadline = time.monotonic() + 60
+        assert proc.stdout is not None
+        while not head_url and time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+            if found := re.search(r"Head server: (http://\S+)", line):
+                head_url = found.group(1)
+        assert head_url, "ng_run did not report healthy:\n" + "".join(lines)
+        with urllib.request.urlopen(head_url + "/server_instances", timeout=10) as resp:
+            urls = {i["name"]: i["url"] for i in json.load(resp)}
+        request = urllib.request.Request(
+            urls["probe_a"] + "/probe",
+            json.dumps({"key": "run_label"}).encode(),
+            {"Content-Type": "application/json"},
+            method="POST",
+        )
+        with urllib.request.urlopen(request, timeout=30) as resp:
+            answer = json.load(resp)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+
+    # The run's values, by both of NeMo Gym's ways of asking, one object.
+    assert answer["top"] == "globalcfg-run-7"
+    assert answer["client_top"] == "globalcfg-run-7"
+    assert answer["same_object"] is True
+    whole = answer["whole"]
+    head_port = int(head_url.rsplit(":", 1)[1])
+    assert whole["head_server"]["port"] == head_port  # where the head server listens, not 0
+    # Its own block whole; the other server's secrets never reach it, its other fields do.
+    assert whole["probe_a"]["resources_servers"]["gc_probe"]["api_key"] == "own-secret-aaaa-1111"
+    other = whole["probe_b"]["resources_servers"]["gc_probe"]
+    assert other["api_key"] == REDACTED
+    assert other["openai_default_headers"] == {"X-Other": REDACTED}
+    assert other["entrypoint"] == "app.py"
+    text = json.dumps(answer)
+    assert "other-secret-bbbb-2222" not in text and "other-header-cccc-3333" not in text
