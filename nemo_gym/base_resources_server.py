@@ -413,20 +413,14 @@ class SimpleResourcesServer(BaseServer):
     def _metrics_of(self, verify_responses: list[dict[str, Any]]) -> dict[str, Any]:
         if not self._nemo_gym_compute_metrics():
             return self.compute_metrics(verify_responses)
-        from nemo_gym.collection.metrics import compute_aggregate_metrics
+        from nemo_gym.collection.nemo_gym_compat import task_grouped_metrics
 
-        metrics = compute_aggregate_metrics(verify_responses, answer_field=self.answer_field)
-        by_task: dict[Any, list[dict[str, Any]]] = {}
-        for row in verify_responses:
-            by_task.setdefault(row.get("_ng_task_index", 0), []).append(row)
-        custom = dict(self.compute_metrics([by_task[k] for k in sorted(by_task, key=str)]) or {})  # type: ignore[arg-type,misc]
-        per_task = custom.pop("per_task_metrics", None)
-        if isinstance(per_task, dict):
-            for group in metrics["group_level_metrics"]:
-                group.update(per_task.get(group.get("_ng_task_index"), {}))
-        metrics["agent_metrics"].update(custom)
-        metrics["key_metrics"] = self._key_metrics(metrics["agent_metrics"], metrics["key_metrics"])
-        return metrics
+        return task_grouped_metrics(
+            verify_responses,
+            self.compute_metrics,  # type: ignore[arg-type]
+            self._key_metrics,
+            self.answer_field,
+        )
 
     def tools(self) -> dict[str, Callable[[Any], Any]]:
         """Every method marked with :func:`tool`, by tool name."""

@@ -143,15 +143,48 @@ class SimpleResponsesAPIAgent(BaseServer):
         """Run the loop for a Responses API create request and return the final response object."""
         raise HTTPError(404, f"{type(self).__name__} does not serve /v1/responses")
 
-    async def aggregate_metrics(self, body: dict[str, Any]) -> dict[str, Any]:
-        """Metrics over verify answers: the resources server's own, or the default ones."""
-        if self.config.resources_server is not None:
-            return await self.server_client.post_json(
-                self.config.resources_server.name, "/aggregate_metrics", body
-            )
-        from nemo_gym.collection.metrics import compute_aggregate_metrics
+    async def aggregate_metrics(self, body: AggregateMetricsRequest) -> Any:
+        """Metrics over verify answers: the resources server's own, or the default ones.
 
-        return compute_aggregate_metrics(body.get("verify_responses", []))
+        An agent that defines NeMo Gym's hooks (``compute_metrics(tasks)``, ``get_key_metrics``)
+        computes them itself. Called directly with an ``AggregateMetricsRequest`` (as NeMo Gym
+        agents' tests do), it answers an ``AggregateMetrics``.
+        """
+        typed = isinstance(body, BaseModel)  # our own callers may pass the plain JSON body
+        rows = body.verify_responses if typed else body.get("verify_responses", [])  # type: ignore[attr-defined]
+        if self._own_metrics_hooks():
+            from nemo_gym.collection.nemo_gym_compat import task_grouped_metrics
+
+            metrics = task_grouped_metrics(
+                rows, self.compute_metrics, lambda agent, _: self.get_key_metrics(agent)
+            )
+        elif self.config.resources_server is not None:
+            metrics = await self.server_client.post_json(
+                self.config.resources_server.name,
+                "/aggregate_metrics",
+                body.model_dump(mode="json") if typed else body,
+            )
+        else:
+            from nemo_gym.collection.metrics import compute_aggregate_metrics
+
+            metrics = compute_aggregate_metrics(rows)
+        return AggregateMetrics.model_validate(metrics) if typed else metrics
+
+    def compute_metrics(self, tasks: list[list[dict[str, Any]]]) -> dict[str, Any]:
+        """Extra agent metrics over verify answers grouped by task (NeMo Gym's hook; override).
+        ``per_task_metrics`` (by task index) go into each task's group metrics. Default: none."""
+        return {}
+
+    def get_key_metrics(self, agent_metrics: dict[str, Any]) -> dict[str, Any]:
+        """The metrics printed at the end of a collection (NeMo Gym's hook). Default: every ``mean/``."""
+        return {k: v for k, v in agent_metrics.items() if k.startswith("mean/")}
+
+    def _own_metrics_hooks(self) -> bool:
+        cls = type(self)
+        return (
+            cls.compute_metrics is not SimpleResponsesAPIAgent.compute_metrics
+            or cls.get_key_metrics is not SimpleResponsesAPIAgent.get_key_metrics
+        )
 
     # ---- rollout correlation: NeMo Gym's helpers for the calls an agent makes ----------------
     def _global_config(self) -> Mapping[str, Any]:
@@ -381,7 +414,10 @@ class SimpleResponsesAPIAgent(BaseServer):
         ]
 
     def _aggregate_metrics_route(self) -> Route:
-        if type(self).aggregate_metrics is not SimpleResponsesAPIAgent.aggregate_metrics:
+        if (
+            type(self).aggregate_metrics is not SimpleResponsesAPIAgent.aggregate_metrics
+            or self._own_metrics_hooks()
+        ):
             return self.route("/aggregate_metrics", self.aggregate_metrics)  # an agent's own
         from nemo_gym.collection.aggregate_endpoint import aggregate_endpoint, forward_aggregate_metrics
         from nemo_gym.collection.streaming_metrics import MetricsAccumulator

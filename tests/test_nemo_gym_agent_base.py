@@ -218,3 +218,33 @@ def test_server_client_model_construct_as_nemo_gym_tests_build_it() -> None:
     assert PathAgent(config={"name": "a"}, server_client=client).resolve_model_base_url("policy_model") == (
         "http://127.0.0.1:8123/v1"
     )
+
+
+class MetricsAgent(SimpleResponsesAPIAgent):
+    """An agent with NeMo Gym's metric hooks: it aggregates itself, never forwarding."""
+
+    config: BaseResponsesAPIAgentConfig
+
+    def compute_metrics(self, tasks: list[list[dict]]) -> dict:
+        return {"task_count": len(tasks), "per_task_metrics": {1: {"hard": True}}}
+
+    def get_key_metrics(self, agent_metrics: dict) -> dict:
+        return {"task_count": agent_metrics["task_count"]}
+
+
+def test_agent_metric_hooks_directly_and_through_a_real_server() -> None:
+    rows = [
+        {"_ng_task_index": t, "_ng_rollout_index": r, "reward": float(t == r)} for t in (0, 1) for r in (0, 1)
+    ]
+    # A resources server is configured but never called: the hooks make the agent aggregate.
+    metrics_agent = MetricsAgent(
+        config={"name": "m", "resources_server": {"type": "resources_servers", "name": "x"}}
+    )
+    answer = asyncio.run(metrics_agent.aggregate_metrics(AggregateMetricsRequest(verify_responses=rows)))
+    assert answer.agent_metrics["task_count"] == 2 and answer.key_metrics == {"task_count": 2}
+    assert answer.agent_metrics["mean/reward"] == 0.5
+    groups = {group["_ng_task_index"]: group for group in answer.group_level_metrics}
+    assert groups[1]["hard"] is True and "hard" not in groups[0]
+    with running_server(metrics_agent) as url, SyncClient() as client:
+        status, body = client.post(url + "/aggregate_metrics", {"verify_responses": rows})
+        assert (status, body["key_metrics"]) == (200, {"task_count": 2})

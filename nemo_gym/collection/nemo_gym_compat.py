@@ -14,7 +14,7 @@ import logging
 import os
 import tempfile
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -295,6 +295,35 @@ def attach_ng_perf(
         return
     if perf is not None:
         result[PERF_KEY] = perf
+
+
+# ---- metrics over tasks ---------------------------------------------------------------------
+
+
+def task_grouped_metrics(
+    verify_responses: list[dict[str, Any]],
+    compute_metrics: Callable[[list[list[dict[str, Any]]]], Mapping[str, Any] | None],
+    key_metrics: Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]],
+    answer_field: str | None = None,
+) -> dict[str, Any]:
+    """The default metrics of verify answers plus a NeMo Gym-style ``compute_metrics(tasks)``
+    (answers grouped by task index; its ``per_task_metrics``, a dict by task index, merged into
+    each group's metrics, the rest into ``agent_metrics``), with ``key_metrics(agent_metrics,
+    default)`` choosing the key metrics."""
+    from nemo_gym.collection.metrics import compute_aggregate_metrics
+
+    metrics = compute_aggregate_metrics(verify_responses, answer_field=answer_field)
+    by_task: dict[Any, list[dict[str, Any]]] = {}
+    for row in verify_responses:
+        by_task.setdefault(row.get(TASK_INDEX_KEY, 0), []).append(row)
+    custom = dict(compute_metrics([by_task[k] for k in sorted(by_task, key=str)]) or {})
+    per_task = custom.pop("per_task_metrics", None)
+    if isinstance(per_task, dict):
+        for group in metrics["group_level_metrics"]:
+            group.update(per_task.get(group.get(TASK_INDEX_KEY), {}))
+    metrics["agent_metrics"].update(custom)
+    metrics["key_metrics"] = key_metrics(metrics["agent_metrics"], metrics["key_metrics"])
+    return metrics
 
 
 # ---- invalid-judge rows --------------------------------------------------------------------
