@@ -162,3 +162,57 @@ def test_a_nemo_gym_style_server_under_ng_run_reads_the_runs_config(tmp_path: Pa
     assert other["entrypoint"] == "app.py"
     text = json.dumps(answer)
     assert "other-secret-bbbb-2222" not in text and "other-header-cccc-3333" not in text
+
+
+class _RecordingBackend:
+    """A process backend that starts nothing: it keeps each spec's stdin payload, as the Ray
+    backend would hand it on, and then fails the start."""
+
+    def __init__(self) -> None:
+        self.payloads: dict[str, dict] = {}
+
+    async def start(self, spec, log):  # noqa: ANN001, ANN201 - the ProcessBackend protocol
+        self.payloads[spec.instance.name] = json.loads(spec.stdin_payload)
+        raise RuntimeError("recorded")
+
+    async def stop(self, proc, grace_s):  # noqa: ANN001, ANN201
+        return None
+
+
+def test_every_backend_is_handed_the_redacted_config_per_server(tmp_path: Path) -> None:
+    import asyncio
+
+    import yaml
+
+    from nemo_gym.launch.launcher import Stack
+
+    app_dir = tmp_path / "resources_servers" / "gc_probe"
+    app_dir.mkdir(parents=True)
+    (app_dir / "app.py").write_text(PROBE_APP)
+    config = {**yaml.safe_load(CONFIG), "head_server": {"host": "127.0.0.1", "port": 0}}
+    backend = _RecordingBackend()
+
+    async def run(order: list[str]) -> None:
+        # The stack stops at its first failed start: start it twice, each server first once.
+        stack = Stack(
+            {k: config[k] for k in [*order, "run_label", "head_server"]},
+            backend=backend,
+            cwd=tmp_path,
+            log=lambda name, line: None,
+        )
+        with pytest.raises(RuntimeError, match="recorded"):
+            await stack.start()
+
+    asyncio.run(run(["probe_a", "probe_b"]))
+    asyncio.run(run(["probe_b", "probe_a"]))
+    assert set(backend.payloads) == {"probe_a", "probe_b"}
+    for own, other in (("probe_a", "probe_b"), ("probe_b", "probe_a")):
+        received = backend.payloads[own]["global_config"]
+        assert received["run_label"] == "globalcfg-run-7"
+        assert received["head_server"]["port"] > 0
+        assert received[own] == config[own]
+        assert received[other]["resources_servers"]["gc_probe"]["api_key"] == REDACTED
+        assert (
+            backend.payloads[own]["server_config"]["api_key"]
+            == config[own]["resources_servers"]["gc_probe"]["api_key"]
+        )
