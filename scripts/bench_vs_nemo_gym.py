@@ -596,6 +596,8 @@ def main() -> None:
     finally:
         for s in systems:
             s.stop()
+            if s.ray_tmpdir:
+                shutil.rmtree(s.ray_tmpdir, ignore_errors=True)
         policy.terminate()
         policy.wait()
         if failed:
