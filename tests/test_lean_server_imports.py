@@ -19,6 +19,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 CONFIGS = (
@@ -83,6 +85,7 @@ def post_json(url: str, body: dict) -> dict:
         return json.load(resp)  # type: ignore[no-any-return]
 
 
+@pytest.mark.slow
 def test_bundled_servers_import_no_openai_fastapi_mcp_or_omegaconf(tmp_path: Path) -> None:
     hook, records = tmp_path / "hook", tmp_path / "records"
     hook.mkdir()
