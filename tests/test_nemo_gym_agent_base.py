@@ -248,3 +248,14 @@ def test_agent_metric_hooks_directly_and_through_a_real_server() -> None:
     with running_server(metrics_agent) as url, SyncClient() as client:
         status, body = client.post(url + "/aggregate_metrics", {"verify_responses": rows})
         assert (status, body["key_metrics"]) == (200, {"task_count": 2})
+
+
+def test_a_mocked_client_reads_as_its_global_config_dict() -> None:
+    from unittest.mock import MagicMock
+
+    client = MagicMock(spec=ServerClient)  # as NeMo Gym agents' tests build their client
+    client.global_config_dict = {"observability_enabled": False}
+    mocked = PathAgent(config={"name": "m"}, server_client=client)
+    assert mocked.url_path_for_run("/v1/responses", RUN_BODY) == "/v1/responses"
+    client.global_config_dict = {"observability_enabled": True}
+    assert mocked.url_path_for_run("/v1/responses", RUN_BODY) == "/ng-rollout/4-1/v1/responses"
