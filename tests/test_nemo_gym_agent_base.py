@@ -226,7 +226,8 @@ class MetricsAgent(SimpleResponsesAPIAgent):
     config: BaseResponsesAPIAgentConfig
 
     def compute_metrics(self, tasks: list[list[dict]]) -> dict:
-        return {"task_count": len(tasks), "per_task_metrics": {1: {"hard": True}}}
+        # NeMo Gym's shape: a list of per-task dicts naming their task index.
+        return {"task_count": len(tasks), "per_task_metrics": [{"_ng_task_index": 1, "hard": True}]}
 
     def get_key_metrics(self, agent_metrics: dict) -> dict:
         return {"task_count": agent_metrics["task_count"]}

@@ -307,8 +307,9 @@ def task_grouped_metrics(
     answer_field: str | None = None,
 ) -> dict[str, Any]:
     """The default metrics of verify answers plus a NeMo Gym-style ``compute_metrics(tasks)``
-    (answers grouped by task index; its ``per_task_metrics``, a dict by task index, merged into
-    each group's metrics, the rest into ``agent_metrics``), with ``key_metrics(agent_metrics,
+    (answers grouped by task index; its ``per_task_metrics``, a list of dicts naming their
+    ``_ng_task_index`` or a dict by task index, merged into each task's group metrics, the rest
+    into ``agent_metrics``), with ``key_metrics(agent_metrics,
     default)`` choosing the key metrics."""
     from nemo_gym.collection.metrics import compute_aggregate_metrics
 
@@ -318,9 +319,12 @@ def task_grouped_metrics(
         by_task.setdefault(row.get(TASK_INDEX_KEY, 0), []).append(row)
     custom = dict(compute_metrics([by_task[k] for k in sorted(by_task, key=str)]) or {})
     per_task = custom.pop("per_task_metrics", None)
+    if isinstance(per_task, list):  # NeMo Gym's shape: one dict per task, naming its task index
+        per_task = {m[TASK_INDEX_KEY]: m for m in per_task if isinstance(m, dict) and TASK_INDEX_KEY in m}
     if isinstance(per_task, dict):
         for group in metrics["group_level_metrics"]:
-            group.update(per_task.get(group.get(TASK_INDEX_KEY), {}))
+            extra = per_task.get(group.get(TASK_INDEX_KEY), {})
+            group.update({k: v for k, v in extra.items() if k != TASK_INDEX_KEY})
     metrics["agent_metrics"].update(custom)
     metrics["key_metrics"] = key_metrics(metrics["agent_metrics"], metrics["key_metrics"])
     return metrics
