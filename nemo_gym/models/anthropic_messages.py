@@ -30,6 +30,7 @@ from typing import Any
 
 from nemo_gym.models.chat_tools import ConversionUnsupported
 from nemo_gym.models.conversion import new_item_id
+from nemo_gym.models.responses_chat import ECHOED_REQUEST_SETTINGS
 
 IdFactory = Callable[[str], str]
 
@@ -45,26 +46,7 @@ _EMPTY_SCHEMA = {"type": "object", "properties": {}}
 # Models whose API refuses temperature / top_p / top_k.
 _FIXED_SAMPLING_MODELS = ("claude-opus-4-7", "claude-opus-4-8")
 # Request settings a Responses answer echoes.
-_ECHOED = (
-    "tool_choice",
-    "parallel_tool_calls",
-    "tools",
-    "temperature",
-    "top_p",
-    "background",
-    "max_output_tokens",
-    "max_tool_calls",
-    "previous_response_id",
-    "prompt",
-    "reasoning",
-    "service_tier",
-    "text",
-    "top_logprobs",
-    "truncation",
-    "metadata",
-    "instructions",
-    "user",
-)
+_ECHOED = ("tool_choice", "parallel_tool_calls", "tools", *ECHOED_REQUEST_SETTINGS)
 
 
 # ---- Responses request -> Messages request (a server in front of Anthropic)

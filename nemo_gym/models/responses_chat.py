@@ -53,7 +53,7 @@ _CONVERTED = frozenset(
     | {"parallel_tool_calls", "temperature", "top_p"}
 )
 # Request settings a response echoes.
-_ECHOED = (
+ECHOED_REQUEST_SETTINGS = (
     "temperature",
     "top_p",
     "background",
@@ -212,7 +212,7 @@ def chat_completion_to_response_envelope(
     """
     choice = completion["choices"][0]
     reason = FINISH_TO_INCOMPLETE.get(choice.get("finish_reason") or "")
-    response: dict[str, Any] = {key: params.get(key) for key in _ECHOED}
+    response: dict[str, Any] = {key: params.get(key) for key in ECHOED_REQUEST_SETTINGS}
     response.update(
         {
             "id": (str(completion.get("id") or "") if keep_completion_id else "") or new_id("resp"),
