@@ -179,13 +179,16 @@ def _server_routes(check: ServerCheck, config_fields: dict[str, Any]) -> list[An
     except Exception as exc:  # noqa: BLE001 - any import failure is reported, not raised
         check.problems.append(f"{check.folder}/app.py does not import: {type(exc).__name__}: {exc}")
         return None
-    classes = [
-        obj
-        for obj in vars(module).values()
-        if inspect.isclass(obj)
-        and issubclass(obj, SimpleResourcesServer)
-        and obj is not SimpleResourcesServer
-    ]
+    # A class bound to two names (an alias kept for NeMo Gym's spelling) counts once.
+    classes = list(
+        dict.fromkeys(
+            obj
+            for obj in vars(module).values()
+            if inspect.isclass(obj)
+            and issubclass(obj, SimpleResourcesServer)
+            and obj is not SimpleResourcesServer
+        )
+    )
     # The server is the most derived class: a base imported from elsewhere is subclassed by it.
     leaves = [c for c in classes if not any(other is not c and issubclass(other, c) for other in classes)]
     own = [c for c in leaves if c.__module__ == module.__name__] or leaves

@@ -111,11 +111,14 @@ def refs(value: Any) -> list[dict[str, Any]]:
 
 def server_class(kind: str, impl: str) -> type[BaseServer]:
     module = importlib.import_module(f"{kind}.{impl}.app")
-    found = [
-        c
-        for c in vars(module).values()
-        if inspect.isclass(c) and issubclass(c, BaseServer) and c.__module__ == module.__name__
-    ]
+    # One class may sit under two names (openai_model also answers to NeMo Gym's SimpleModelServer).
+    found = list(
+        dict.fromkeys(
+            c
+            for c in vars(module).values()
+            if inspect.isclass(c) and issubclass(c, BaseServer) and c.__module__ == module.__name__
+        )
+    )
     assert len(found) == 1, (impl, found)
     return found[0]
 
