@@ -21,7 +21,7 @@ import os
 import random
 import time
 import urllib.parse
-from collections.abc import AsyncIterator, Collection, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -148,6 +148,14 @@ def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
     return max(0.0, when.timestamp() - time.time())
 
 
+class _NotConnected(Exception):
+    """One try made no connection, or lost a pooled one before any answer: worth trying again."""
+
+    def __init__(self, cause: Exception) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
 class UpstreamHTTP:
     """JSON calls to upstream URLs with deadlines and bounded retries.
 
@@ -270,7 +278,9 @@ class UpstreamHTTP:
             headers["Content-Type"] = "application/json"
         target = self._hop_target(url)
         if target is not None:
-            return await self._send_hop(method, url, target, data, headers, connect_retries, stream)
+            send = self._hop_attempt(method, url, target, data, headers, stream)
+        else:
+            send = self._aiohttp_attempt(method, url, data, headers, stream)
         retries_left = self.connect_retries if connect_retries is None else connect_retries
         status_retries_left = self.max_status_retries
         deadline = time.monotonic() + self.request_timeout_s
@@ -281,34 +291,19 @@ class UpstreamHTTP:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise UpstreamError("timeout", url, f"no answer within {self.request_timeout_s:g}s")
-            timeout = aiohttp.ClientTimeout(total=remaining, connect=min(self.connect_timeout_s, remaining))
             try:
-                resp = await self.session().request(method, url, data=data, headers=headers, timeout=timeout)
-                if stream and 200 <= resp.status < 300:
-                    return UpstreamResponse(resp.status, b"", dict(resp.headers), attempts, resp, url)
-                try:
-                    answer = UpstreamResponse(resp.status, await resp.read(), dict(resp.headers), attempts)
-                finally:
-                    resp.release()
-            except (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError) as exc:
-                # Retryable: no connection was made, or the peer closed a pooled connection
-                # before reading the request.
+                answer = await send(remaining, attempts)
+            except _NotConnected as failed:
                 if retries_left <= 0:
                     raise UpstreamError(
                         "unreachable",
                         url,
-                        f"cannot connect after {attempts} attempt(s): {connection_error_text(exc)}",
-                    ) from exc
+                        f"cannot connect after {attempts} attempt(s): {connection_error_text(failed.cause)}",
+                    ) from failed.cause
                 retries_left -= 1
                 await self._sleep(backoff, deadline)
                 backoff *= 2
                 continue
-            except TimeoutError as exc:
-                raise UpstreamError("timeout", url, f"no answer within {self.request_timeout_s:g}s") from exc
-            except aiohttp.ClientError as exc:
-                raise UpstreamError(
-                    "unreachable", url, f"connection failed: {connection_error_text(exc)}"
-                ) from exc
             if answer.status in self.retry_statuses and status_retries_left > 0:
                 status_retries_left -= 1
                 asked = retry_after_seconds({k.lower(): v for k, v in answer.headers.items()})
@@ -317,33 +312,52 @@ class UpstreamHTTP:
                 continue
             return answer
 
-    async def _send_hop(
+    def _aiohttp_attempt(
+        self, method: str, url: str, data: bytes | None, headers: Mapping[str, str], stream: bool
+    ) -> Callable[[float, int], Awaitable[UpstreamResponse]]:
+        """One try through aiohttp (TLS, proxies, or ``NEMO_GYM_HOP_CLIENT=aiohttp``)."""
+
+        async def attempt(remaining: float, attempts: int) -> UpstreamResponse:
+            timeout = aiohttp.ClientTimeout(total=remaining, connect=min(self.connect_timeout_s, remaining))
+            try:
+                resp = await self.session().request(method, url, data=data, headers=headers, timeout=timeout)
+                if stream and 200 <= resp.status < 300:
+                    return UpstreamResponse(resp.status, b"", dict(resp.headers), attempts, resp, url)
+                try:
+                    return UpstreamResponse(resp.status, await resp.read(), dict(resp.headers), attempts)
+                finally:
+                    resp.release()
+            except (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError) as exc:
+                # Retryable: no connection was made, or the peer closed a pooled connection
+                # before reading the request.
+                raise _NotConnected(exc) from exc
+            except TimeoutError as exc:
+                raise UpstreamError("timeout", url, f"no answer within {self.request_timeout_s:g}s") from exc
+            except aiohttp.ClientError as exc:
+                raise UpstreamError(
+                    "unreachable", url, f"connection failed: {connection_error_text(exc)}"
+                ) from exc
+
+        return attempt
+
+    def _hop_attempt(
         self,
         method: str,
         url: str,
         target: tuple[str, int, str],
         data: bytes | None,
         headers: Mapping[str, str],
-        connect_retries: int | None,
         stream: bool,
-    ) -> UpstreamResponse:
-        # The same rules as the aiohttp path below, through the lean client.
+    ) -> Callable[[float, int], Awaitable[UpstreamResponse]]:
+        """One try through the lean hop client (plain-HTTP upstreams)."""
         host, port, path = target
         loop = asyncio.get_running_loop()
         pool = self._pools.get(loop)
         if pool is None or pool.closed:
             pool = self._pools[loop] = hop_client.HopPool(self.max_connections)
         encoded = hop_client.encode_headers(headers.items())
-        retries_left = self.connect_retries if connect_retries is None else connect_retries
-        status_retries_left = self.max_status_retries
-        deadline = time.monotonic() + self.request_timeout_s
-        backoff = 0.1
-        attempts = 0
-        while True:
-            attempts += 1
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise UpstreamError("timeout", url, f"no answer within {self.request_timeout_s:g}s")
+
+        async def attempt(remaining: float, attempts: int) -> UpstreamResponse:
             try:
                 resp = await hop_client.request(
                     pool,
@@ -359,36 +373,21 @@ class UpstreamHTTP:
                 )
                 if stream and 200 <= resp.status < 300:
                     return UpstreamResponse(resp.status, b"", resp.headers, attempts, None, url, resp)
-                answer = UpstreamResponse(resp.status, await resp.read(), resp.headers, attempts)
+                return UpstreamResponse(resp.status, await resp.read(), resp.headers, attempts)
             except hop_client.HopError as exc:
-                # Retryable: no connection was made, or the peer closed the connection before a
-                # byte of answer (as aiohttp's ServerDisconnectedError on the path below).
-                retryable = isinstance(exc, hop_client.HopConnectError) or (
-                    isinstance(exc, hop_client.HopDisconnected) and not exc.received
-                )
                 if isinstance(exc, hop_client.HopTimeout):
                     raise UpstreamError(
                         "timeout", url, f"no answer within {self.request_timeout_s:g}s"
                     ) from exc
-                if not retryable:
-                    raise UpstreamError("unreachable", url, f"connection failed: {exc}") from exc
-                if retries_left <= 0:
-                    raise UpstreamError(
-                        "unreachable",
-                        url,
-                        f"cannot connect after {attempts} attempt(s): {connection_error_text(exc)}",
-                    ) from exc
-                retries_left -= 1
-                await self._sleep(backoff, deadline)
-                backoff *= 2
-                continue
-            if answer.status in self.retry_statuses and status_retries_left > 0:
-                status_retries_left -= 1
-                asked = retry_after_seconds(answer.headers)
-                await self._sleep(asked if asked is not None else backoff, deadline, jitter=asked is None)
-                backoff *= 2
-                continue
-            return answer
+                # Retryable: no connection was made, or the peer closed the connection before a
+                # byte of answer (as aiohttp's ServerDisconnectedError).
+                if isinstance(exc, hop_client.HopConnectError) or (
+                    isinstance(exc, hop_client.HopDisconnected) and not exc.received
+                ):
+                    raise _NotConnected(exc) from exc
+                raise UpstreamError("unreachable", url, f"connection failed: {exc}") from exc
+
+        return attempt
 
     async def _sleep(self, delay: float, deadline: float, jitter: bool = True) -> None:
         delay = min(delay, self.max_retry_delay_s)
