@@ -30,7 +30,7 @@ __all__ = ["GlobalConfigDictParserConfig", "RunHelper", "run_command", "setup_en
 def _run(argv: list[str]) -> int:
     from nemo_gym.launch.launcher import Stack, StackError
     from nemo_gym.launch.ray_backend import default_backend
-    from nemo_gym.serving.server import _loop_factory
+    from nemo_gym.serving.uvicorn_factory import loop_factory
 
     # The token moves out of the environment before anything is started: children (and Ray's
     # processes) never inherit it; servers get it on stdin.
@@ -58,7 +58,7 @@ def _run(argv: list[str]) -> int:
         finally:
             await stack.stop()
 
-    with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+    with asyncio.Runner(loop_factory=loop_factory()) as runner:
         return runner.run(main())
 
 

@@ -162,7 +162,8 @@ def run_collector(args: argparse.Namespace) -> None:
 def serve_agent() -> None:
     """Child mode: a minimal agent server on a free loopback port (printed), answering /run."""
     from nemo_gym.base_responses_api_agent import SimpleResponsesAPIAgent
-    from nemo_gym.serving.server import _loop_factory, bind_socket
+    from nemo_gym.serving.server import bind_socket
+    from nemo_gym.serving.uvicorn_factory import loop_factory
 
     class BenchAgent(SimpleResponsesAPIAgent):
         async def run(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -170,7 +171,7 @@ def serve_agent() -> None:
 
     sock = bind_socket("127.0.0.1", 0)
     print(f"PORT {sock.getsockname()[1]}", flush=True)
-    with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+    with asyncio.Runner(loop_factory=loop_factory()) as runner:
         # Since [PERF2] /aggregate_metrics streams (no body limit applies); the raised limit stays so
         # runs compare with the earlier numbers.
         agent = BenchAgent({"name": "bench_agent", "max_body_bytes": 4 << 30})

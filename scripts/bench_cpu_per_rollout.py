@@ -44,8 +44,8 @@ sys.path.insert(0, str(ROOT))
 
 from nemo_gym.launch.config import load_config  # noqa: E402
 from nemo_gym.launch.launcher import StackHandle, free_port  # noqa: E402
-from nemo_gym.serving.server import _loop_factory  # noqa: E402
 from nemo_gym.serving.server_client import ServerClient  # noqa: E402
+from nemo_gym.serving.uvicorn_factory import loop_factory  # noqa: E402
 
 HOPS_PER_ROLLOUT = 6  # collector→agent, seed_session, model, get_weather, model, verify
 AGENT = "example_single_tool_call_simple_agent"
@@ -310,7 +310,7 @@ def bench_stack(stack: str, args: argparse.Namespace, work: Path) -> dict[str, A
             servers["fake_llm (not counted)"] = psutil.Process(fake.pid)
         runs: list[dict[str, Any]] = []
         driven_runs: list[dict[str, Any]] = []
-        with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+        with asyncio.Runner(loop_factory=loop_factory()) as runner:
             runner.run(run_driven(handle, servers, 200, args.concurrency))  # warm-up
             for repeat in range(args.repeats):
                 # Interleaved, so a burst of load from other work hits both measurements alike.

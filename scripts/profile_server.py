@@ -100,7 +100,8 @@ def main() -> None:
 
     from nemo_gym.launch.config import load_config, server_instances
     from nemo_gym.launch.launcher import StackHandle
-    from nemo_gym.serving.server import ENV_HEAD_URL, BaseServer, _loop_factory
+    from nemo_gym.serving.server import ENV_HEAD_URL, BaseServer
+    from nemo_gym.serving.uvicorn_factory import loop_factory
 
     config = load_config([f"+config_paths=[{args.config_paths}]", "++head_server.port=0"], cwd=ROOT)
     instance = server_instances(config)[args.server]
@@ -146,7 +147,7 @@ def main() -> None:
         await serving
 
     try:
-        with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+        with asyncio.Runner(loop_factory=loop_factory()) as runner:
             runner.run(run())
     finally:
         handle.stop()

@@ -27,9 +27,9 @@ EXIT_TOO_MANY_FAILURES = 3
 
 def run_async(coro: Any) -> Any:
     """Run ``coro`` on a fresh event loop of the kind the servers use."""
-    from nemo_gym.serving.server import _loop_factory
+    from nemo_gym.serving.uvicorn_factory import loop_factory
 
-    with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+    with asyncio.Runner(loop_factory=loop_factory()) as runner:
         return runner.run(coro)
 
 

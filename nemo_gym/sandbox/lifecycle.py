@@ -200,7 +200,7 @@ def current_rollout_id() -> str | None:
 def _hook_into_servers(counts: Callable[[], dict[str, int]], stop_all: Callable[[], None]) -> None:
     """A server process answers ``GET /`` with ``"sandboxes": {started, stopped, swept, active}``
     and removes its sandboxes when it stops."""
-    from nemo_gym.serving.server import LIVENESS_METRICS, SHUTDOWN_CLEANUPS
+    from nemo_gym.serving.process_hooks import LIVENESS_METRICS, SHUTDOWN_CLEANUPS
 
     LIVENESS_METRICS["sandboxes"] = counts
     SHUTDOWN_CLEANUPS["sandboxes"] = stop_all

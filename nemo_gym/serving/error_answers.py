@@ -8,11 +8,13 @@ the rollout as an infrastructure failure rather than scoring it.
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
 import orjson
 from pydantic import BaseModel, ValidationError
+from starlette.requests import Request
 from starlette.responses import Response
 
 from nemo_gym.serving.request_guard import HTTPError
@@ -104,3 +106,27 @@ def error_response(exc: Exception, server_name: str, method: str = "", path: str
         return json_response(body, 502)
     logger.error("%s: %s %s failed", server_name, method, path, exc_info=exc)
     return json_response({"error": f"{type(exc).__name__}: {exc}", "server": server_name}, 500)
+
+
+def json_error_handlers(server_name: str) -> dict[Any, Callable[[Request, Exception], Awaitable[Response]]]:
+    """Starlette exception handlers that answer every error as JSON naming the server.
+
+    404/405 name the method and path; an :class:`HTTPError` (a body too large or too slow, from
+    the request guard) keeps its status; anything else is a JSON 500, never plain text.
+    """
+
+    async def no_such_route(request: Request, exc: Exception) -> Response:
+        status = getattr(exc, "status_code", 404)
+        what = "no route" if status == 404 else "method not allowed for"
+        return json_response(
+            {"error": f"{what} {request.method} {request.url.path}", "server": server_name}, status
+        )
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPError)
+        return json_response({"error": exc.message, "server": server_name, **exc.extra}, exc.status_code)
+
+    async def internal_error(request: Request, exc: Exception) -> Response:
+        return json_response({"error": f"{type(exc).__name__}: {exc}", "server": server_name}, 500)
+
+    return {404: no_such_route, 405: no_such_route, HTTPError: http_error, Exception: internal_error}

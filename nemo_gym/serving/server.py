@@ -10,15 +10,11 @@ it really got with the head server (no bind-then-release race).
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import errno
 import inspect
 import logging
 import os
-import random
 import socket
 import sys
-import time
 import typing
 import uuid
 from collections.abc import Awaitable, Callable
@@ -30,20 +26,27 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp
 
 from nemo_gym.serving import local_socket
 from nemo_gym.serving.access_guard import AccessGuard
+
+# The pieces of a server that live in their own modules are re-exported here: servers, tests and
+# scripts import them from nemo_gym.serving.server.
+from nemo_gym.serving.disconnect import ClientGone, until_disconnect  # noqa: F401
 from nemo_gym.serving.error_answers import (  # noqa: F401 - part of this module's API
     CALLER_FAULT_STATUSES,
     UPSTREAM_FAILURE_CLASSES,
     dumps,
     error_response,
+    json_error_handlers,
     json_response,
     validation_error_body,
 )
 from nemo_gym.serving.gc_tuning import tune_gc_for_serving
+from nemo_gym.serving.launch_payload import LAUNCH_PAYLOAD_WAIT_S, read_launch_payload  # noqa: F401
 from nemo_gym.serving.launched_config import install_launched_global_config
+from nemo_gym.serving.process_hooks import LIVENESS_METRICS, SHUTDOWN_CLEANUPS  # noqa: F401
 
 # The shared wire names are re-exported here: servers and tests import them from nemo_gym.serving.server.
 from nemo_gym.serving.protocol import (  # noqa: F401
@@ -65,6 +68,7 @@ from nemo_gym.serving.protocol import (  # noqa: F401
     registration_secret,
     set_process_secrets,
 )
+from nemo_gym.serving.registration import register_with_head  # noqa: F401
 from nemo_gym.serving.request_context import _current_rollout_id, _current_session_id, lean_bodies  # noqa: F401
 from nemo_gym.serving.request_guard import (  # noqa: F401 - HTTPError is part of this module's API
     DEFAULT_BODY_TIMEOUT_S,
@@ -74,50 +78,17 @@ from nemo_gym.serving.request_guard import (  # noqa: F401 - HTTPError is part o
     header_timeout_protocol,
     parse_json_object,
 )
-from nemo_gym.serving.secrets import RedactingFilter, remember_secret_values, secret_values
+from nemo_gym.serving.rollout_prefix import TOKEN_CAPTURE_SCOPE_KEY, StripRolloutPrefix  # noqa: F401
+from nemo_gym.serving.secrets import remember_secret_values, secret_values
+from nemo_gym.serving.server_logging import configure_logging
+from nemo_gym.serving.sessions import SessionStore
+from nemo_gym.serving.sockets import bind_socket, bind_socket_in_range
+from nemo_gym.serving.uvicorn_factory import loop_factory, make_uvicorn_server
 
 logger = logging.getLogger("nemo_gym")
+
 # An /aggregate_metrics body of millions of rows streams for minutes: its own deadline.
 AGGREGATE_BODY_TIMEOUT_S = 3600.0
-
-
-class ClientGone(Exception):
-    """The caller closed its connection while the handler ran; the handler was cancelled."""
-
-
-async def _await_disconnect(receive: Receive) -> None:
-    while (await receive())["type"] != "http.disconnect":
-        pass
-
-
-async def until_disconnect(receive: Receive, awaitable: Awaitable[Any]) -> Any:
-    """Await ``awaitable`` (a handler), cancelling it if the caller disconnects first.
-
-    A caller that gave up (its deadline passed, it was killed) must not leave work running here:
-    a model server would otherwise keep retrying its upstream for minutes for nobody. Raises
-    :class:`ClientGone` when that happened. Call only once the request body has been read.
-    """
-    task = asyncio.current_task()
-    state = {"gone": False, "finished": False}
-
-    def on_disconnect(watcher: asyncio.Future[None]) -> None:
-        if state["finished"] or watcher.cancelled() or watcher.exception() is not None or task is None:
-            return
-        state["gone"] = True
-        task.cancel()
-
-    watcher = asyncio.ensure_future(_await_disconnect(receive))
-    watcher.add_done_callback(on_disconnect)
-    try:
-        return await awaitable
-    except asyncio.CancelledError:
-        if not state["gone"] or task is None:
-            raise
-        task.uncancel()
-        raise ClientGone from None
-    finally:
-        state["finished"] = True
-        watcher.cancel()
 
 
 class ServerRef(BaseModel):
@@ -159,63 +130,6 @@ class BaseServerConfig(BaseModel):
     # NeMo Gym's uvicorn worker count. A server here is one process (scale out with replicas);
     # the field is kept so that configs and servers that read or check it work unchanged.
     num_workers: int | None = None
-
-
-# Process-wide extras that code running inside a server process adds (the sandbox ledger):
-# counters shown in the liveness answer, and cleanups run when it stops, of a server that is its own process
-# (uvicorn re-raises SIGTERM after its graceful shutdown, so atexit handlers never run;
-# an embedded server leaves them to its host process).
-LIVENESS_METRICS: dict[str, Callable[[], Any]] = {}
-SHUTDOWN_CLEANUPS: dict[str, Callable[[], None]] = {}
-
-
-class SessionStore:
-    """Per-rollout state by session id, with a TTL and a size bound.
-
-    Entries expire ``ttl_s`` after their last use; the oldest are evicted past ``max_sessions``
-    so an agent that never calls verify cannot grow memory without bound.
-    """
-
-    def __init__(self, ttl_s: float = 3600.0, max_sessions: int = 1_000_000) -> None:
-        self.ttl_s = ttl_s
-        self.max_sessions = max_sessions
-        self._data: dict[str, tuple[float, dict[str, Any]]] = {}
-        self._last_sweep = time.monotonic()
-
-    def get(self, session_id: str, create: bool = True) -> dict[str, Any] | None:
-        """The state dict of a session, created empty when ``create`` and absent or expired."""
-        now = time.monotonic()
-        self._sweep(now)
-        entry = self._data.pop(session_id, None)
-        if entry is not None and now - entry[0] > self.ttl_s:
-            entry = None
-        if entry is None:
-            if not create:
-                return None
-            entry = (now, {})
-        # Re-inserting keeps the dict in last-used order, so eviction takes the oldest first.
-        self._data[session_id] = (now, entry[1])
-        while len(self._data) > self.max_sessions:
-            self._data.pop(next(iter(self._data)))
-        return entry[1]
-
-    def free(self, session_id: str) -> None:
-        """Drop a session's state (after verify)."""
-        self._data.pop(session_id, None)
-
-    def __len__(self) -> int:
-        return len(self._data)
-
-    def __contains__(self, session_id: object) -> bool:
-        return session_id in self._data
-
-    def _sweep(self, now: float) -> None:
-        if now - self._last_sweep < min(self.ttl_s, 60.0):
-            return
-        self._last_sweep = now
-        for key, (used, _) in list(self._data.items()):
-            if now - used > self.ttl_s:
-                del self._data[key]
 
 
 def body_model(handler: Callable[..., Any]) -> type[BaseModel] | None:
@@ -554,7 +468,7 @@ class BaseServer(BaseModel):
                 sys.stderr.write(f"config error: {name}: {where + ': ' if where else ''}{message}\n")
             sys.exit(2)
         tune_gc_for_serving()  # this process is the server: start-up objects frozen, fewer collections
-        with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+        with asyncio.Runner(loop_factory=loop_factory()) as runner:
             runner.run(server.serve())
 
     async def serve(
@@ -602,233 +516,3 @@ class BaseServer(BaseModel):
                 close = getattr(self.server_client, "close", None)
                 if close is not None and inspect.iscoroutinefunction(close):
                     await close()
-
-
-def make_uvicorn_server(
-    app: ASGIApp, embedded: bool = False, header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S
-) -> Any:
-    """A uvicorn server for ``app`` tuned for internal hops: no access log, keep-alive, big backlog.
-
-    Connections whose request headers are not complete within ``header_timeout_s`` are closed.
-    ``embedded`` servers do not install signal handlers (their host process owns the signals).
-    """
-    import uvicorn
-
-    if _has("httptools"):
-        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as protocol
-    else:
-        from uvicorn.protocols.http.h11_impl import H11Protocol as protocol  # type: ignore[assignment]
-    config = uvicorn.Config(
-        app,
-        log_level="warning",
-        access_log=False,
-        lifespan="off",
-        loop="none",
-        http=header_timeout_protocol(protocol, header_timeout_s),
-        timeout_keep_alive=75,
-        backlog=4096,
-    )
-
-    if not embedded:
-
-        class Server(uvicorn.Server):
-            async def shutdown(self, sockets: Any = None) -> None:
-                # Here, not after serve(): uvicorn re-raises a captured SIGTERM when serve() ends.
-                try:
-                    await super().shutdown(sockets)
-                finally:
-                    for cleanup in list(SHUTDOWN_CLEANUPS.values()):
-                        cleanup()
-
-        return Server(config)
-
-    class EmbeddedServer(uvicorn.Server):
-        @contextlib.contextmanager
-        def capture_signals(self) -> Any:
-            yield
-
-    return EmbeddedServer(config)
-
-
-def json_error_handlers(server_name: str) -> dict[Any, Callable[[Request, Exception], Awaitable[Response]]]:
-    """Starlette exception handlers that answer every error as JSON naming the server.
-
-    404/405 name the method and path; an :class:`HTTPError` (a body too large or too slow, from
-    the request guard) keeps its status; anything else is a JSON 500, never plain text.
-    """
-
-    async def no_such_route(request: Request, exc: Exception) -> Response:
-        status = getattr(exc, "status_code", 404)
-        what = "no route" if status == 404 else "method not allowed for"
-        return json_response(
-            {"error": f"{what} {request.method} {request.url.path}", "server": server_name}, status
-        )
-
-    async def http_error(request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, HTTPError)
-        return json_response({"error": exc.message, "server": server_name, **exc.extra}, exc.status_code)
-
-    async def internal_error(request: Request, exc: Exception) -> Response:
-        return json_response({"error": f"{type(exc).__name__}: {exc}", "server": server_name}, 500)
-
-    return {404: no_such_route, 405: no_such_route, HTTPError: http_error, Exception: internal_error}
-
-
-# Set in a request's scope when it came with the training-capture segment.
-TOKEN_CAPTURE_SCOPE_KEY = "nemo_gym.token_capture"
-
-
-class StripRolloutPrefix:
-    """ASGI middleware: ``/ng-rollout/<id>[/training-token-capture]/rest`` → ``/rest``, the id
-    kept for the handler (and in ``path_params``), the capture segment as a scope flag."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        path = scope.get("path", "")
-        if scope["type"] == "http" and path.startswith(ROLLOUT_PREFIX):
-            rollout_id, _, rest = path[len(ROLLOUT_PREFIX) :].partition("/")
-            scope = dict(scope)
-            # NeMo Gym's training-capture segment follows the id; the route is the same.
-            capture, _, after = rest.partition("/")
-            if capture == TOKEN_CAPTURE_PATH_SEGMENT:
-                rest = after
-                scope[TOKEN_CAPTURE_SCOPE_KEY] = True
-            scope["path"] = "/" + rest
-            scope["raw_path"] = scope["path"].encode()
-            # Starlette merges these into the matched route's: NeMo Gym handlers read
-            # ``request.path_params["rollout_id"]`` as their prefixed routes bound it.
-            scope["path_params"] = {**scope.get("path_params", {}), "rollout_id": rollout_id}
-            token = _current_rollout_id.set(rollout_id)
-            try:
-                await self.app(scope, receive, send)
-            finally:
-                _current_rollout_id.reset(token)
-            return
-        await self.app(scope, receive, send)
-
-
-def bind_socket(host: str, port: int) -> socket.socket:
-    """Bind and listen on (host, port); port 0 takes a free port. The socket is kept, not released."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    # IPPROTO_TCP named explicitly: asyncio sets TCP_NODELAY only on sockets whose proto says TCP,
-    # and without it every answer waits ~40 ms (Nagle holding the body behind a delayed ACK).
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        raise OSError(
-            exc.errno, f"cannot bind {host}:{port}: {exc.strerror} (is another server on that port?)"
-        ) from exc
-    sock.listen(4096)
-    sock.setblocking(False)
-    return sock
-
-
-def bind_socket_in_range(host: str, low: int, high: int) -> socket.socket:
-    """Bind a port in ``[low, high]`` (tried in random order), keeping the socket: no bind-then-release race."""
-    if not 0 < low <= high < 65536:
-        raise ValueError(f"port range [{low}, {high}] is not within 1-65535 with low <= high")
-    ports = list(range(low, high + 1))
-    random.shuffle(ports)
-    for port in ports:
-        try:
-            return bind_socket(host, port)
-        except OSError:
-            continue
-    raise OSError(errno.EADDRINUSE, f"no free port on {host} in the range [{low}, {high}]")
-
-
-async def register_with_head(head_url: str, name: str, server_type: str, host: str, port: int) -> None:
-    """Tell the head server which port this process really bound."""
-    import aiohttp
-
-    body: dict[str, Any] = {
-        "name": name,
-        "server_type": server_type,
-        "host": host,
-        "port": port,
-        "pid": os.getpid(),
-    }
-    for key, env in (("node_id", ENV_NODE_ID), ("node_ip", ENV_NODE_IP)):
-        if os.environ.get(env):
-            body[key] = os.environ[env]
-    headers = auth_headers()
-    secret = registration_secret()
-    if secret:
-        headers[REGISTRATION_SECRET_HEADER] = secret
-    delay = 0.05
-    for attempt in range(20):
-        try:
-            async with aiohttp.ClientSession() as http:
-                async with http.post(f"{head_url}/register", json=body, headers=headers) as resp:
-                    if resp.status == 200:
-                        return
-                    text = await resp.text()
-                    raise RuntimeError(
-                        f"head server at {head_url} refused registration of {name!r}: {resp.status} {text}"
-                    )
-        except aiohttp.ClientConnectionError:
-            if attempt == 19:
-                raise
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 1.0)
-
-
-def configure_logging() -> None:
-    """Plain stderr logging at warning level (no per-request logs on the hot path), secrets hidden."""
-    level = os.environ.get("NEMO_GYM_LOG_LEVEL", "WARNING").upper()
-    logging.basicConfig(level=level, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
-    for handler in logging.getLogger().handlers:
-        if not any(isinstance(f, RedactingFilter) for f in handler.filters):
-            handler.addFilter(RedactingFilter())
-
-
-LAUNCH_PAYLOAD_WAIT_S = 60.0
-
-
-def read_launch_payload(stream: Any = None, timeout_s: float = LAUNCH_PAYLOAD_WAIT_S) -> dict[str, Any]:
-    """The JSON object the launcher writes to a server's stdin (then closes): config and secrets."""
-    import select
-
-    source = stream if stream is not None else sys.stdin.buffer
-    chunks = []
-    deadline = time.monotonic() + timeout_s
-    while True:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0 or not select.select([source], [], [], remaining)[0]:
-            raise RuntimeError(
-                f"{ENV_LAUNCH_PAYLOAD}=stdin is set but no launch payload arrived on stdin within "
-                f"{timeout_s:g}s (a replaced run_command hook must pass LaunchSettings.stdin_payload)"
-            )
-        chunk = os.read(source.fileno(), 1 << 16)
-        if not chunk:
-            break
-        chunks.append(chunk)
-    try:
-        payload = orjson.loads(b"".join(chunks))
-    except orjson.JSONDecodeError as exc:
-        raise RuntimeError(f"the launch payload on stdin is not JSON: {exc}") from exc
-    if not isinstance(payload, dict):
-        raise RuntimeError("the launch payload on stdin must be a JSON object")
-    return payload
-
-
-def _has(module: str) -> bool:
-    try:
-        __import__(module)
-        return True
-    except ImportError:
-        return False
-
-
-def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
-    try:
-        import uvloop
-
-        return uvloop.new_event_loop
-    except ImportError:
-        return None

@@ -1,0 +1,42 @@
+"""The ``/ng-rollout/<id>`` path prefix: stripped before routing, the id kept for the handler."""
+
+from __future__ import annotations
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from nemo_gym.serving.protocol import ROLLOUT_PREFIX, TOKEN_CAPTURE_PATH_SEGMENT
+from nemo_gym.serving.request_context import _current_rollout_id
+
+# Set in a request's scope when it came with the training-capture segment.
+TOKEN_CAPTURE_SCOPE_KEY = "nemo_gym.token_capture"
+
+
+class StripRolloutPrefix:
+    """ASGI middleware: ``/ng-rollout/<id>[/training-token-capture]/rest`` → ``/rest``, the id
+    kept for the handler (and in ``path_params``), the capture segment as a scope flag."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope.get("path", "")
+        if scope["type"] == "http" and path.startswith(ROLLOUT_PREFIX):
+            rollout_id, _, rest = path[len(ROLLOUT_PREFIX) :].partition("/")
+            scope = dict(scope)
+            # NeMo Gym's training-capture segment follows the id; the route is the same.
+            capture, _, after = rest.partition("/")
+            if capture == TOKEN_CAPTURE_PATH_SEGMENT:
+                rest = after
+                scope[TOKEN_CAPTURE_SCOPE_KEY] = True
+            scope["path"] = "/" + rest
+            scope["raw_path"] = scope["path"].encode()
+            # Starlette merges these into the matched route's: NeMo Gym handlers read
+            # ``request.path_params["rollout_id"]`` as their prefixed routes bound it.
+            scope["path_params"] = {**scope.get("path_params", {}), "rollout_id": rollout_id}
+            token = _current_rollout_id.set(rollout_id)
+            try:
+                await self.app(scope, receive, send)
+            finally:
+                _current_rollout_id.reset(token)
+            return
+        await self.app(scope, receive, send)

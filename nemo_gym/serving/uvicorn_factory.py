@@ -1,0 +1,76 @@
+"""The uvicorn server (and event loop) a nemo_gym server runs on, tuned for internal hops."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from typing import Any
+
+from starlette.types import ASGIApp
+
+from nemo_gym.serving.process_hooks import SHUTDOWN_CLEANUPS
+from nemo_gym.serving.request_guard import DEFAULT_HEADER_TIMEOUT_S, header_timeout_protocol
+
+
+def make_uvicorn_server(
+    app: ASGIApp, embedded: bool = False, header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S
+) -> Any:
+    """A uvicorn server for ``app`` tuned for internal hops: no access log, keep-alive, big backlog.
+
+    Connections whose request headers are not complete within ``header_timeout_s`` are closed.
+    ``embedded`` servers do not install signal handlers (their host process owns the signals).
+    """
+    import uvicorn
+
+    if _has("httptools"):
+        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as protocol
+    else:
+        from uvicorn.protocols.http.h11_impl import H11Protocol as protocol  # type: ignore[assignment]
+    config = uvicorn.Config(
+        app,
+        log_level="warning",
+        access_log=False,
+        lifespan="off",
+        loop="none",
+        http=header_timeout_protocol(protocol, header_timeout_s),
+        timeout_keep_alive=75,
+        backlog=4096,
+    )
+
+    if not embedded:
+
+        class Server(uvicorn.Server):
+            async def shutdown(self, sockets: Any = None) -> None:
+                # Here, not after serve(): uvicorn re-raises a captured SIGTERM when serve() ends.
+                try:
+                    await super().shutdown(sockets)
+                finally:
+                    for cleanup in list(SHUTDOWN_CLEANUPS.values()):
+                        cleanup()
+
+        return Server(config)
+
+    class EmbeddedServer(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self) -> Any:
+            yield
+
+    return EmbeddedServer(config)
+
+
+def _has(module: str) -> bool:
+    try:
+        __import__(module)
+        return True
+    except ImportError:
+        return False
+
+
+def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    try:
+        import uvloop
+
+        return uvloop.new_event_loop
+    except ImportError:
+        return None
