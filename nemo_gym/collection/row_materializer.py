@@ -1,0 +1,162 @@
+"""Turning input rows into rollout rows: agent, prompt template, parameter overrides, repeats, seeds."""
+
+from __future__ import annotations
+
+import json
+import os
+import string
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+import yaml
+
+from nemo_gym.collection.row_keys import (
+    AGENT_KIND,
+    AGENT_REF_KEY,
+    ATTEMPT_INDEX_KEY,
+    ROLLOUT_INDEX_KEY,
+    SKILLS_REF_KEY,
+    TASK_INDEX_KEY,
+    agent_name_of,
+)
+from nemo_gym.launch.config import ConfigError, deep_merge
+
+
+@dataclass(frozen=True)
+class PromptConfig:
+    """``system`` and ``user`` templates (``str.format`` over the row's fields) for the input."""
+
+    system: str | None
+    user: str
+    path: str
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> PromptConfig:
+        """Read a prompt YAML with a ``user`` template and an optional ``system`` template."""
+        source = Path(path)
+        if not source.is_file():
+            raise ConfigError(f"+prompt_config: file {str(path)!r} does not exist")
+        try:
+            data = yaml.safe_load(source.read_text())
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"+prompt_config {str(path)!r} is not valid YAML: {exc}") from exc
+        if not isinstance(data, dict):
+            raise ConfigError(f"+prompt_config {str(path)!r} must be a mapping with 'user' (and 'system')")
+        unknown = sorted(set(data) - {"system", "user"})
+        if unknown:
+            raise ConfigError(f"+prompt_config {str(path)!r}: unknown keys {unknown}; allowed: system, user")
+        if not isinstance(data.get("user"), str):
+            raise ConfigError(f"+prompt_config {str(path)!r}: 'user' must be a template string")
+        if data.get("system") is not None and not isinstance(data["system"], str):
+            raise ConfigError(f"+prompt_config {str(path)!r}: 'system' must be a template string")
+        for name in ("system", "user"):
+            if isinstance(data.get(name), str):
+                try:
+                    list(string.Formatter().parse(data[name]))
+                except ValueError as exc:
+                    raise ConfigError(f"+prompt_config {str(path)!r}: bad '{name}' template: {exc}") from exc
+        return cls(system=data.get("system"), user=data["user"], path=str(path))
+
+    def input_items(self, row: Mapping[str, Any]) -> list[dict[str, str]]:
+        """The ``input`` messages for a row; raises ``ValueError`` naming a missing field."""
+        items = []
+        for role, template in (("system", self.system), ("user", self.user)):
+            if template is None:
+                continue
+            try:
+                text = template.format_map(row)
+            except KeyError as exc:
+                raise ValueError(
+                    f"prompt_config {role} template needs field {exc.args[0]!r}, which the row lacks"
+                ) from exc
+            except (IndexError, AttributeError, ValueError) as exc:
+                raise ValueError(
+                    f"prompt_config {role} template cannot be filled from the row: {exc}"
+                ) from exc
+            items.append({"role": role, "content": text})
+        return items
+
+
+@dataclass(frozen=True)
+class RowMaterializer:
+    """Prepares input rows: agent, prompt, ``responses_create_params`` overrides, repeats, seeds."""
+
+    agent_name: str | None = None
+    num_repeats: int | Mapping[str, int] = 1
+    add_seed: bool = False
+    responses_create_params: Mapping[str, Any] = field(default_factory=dict)
+    prompt: PromptConfig | None = None
+    # The run's skills (+skills.path), stamped on every row for the agent (NeMo Gym's skills_ref).
+    skills_ref: Mapping[str, Any] | None = None
+
+    def repeats_for(self, agent: str) -> int:
+        """Rollouts per task for ``agent`` (a map's ``_default``, else 1, for unlisted agents)."""
+        if isinstance(self.num_repeats, Mapping):
+            return int(self.num_repeats.get(agent, self.num_repeats.get("_default", 1)))
+        return int(self.num_repeats)
+
+    def prepare(self, row: Any) -> dict[str, Any]:
+        """The row to repeat, or ``ValueError`` saying what is wrong with it."""
+        if not isinstance(row, dict):
+            raise ValueError(f"a row must be a JSON object, got {type(row).__name__}")
+        agent = agent_name_of(row, self.agent_name)
+        if agent is None:
+            raise ValueError("row has no agent_ref.name and no +agent_name was given")
+        params = row.get("responses_create_params")
+        if params is None and self.prompt is None:
+            raise ValueError("row has no responses_create_params (required unless +prompt_config is given)")
+        if params is not None and not isinstance(params, dict):
+            raise ValueError(f"responses_create_params must be an object, got {type(params).__name__}")
+        prepared = dict(row)
+        params = dict(params or {})
+        if self.prompt is not None:
+            if params.get("input") is not None:
+                raise ValueError(
+                    "row already has responses_create_params.input, and +prompt_config would replace it; "
+                    "drop one of the two"
+                )
+            params["input"] = self.prompt.input_items(row)
+        if self.responses_create_params:
+            params = deep_merge(params, self.responses_create_params)
+        prepared["responses_create_params"] = params
+        ref = row.get(AGENT_REF_KEY)
+        prepared[AGENT_REF_KEY] = {
+            **(ref if isinstance(ref, Mapping) else {}),
+            "type": AGENT_KIND,
+            "name": agent,
+        }
+        for key in (TASK_INDEX_KEY, ROLLOUT_INDEX_KEY, ATTEMPT_INDEX_KEY):
+            prepared.pop(key, None)  # the collector assigns these
+        if self.skills_ref is not None:
+            prepared[SKILLS_REF_KEY] = dict(self.skills_ref)
+        return prepared
+
+    def expand(
+        self, prepared: dict[str, Any], task_index: int, first_rollout: int
+    ) -> Iterator[dict[str, Any]]:
+        """The rollout rows of one prepared row: indices first, then the row's fields."""
+        agent = prepared[AGENT_REF_KEY]["name"]
+        for rollout in range(first_rollout, first_rollout + self.repeats_for(agent)):
+            row = {TASK_INDEX_KEY: task_index, ROLLOUT_INDEX_KEY: rollout, **prepared}
+            if self.add_seed:
+                row["responses_create_params"] = with_seed(row["responses_create_params"], rollout)
+            yield row
+
+
+def with_seed(params: Mapping[str, Any], seed: int) -> dict[str, Any]:
+    """``params`` with ``metadata.extra_body`` (a JSON string, as Responses metadata values are)
+    carrying ``{"seed": seed}``, merged into an ``extra_body`` already there."""
+    metadata = dict(params.get("metadata") or {})
+    extra: Any = {}
+    if isinstance(metadata.get("extra_body"), str):
+        try:
+            extra = orjson.loads(metadata["extra_body"])
+        except orjson.JSONDecodeError:
+            extra = {}
+    if not isinstance(extra, dict):
+        extra = {}
+    metadata["extra_body"] = json.dumps({**extra, "seed": seed})  # NeMo Gym's spelling, byte for byte
+    return {**params, "metadata": metadata}
