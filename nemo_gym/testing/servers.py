@@ -1,0 +1,134 @@
+"""Real servers on a free loopback port, served in a background thread of the test's process."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from nemo_gym.serving.server import BaseServer
+from nemo_gym.serving.sockets import bind_socket
+from nemo_gym.serving.uvicorn_factory import make_uvicorn_server
+from nemo_gym.testing.http_clients import SyncClient
+
+
+@contextlib.contextmanager
+def running_server(server: BaseServer, host: str = "127.0.0.1") -> Iterator[str]:
+    """Serve ``server`` on a free port of ``host`` in a background thread; yields its base URL."""
+    sock = bind_socket(host, 0)
+    url = f"http://{host}:{sock.getsockname()[1]}"
+    loop = asyncio.new_event_loop()
+    done = threading.Event()
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        asyncio.set_event_loop(loop)
+        try:
+            loop.run_until_complete(server.serve(sock, register=False, embedded=True))
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the test's thread
+            failure.append(exc)
+        finally:
+            done.set()
+
+    thread = threading.Thread(target=run, name=f"server-{server.name}", daemon=True)
+    thread.start()
+    try:
+        with SyncClient() as client:
+            deadline = time.monotonic() + 30
+            while True:
+                if done.is_set():
+                    raise RuntimeError(f"server {server.name!r} stopped while starting") from (
+                        failure[0] if failure else None
+                    )
+                try:
+                    client.wait_healthy(url, timeout_s=0.5)
+                    break
+                except TimeoutError:
+                    if time.monotonic() > deadline:
+                        raise
+        yield url
+    finally:
+        uv = getattr(server, "uvicorn_server", None)
+        if uv is not None:
+            uv.should_exit = True
+        done.wait(10)
+        thread.join(10)
+        loop.close()
+
+
+@contextlib.contextmanager
+def running_app(app: Any, host: str = "127.0.0.1", header_timeout_s: float = 15.0) -> Iterator[str]:
+    """Serve any ASGI app (the head server's, a fake upstream's) on a free loopback port; yields its URL."""
+    sock = bind_socket(host, 0)
+    url = f"http://{host}:{sock.getsockname()[1]}"
+    uv = make_uvicorn_server(app, embedded=True, header_timeout_s=header_timeout_s)
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(
+        target=lambda: loop.run_until_complete(uv.serve(sockets=[sock])), name="app", daemon=True
+    )
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not uv.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError(f"the app at {url} did not start")
+        time.sleep(0.01)
+    try:
+        yield url
+    finally:
+        uv.should_exit = True
+        thread.join(10)
+        loop.close()
+
+
+@contextlib.contextmanager
+def lazy_servers(make: Callable[[str], BaseServer]) -> Iterator[Callable[[str], str]]:
+    """Serve ``make(name)`` on first use of each name (see :func:`running_server`); yields name → URL.
+
+    For tests whose cases need several configurations of one server: only those used start.
+    """
+    with contextlib.ExitStack() as stack:
+        urls: dict[str, str] = {}
+
+        def url(name: str) -> str:
+            if name not in urls:
+                urls[name] = stack.enter_context(running_server(make(name)))
+            return urls[name]
+
+        yield url
+
+
+@contextlib.contextmanager
+def running_agent(
+    resources_server: BaseServer,
+    model_server: BaseServer,
+    *,
+    agent_class: type[BaseServer] | None = None,
+    **agent_fields: Any,
+) -> Iterator[str]:
+    """An environment, a model and an agent between them, all in this process; yields the agent's URL.
+
+    The agent (``agent_class``, default simple_agent's) reaches the two servers by the names
+    ``env`` and ``model`` (static URLs, no head server). ``agent_fields`` are extra agent
+    settings (``max_steps``, ...).
+    """
+    from nemo_gym.serving.server_client import ServerClient
+
+    if agent_class is None:
+        from responses_api_agents.simple_agent.app import SimpleAgent
+
+        agent_class = SimpleAgent
+    with running_server(resources_server) as env_url, running_server(model_server) as model_url:
+        agent = agent_class(
+            {
+                "name": "agent",
+                "resources_server": {"type": "resources_servers", "name": "env"},
+                "model_server": {"type": "responses_api_models", "name": "model"},
+                **agent_fields,
+            },
+            server_client=ServerClient(static_urls={"env": env_url, "model": model_url}),
+        )
+        with running_server(agent) as agent_url:
+            yield agent_url
