@@ -16,6 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import aiohttp
+import yaml
+
 from nemo_gym.collection.aggregation import aggregate_results_file
 from nemo_gym.collection.collection_io import (
     AGENT_KIND,
@@ -39,9 +42,11 @@ from nemo_gym.collection.collection_io import (
     warn,
 )
 from nemo_gym.collection.rollouts import RolloutOutcome
+from nemo_gym.collection.run_lock import RunLock, check_or_write_lock
 from nemo_gym.collection.settings import RolloutCollectionConfig
 from nemo_gym.collection.trackers import log_collection, require_packages
 from nemo_gym.launch.config import ConfigError
+from nemo_gym.serving.protocol import auth_headers
 from nemo_gym.serving.secrets import redact_text
 from nemo_gym.serving.server_client import ServerCallError, ServerClient
 
@@ -219,6 +224,15 @@ class CollectionRun:
                 )
             if counts["run"]:
                 await self._check_agents(report.agents)
+                if settings.write_lock:  # after the stack is known to answer; before any rollout
+                    lock = RunLock.compute(await self._stack_config(), settings.input_jsonl_fpath)
+                    check_or_write_lock(
+                        paths.output,
+                        lock,
+                        resume=settings.resume_from_cache,
+                        force=settings.force_resume,
+                        warn=warn,
+                    )
                 await self._dispatch(counts["run"], failures)
         if settings.resume_from_cache and self.retried_ok:
             compact_failures(paths.failures, self.retried_ok, drop_malformed=False)
@@ -239,6 +253,24 @@ class CollectionRun:
             }
             log_collection(settings, s.metrics, counts, paths.output)
         return self.summary
+
+    async def _stack_config(self) -> Mapping[str, Any]:
+        """The running stack's merged config (secrets redacted) from its head server, for the lock;
+        nothing (the data file alone is locked) when there is no head server to ask."""
+        if self.client.head_url is None:
+            return {}
+        try:
+            async with self.client.http().get(
+                f"{self.client.head_url}/global_config_dict_yaml", headers=auth_headers()
+            ) as answer:
+                answer.raise_for_status()
+                loaded = yaml.safe_load(await answer.text())
+        except (aiohttp.ClientError, OSError, yaml.YAMLError) as exc:
+            raise ConfigError(
+                f"could not read the stack's config from the head server at {self.client.head_url} "
+                f"for the run lock: {exc} (+write_lock=false skips the lock)"
+            ) from exc
+        return loaded if isinstance(loaded, Mapping) else {}
 
     async def _unknown_agent_message(self, agent: str) -> str:
         """Names only the registered agents, with a "did you mean" for a near miss."""

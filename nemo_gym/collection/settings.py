@@ -108,6 +108,14 @@ class RolloutCollectionConfig(SharedRolloutCollectionConfig):
     )
     num_repeats_add_seed: bool = False
     resume_from_cache: bool = False
+    force_resume: bool = Field(
+        default=False,
+        description="Resume even when the run's lock (x_lock.json) differs from what the stack runs now.",
+    )
+    write_lock: bool = Field(
+        default=True,
+        description="Record what the run was made from in x_lock.json and check it on resume.",
+    )
     prompt_config: str | None = None
     skills: SkillsConfig | None = Field(
         default=None,
