@@ -36,7 +36,7 @@ TINY_MODEL_ARCHITECTURE: Final[dict[str, Any]] = {
     "num_hidden_layers": 2,
     "num_attention_heads": 4,
     "num_key_value_heads": 2,
-    "max_position_embeddings": 4096,
+    "max_position_embeddings": 32768,
     "tie_word_embeddings": True,
     "initializer_range": 0.3,
     "rms_norm_eps": 1e-6,

@@ -120,7 +120,7 @@ class HarnessAgent(SimpleResponsesAPIAgent):
             resources_server=resources,
             max_model_calls=self.config.max_model_calls,
             hop_timeout_s=hop,
-            tools=offered_tools(params, self.config.allowed_tools),
+            tools=offered_tools(params, self.tools_url_extra()),
         )
         async with rollout_deadline(self.config.rollout_timeout_s, self.name):
             await call_json(rollout, resources, "/seed_session", body, timeout_s=hop)
@@ -138,6 +138,10 @@ class HarnessAgent(SimpleResponsesAPIAgent):
         outcome.update(model_calls=len(capture.calls), tool_calls=capture.tool_calls)
         return {**verified, "harness": outcome}
 
+    def tools_url_extra(self) -> list[str]:
+        """Tools callable through the tools URL besides those the row offers (``allowed_tools``)."""
+        return list(self.config.allowed_tools)
+
     def task_view(self, row: dict[str, Any]) -> dict[str, Any]:
         """What the program may know of a row: ``task_params`` of its request, ``task_row_fields``."""
         params = row.get("responses_create_params") or {}
@@ -152,25 +156,32 @@ class HarnessAgent(SimpleResponsesAPIAgent):
         try:
             task_file = Path(workdir, "task.json")
             task_file.write_bytes(orjson.dumps(self.task_view(row)))
-            fields = {"python": sys.executable, "agent_dir": str(AGENT_DIR), "workdir": workdir}
-            try:
-                argv = [part.format(**fields) for part in self.config.command]
-            except (KeyError, IndexError) as exc:
-                raise HTTPError(500, f"agent {self.name}: command has an unknown placeholder {exc}") from None
-            env = {
-                "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-                "HOME": workdir,
-                "LANG": "C.UTF-8",
-                "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
-                "OPENAI_BASE_URL": f"{url}/v1",
-                "OPENAI_API_KEY": "nemo-gym-capture-proxy",
-                "NEMO_GYM_TOOLS_URL": f"{url}/tools",
-                "NEMO_GYM_TASK_FILE": str(task_file),
-                **self.config.env,
-            }
+            argv, env = self.program(url, workdir, row)
             return await self._supervise(argv, workdir, env)
         finally:
             await asyncio.to_thread(shutil.rmtree, workdir, True)
+
+    def program(self, url: str, workdir: str, row: dict[str, Any]) -> tuple[list[str], dict[str, str]]:
+        """The argv and the whole environment of the program for one rollout (subclasses that run
+        a particular CLI override it). ``url`` is the rollout's proxy base URL, ``workdir`` its
+        fresh working directory (``task.json`` already written)."""
+        fields = {"python": sys.executable, "agent_dir": str(AGENT_DIR), "workdir": workdir}
+        try:
+            argv = [part.format(**fields) for part in self.config.command]
+        except (KeyError, IndexError) as exc:
+            raise HTTPError(500, f"agent {self.name}: command has an unknown placeholder {exc}") from None
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "HOME": workdir,
+            "LANG": "C.UTF-8",
+            "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
+            "OPENAI_BASE_URL": f"{url}/v1",
+            "OPENAI_API_KEY": "nemo-gym-capture-proxy",
+            "NEMO_GYM_TOOLS_URL": f"{url}/tools",
+            "NEMO_GYM_TASK_FILE": str(Path(workdir, "task.json")),
+            **self.config.env,
+        }
+        return argv, env
 
     async def _supervise(self, argv: list[str], workdir: str, env: dict[str, str]) -> dict[str, Any]:
         child = self.limits.process_limits().as_child_limits()

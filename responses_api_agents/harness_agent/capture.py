@@ -33,7 +33,6 @@ from starlette.routing import Route
 
 from nemo_gym.agents.agent_hops import call_model, execute_tool_call
 from nemo_gym.agents.hop_faults import HopFault
-from nemo_gym.models.conversion import chat_request_to_responses_params, response_to_chat_completion
 from nemo_gym.models.token_ids import TOKEN_ID_FIELDS
 from nemo_gym.response_items import add_usage, content_text, input_items, is_model_item
 from nemo_gym.serving.access_guard import AccessGuard
@@ -46,6 +45,7 @@ from nemo_gym.serving.server import (
     parse_json_object,
 )
 from nemo_gym.serving.server_client import Rollout
+from responses_api_agents.harness_agent.wire import PROXY_OWNED_FIELDS, DialectError, read_request
 
 CONTIGUITY_FIELD = "token_ids_contiguous"
 
@@ -165,6 +165,9 @@ class CaptureProxy:
                 routes=[
                     Route("/r/{token}/v1/responses", self._responses, methods=["POST"]),
                     Route("/r/{token}/v1/chat/completions", self._chat, methods=["POST"]),
+                    Route("/r/{token}/v1/messages", self._messages, methods=["POST"]),
+                    Route("/r/{token}", self._root, methods=["GET", "HEAD"]),
+                    Route("/r/{token}/", self._root, methods=["GET", "HEAD"]),
                     Route("/r/{token}/tools/{name}", self._tool, methods=["POST"]),
                 ],
                 exception_handlers=json_error_handlers("harness_capture_proxy"),
@@ -218,7 +221,7 @@ class CaptureProxy:
         if capture.fault is not None:
             return _error(502, f"the policy model failed earlier in this rollout: {capture.fault}")
         capture.forwarded += 1  # before the first await: the check and the count are one step
-        params = {k: v for k, v in params.items() if k not in ("model", "stream", "store")}
+        params = {k: v for k, v in params.items() if k not in PROXY_OWNED_FIELDS}
         sent = capture.restore_token_fields(input_items(params))
         try:
             response = await call_model(
@@ -233,31 +236,36 @@ class CaptureProxy:
         capture.record(sent, response)
         return response
 
-    async def _responses(self, request: Request) -> Response:
+    async def _model_call(self, request: Request, dialect: str) -> Response:
         capture, body, problem = await self._body(request)
         if problem is not None or capture is None:
             return problem or _error(404, "no rollout")
-        if not isinstance(body, dict) or body.get("stream"):
-            return _error(400, "expected a non-streaming Responses API request object")
-        answer = await self._forward(capture, body)
+        try:
+            call = read_request(dialect, body)
+        except DialectError as exc:
+            return _error(400, str(exc))
+        answer = await self._forward(capture, call.params)
         if isinstance(answer, Response):
             return answer
-        return Response(orjson.dumps(answer), media_type="application/json")
+        try:
+            return call.answer(answer)
+        except DialectError as exc:
+            return _error(502, str(exc))
+
+    async def _responses(self, request: Request) -> Response:
+        return await self._model_call(request, "responses")
 
     async def _chat(self, request: Request) -> Response:
-        capture, body, problem = await self._body(request)
-        if problem is not None or capture is None:
-            return problem or _error(404, "no rollout")
-        if not isinstance(body, dict) or body.get("stream"):
-            return _error(400, "expected a non-streaming Chat Completions request object")
-        try:
-            params = chat_request_to_responses_params(body)
-        except ValueError as exc:
-            return _error(400, f"cannot read the Chat Completions request: {exc}")
-        answer = await self._forward(capture, params)
-        if isinstance(answer, Response):
-            return answer
-        return Response(orjson.dumps(response_to_chat_completion(answer)), media_type="application/json")
+        return await self._model_call(request, "chat")
+
+    async def _messages(self, request: Request) -> Response:
+        return await self._model_call(request, "messages")
+
+    async def _root(self, request: Request) -> Response:
+        # Clients probe their base URL before the first call (Claude Code sends HEAD /).
+        if request.path_params["token"] not in self._captures:
+            return _error(404, "no rollout at this URL (it has ended, or the URL is wrong)")
+        return Response(orjson.dumps({"status": "ok"}), media_type="application/json")
 
     async def _tool(self, request: Request) -> Response:
         capture, body, problem = await self._body(request)

@@ -159,10 +159,10 @@ def post(url, data):
 base = os.environ["OPENAI_BASE_URL"]
 ask = {"input": "Increase the counter by 20 and report its value."}
 results = {
-    "stream": post(base + "/responses", json.dumps(dict(ask, stream=True)).encode())[0],
+    "bad_chat": post(base + "/chat/completions", b'{"messages": [{"role": "wizard", "content": "x"}]}'),
     "not_json": post(base + "/responses", b"{nope")[0],
     "unknown_rollout": post(base.rsplit("/", 2)[0] + "/wrong/v1/responses", b"{}")[0],
-    "first": post(base + "/responses", json.dumps(ask).encode())[0],
+    "first": post(base + "/responses", json.dumps(dict(ask, stream=True)).encode()),
     "over_limit": post(base + "/responses", json.dumps(ask).encode())[0],
     "tool": post(os.environ["NEMO_GYM_TOOLS_URL"] + "/increment_counter", b'{"count": 20}'),
     "bad_tool_args": post(os.environ["NEMO_GYM_TOOLS_URL"] + "/increment_counter", b'{"count": "x"}')[1],
@@ -181,8 +181,11 @@ def test_the_proxy_answers_a_programs_mistakes_with_clear_errors(tmp_path):
     assert status == 200, body
     assert body["harness"]["status"] == "ok", body["harness"]
     seen = json.loads(body["harness"]["stdout_tail"])
-    assert (seen["stream"], seen["not_json"], seen["unknown_rollout"]) == (400, 400, 404)
-    assert (seen["first"], seen["over_limit"]) == (200, 429)
+    assert (seen["bad_chat"][0], seen["not_json"], seen["unknown_rollout"]) == (400, 400, 404)
+    assert "wizard" in seen["bad_chat"][1]
+    # A streamed call is answered with the Responses events, the whole response last.
+    assert seen["first"][0] == 200 and seen["first"][1].startswith("event: response.created")
+    assert "event: response.completed" in seen["first"][1] and seen["over_limit"] == 429
     assert seen["tool"] == [200, '{"success":true}']
     assert "count" in seen["bad_tool_args"] and "failed (HTTP 422)" in seen["bad_tool_args"]
     assert body["harness"]["model_calls"] == 1 and body["harness"]["tool_calls"] == 2
