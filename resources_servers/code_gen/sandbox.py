@@ -62,7 +62,6 @@ _EXIT_STATUS = {
     11: RunStatus.RUNTIME_ERROR,
     12: RunStatus.MISSING_FUNCTION,
     13: RunStatus.BAD_RETURN,
-    20: RunStatus.SANDBOX_FAILURE,
 }
 
 
@@ -228,6 +227,10 @@ class CodeSandbox:
             run_as=self.run_as,
             stdin_path=os.path.join(workdir, ".stdin"),
         )
+        if outcome.sandbox_failure is not None:
+            # The sandbox's own failure (told on its status pipe, which the code never holds).
+            message = f"sandbox failure: {outcome.sandbox_failure}"
+            return RunResult(RunStatus.SANDBOX_FAILURE, "", message, outcome.returncode, outcome.wall_s, "")
         if outcome.disk_full:
             message = f"disk quota exceeded ({self.limits.disk_mb} MB written in total)"
             return RunResult(RunStatus.OUTPUT_LIMIT, "", message, outcome.returncode, outcome.wall_s, "")

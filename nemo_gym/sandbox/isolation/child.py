@@ -34,6 +34,9 @@ Run kinds (``job["run"]["kind"]``):
 - ``probe``: print which layers took effect, as JSON.
 
 Exit status 20 with a line starting ``__NG_SANDBOX__`` on stderr: the sandbox could not be set up.
+The runner believes that only from the job's status pipe (``status_fd``): ``R`` once this
+process is confined and the command started, ``E<why>`` when it could not be; the pipe is closed
+before untrusted code runs, so that code cannot claim a sandbox failure by printing the marker.
 """
 
 from __future__ import annotations
@@ -215,9 +218,10 @@ def set_limits(limits: dict[str, Any]) -> None:
         (resource.RLIMIT_AS, limits["memory_bytes"], limits["memory_bytes"]),
         (resource.RLIMIT_FSIZE, limits["file_size_bytes"], limits["file_size_bytes"]),
         (resource.RLIMIT_NOFILE, limits["open_files"], limits["open_files"]),
-        (resource.RLIMIT_NPROC, limits["processes"], limits["processes"]),
         (resource.RLIMIT_CORE, 0, 0),
     ]
+    if limits.get("processes") is not None:  # None: a pids cgroup counts this sandbox's processes
+        pairs.append((resource.RLIMIT_NPROC, limits["processes"], limits["processes"]))
     for which, soft, hard in pairs:
         _, current_hard = resource.getrlimit(which)
         if current_hard != resource.RLIM_INFINITY:
@@ -456,11 +460,52 @@ def _report(message: str) -> None:
         pass
 
 
+def _tell_runner(job: dict[str, Any], message: str) -> None:
+    """Say on the job's status pipe that this sandbox is confined (``R``) or failed (``E why``),
+    then close it. Untrusted code never holds that pipe (it is closed before anything runs), so
+    only the sandbox itself can claim a failure of its own: a command that prints the marker and
+    exits 20 is a command that exited 20."""
+    fd = job.get("status_fd")
+    if fd is None:
+        return
+    job["status_fd"] = None
+    try:
+        os.write(fd, message.encode(errors="replace")[:4000])
+    except OSError:
+        pass
+    finally:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
 def _read_job() -> dict[str, Any]:
     chunks = []
     while chunk := os.read(0, 1 << 20):
         chunks.append(chunk)
     job: dict[str, Any] = json.loads(b"".join(chunks))
+    if job.get("status_fd") is not None:
+        os.set_inheritable(job["status_fd"], False)  # the command never gets it
+    try:
+        _prepare_process(job)
+    except OSError as exc:
+        raise _JobError(job, str(exc)) from None
+    return job
+
+
+class _JobError(OSError):
+    """Setting up from a job that was read failed (the job says where to report it)."""
+
+    def __init__(self, job: dict[str, Any], message: str) -> None:
+        super().__init__(message)
+        self.job = job
+
+
+def _prepare_process(job: dict[str, Any]) -> None:
+    """Join the cgroup, make the private /tmp, switch user, and put the job's stdin in place."""
+    if job.get("cgroup"):
+        join_cgroup(job["cgroup"])
     if job.get("private_tmp"):
         layers_private_tmp(job["private_tmp"])
     if job.get("run_as"):
@@ -472,7 +517,16 @@ def _read_job() -> dict[str, Any]:
     fd = os.open(job.get("stdin_path") or os.devnull, os.O_RDONLY)
     os.dup2(fd, 0)
     os.close(fd)
-    return job
+
+
+def join_cgroup(path: str) -> None:
+    """Move this process (and so everything it starts) into the sandbox's pids cgroup, while it
+    still has the privileges to (before switching user)."""
+    try:
+        with open(os.path.join(path, "cgroup.procs"), "w", encoding="utf-8") as f:
+            f.write(str(os.getpid()))
+    except OSError as exc:
+        raise OSError(exc.errno, f"joining the sandbox's pids cgroup {path} failed: {exc.strerror}") from None
 
 
 def layers_private_tmp(source: str) -> None:
@@ -498,14 +552,24 @@ def _die_with_parent(parent_pid: int, how: int) -> None:
         os._exit(EXIT_SANDBOX_FAILURE)
 
 
-def _supervise(run: dict[str, Any]) -> int:
+def _supervise(job: dict[str, Any], run: dict[str, Any]) -> int:
     """Start the command as a child in this group; wait for it; kill the group if the runner dies."""
 
     def kill_group(signum: int, frame: Any) -> None:
         os.killpg(0, signal.SIGKILL)  # ends the command, what it started, and this supervisor
 
     signal.signal(signal.SIGTERM, kill_group)
-    pid = os.fork()
+    try:
+        pid = os.fork()
+    except OSError as exc:
+        # The sandbox's own failure (its process limit is used up, the machine is out of
+        # processes), not the command's: the runner reports it as such, never as an exit status.
+        message = f"could not start the command: fork refused ({exc.strerror})"
+        _report(f"sandbox setup failed: {message}")
+        _tell_runner(job, f"E{message}")
+        return EXIT_SANDBOX_FAILURE
+    if pid:
+        _tell_runner(job, "R")
     if pid == 0:
         try:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -529,6 +593,10 @@ def main() -> int:
     """Read the job, confine this process, run it; returns the exit status."""
     try:
         job = _read_job()
+    except _JobError as exc:
+        _report(f"sandbox setup failed: {exc}")
+        _tell_runner(exc.job, f"E{exc}")
+        return EXIT_SANDBOX_FAILURE
     except (OSError, ValueError) as exc:
         _report(f"sandbox setup failed: {exc}")
         return EXIT_SANDBOX_FAILURE
@@ -546,12 +614,15 @@ def main() -> int:
         layers = apply_sandbox(job)
     except (SandboxSetupError, OSError, ValueError) as exc:
         _report(f"sandbox setup failed: {exc}")
+        _tell_runner(job, f"E{exc}")
         return EXIT_SANDBOX_FAILURE
     if run["kind"] == "probe":
+        _tell_runner(job, "R")
         print(json.dumps(layers), flush=True)
         return 0
     if run["kind"] == "exec":
-        return _supervise(run)
+        return _supervise(job, run)
+    _tell_runner(job, "R")  # from here on, whatever happens is the code's doing
     assert harness is not None
     namespace: dict[str, Any] = {"__name__": "__ng_harness__"}
     exec(harness, namespace)

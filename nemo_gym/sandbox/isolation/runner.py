@@ -2,9 +2,15 @@
 
 :func:`run_confined` starts one child (``python -I -B child.py``) in a new session, as the chosen
 user, with the job on its stdin; reads at most ``max_output_bytes`` of its stdout (and stderr);
-sums the files of its working tree every 20 ms against the disk quota; and kills its whole
-process group at the wall-clock deadline and after every run, whatever happened. The child
-confines itself before anything untrusted runs (see ``child.py``). Nothing here blocks the
+and kills its whole process group (and its pids cgroup, when it has one) at the wall-clock
+deadline and after every run, whatever happened. The child confines itself before anything
+untrusted runs (see ``child.py``) and says so on a status pipe of its own, which is how a
+failure of the sandbox is told from the command's exit status.
+
+Disk: where the working tree is a sized file system (:mod:`kernel_limits`), the kernel holds the
+quota and nothing is polled (``ProcessLimits.disk_bytes`` is None). Otherwise the tree is
+walked every 20 ms in a worker thread (bytes and entries against the quota and the file count):
+a fallback that a burst of writes can overshoot between two walks. Nothing here blocks the
 event loop.
 
 Used by the ``local`` sandbox provider (shell commands, processes allowed) and by code_gen
@@ -28,6 +34,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from nemo_gym.sandbox.isolation import kernel_limits
 
 logger = logging.getLogger("nemo_gym.sandbox")
 
@@ -106,19 +114,22 @@ class Confinement:
 
 @dataclass(frozen=True)
 class ProcessLimits:
-    """Limits of one confined run. CPU seconds, address space, file size, open files and
-    processes are rlimits (per process); ``disk_bytes`` counts every file of the working tree
-    together; ``wall_time_s`` is the deadline of the whole group."""
+    """Limits of one confined run. CPU seconds, address space, file size and open files are
+    rlimits (per process); ``processes`` is ``RLIMIT_NPROC`` (per user: None when a pids cgroup
+    counts the sandbox's processes instead); ``disk_bytes``/``disk_files`` are polled over the
+    working tree (None when a sized file system enforces them); ``wall_time_s`` is the deadline
+    of the whole group."""
 
     cpu_time_s: float = 6.0
     wall_time_s: float = 20.0
     memory_bytes: int = 1024 * 1024 * 1024
     file_size_bytes: int = 16 * 1024 * 1024
     open_files: int = 256
-    processes: int = 64
+    processes: int | None = 64
     max_output_bytes: int = 16 * 1024 * 1024
-    disk_bytes: int = 64 * 1024 * 1024
+    disk_bytes: int | None = 64 * 1024 * 1024
     stderr_tail_bytes: int | None = None
+    disk_files: int | None = None
 
     def as_child_limits(self) -> dict[str, Any]:
         """The rlimits in the form the child applies them."""
@@ -142,13 +153,13 @@ class ConfinedOutcome:
     output_overflow: bool = False
     disk_full: bool = False
     wall_s: float = 0.0
+    sandbox_failure: str | None = None
 
     @property
     def setup_failure(self) -> str | None:
-        """The child's reason when the sandbox itself could not be set up, else None."""
-        if self.returncode != EXIT_SANDBOX_FAILURE:
-            return None
-        return marker_message(self.stderr.decode("utf-8", errors="replace")) or None
+        """Why the sandbox itself failed (it could not confine itself or start the command),
+        else None. Told by the child's status pipe only, never by what the command printed."""
+        return self.sandbox_failure
 
 
 def read_roots(
@@ -176,10 +187,14 @@ async def run_confined(
     stdin_path: str | None = None,
     on_spawn: Callable[[int], None] | None = None,
     on_exit: Callable[[int], None] | None = None,
+    cgroup: str | None = None,
 ) -> ConfinedOutcome:
     """Run ``run`` (see ``child.py`` for the kinds) confined to ``workdir``; never raises for
     anything the confined code does. ``on_spawn``/``on_exit`` get the process group id (to
-    record it where a crashed owner's groups can be found and killed)."""
+    record it where a crashed owner's groups can be found and killed). ``cgroup``: a pids
+    cgroup directory the child joins before it drops privileges (emptied after the run)."""
+    status_read, status_write = os.pipe()
+    os.set_blocking(status_read, False)
     job = {
         "workdir": workdir,
         "read_roots": [*confinement.read_roots, workdir],
@@ -196,24 +211,35 @@ async def run_confined(
         # The child switches user itself: uvloop's subprocess_exec has no user/group arguments.
         "run_as": list(run_as) if run_as is not None else None,
         "run": run,
+        "status_fd": status_write,
+        "cgroup": cgroup,
     }
     if confinement.private_tmp:
         private = os.path.join(workdir, ".tmp")
         job["private_tmp"], job["write_roots"] = private, [private]
     started = time.monotonic()
-    proc = await asyncio.create_subprocess_exec(
-        python or sys.executable,
-        "-I",
-        "-B",
-        str(CHILD_SCRIPT),
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        cwd=workdir,
-        env={},
-        start_new_session=True,
-        limit=_READ_CHUNK,
-    )
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            python or sys.executable,
+            "-I",
+            "-B",
+            str(CHILD_SCRIPT),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            cwd=workdir,
+            env={},
+            start_new_session=True,
+            limit=_READ_CHUNK,
+            pass_fds=(status_write,),
+        )
+    except OSError as exc:
+        os.close(status_read)
+        return ConfinedOutcome(
+            EXIT_SANDBOX_FAILURE, sandbox_failure=f"could not start the sandbox process: {exc}"
+        )
+    finally:
+        os.close(status_write)
     if on_spawn is not None:
         on_spawn(proc.pid)
     assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
@@ -226,7 +252,7 @@ async def run_confined(
     feed_task = asyncio.create_task(_feed(proc.stdin, json.dumps(job).encode()))
     overflow_task = asyncio.create_task(overflow.wait())
     disk_full = asyncio.Event()
-    disk_task = asyncio.create_task(_watch_disk(workdir, limits.disk_bytes, disk_full))
+    disk_task = asyncio.create_task(_watch_disk(workdir, limits.disk_bytes, limits.disk_files, disk_full))
     wait_task = asyncio.create_task(proc.wait())
     timed_out = False
     try:
@@ -239,6 +265,8 @@ async def run_confined(
     finally:
         # Kill the whole group: the child and anything it managed to start. On cancellation too.
         kill_group(proc.pid)
+        if cgroup is not None:  # and whatever is in its cgroup, in a thread (it may wait a little)
+            await asyncio.shield(asyncio.to_thread(kernel_limits.kill_cgroup, cgroup))
         for task in (overflow_task, disk_task, feed_task):
             task.cancel()
         # Some event loops finish wait() only once the pipes close; an escaped holder must not
@@ -250,6 +278,7 @@ async def run_confined(
         if on_exit is not None:
             on_exit(proc.pid)
     returncode = proc.returncode if proc.returncode is not None else -signal.SIGKILL
+    failure = _sandbox_failure(status_read, returncode, timed_out)
     stdout, stderr = await _finish_readers(out_task, err_task)
     # A reader that stopped at the output cap left its pipe open; close it here, on this loop.
     transport = getattr(proc, "_transport", None)
@@ -263,7 +292,28 @@ async def run_confined(
         overflow.is_set(),
         disk_full.is_set(),
         time.monotonic() - started,
+        failure,
     )
+
+
+def _sandbox_failure(status_read: int, returncode: int, timed_out: bool) -> str | None:
+    """The child's own account of a failure (from its status pipe, which untrusted code never
+    holds), or why it never said it was ready; None once it said so."""
+    try:
+        message = os.read(status_read, 4096).decode("utf-8", errors="replace")
+    except BlockingIOError:
+        message = ""  # a writer is still open: the child was killed before it said anything
+    except OSError as exc:
+        message = f"E(status pipe unreadable: {exc})"
+    finally:
+        os.close(status_read)
+    if message.startswith("R"):
+        return None
+    if message.startswith("E"):
+        return message[1:] or "the sandbox failed"
+    if timed_out:
+        return "the sandbox did not confine itself and start the command before the deadline"
+    return f"the sandbox process ended before confining itself (exit status {returncode})"
 
 
 def resolve_run_as(uid: int | str, paths: Sequence[str], work_root: str) -> tuple[int, int] | None:
@@ -324,18 +374,34 @@ async def _feed(stream: asyncio.StreamWriter, data: bytes) -> None:
         stream.close()
 
 
-async def _watch_disk(workdir: str, limit_bytes: int, full: asyncio.Event) -> None:
-    """Return (setting ``full``) once the files under ``workdir`` use more than ``limit_bytes``."""
+async def _watch_disk(
+    workdir: str, limit_bytes: int | None, limit_files: int | None, full: asyncio.Event
+) -> None:
+    """Return (setting ``full``) once the files under ``workdir`` use more than ``limit_bytes``
+    or number more than ``limit_files``; each walk runs in a worker thread. With neither limit
+    (a sized file system holds them) there is nothing to watch."""
+    if limit_bytes is None and limit_files is None:
+        await asyncio.Event().wait()  # until cancelled
     while True:
         await asyncio.sleep(DISK_POLL_S)
-        if disk_usage(workdir) > limit_bytes:
+        used, files = await asyncio.to_thread(tree_usage, workdir)
+        if (limit_bytes is not None and used > limit_bytes) or (
+            limit_files is not None and files > limit_files
+        ):
             full.set()
             return
 
 
 def disk_usage(root: str) -> int:
     """Bytes used by the files under ``root`` (sizes or allocated blocks, whichever is larger)."""
+    return tree_usage(root)[0]
+
+
+def tree_usage(root: str) -> tuple[int, int]:
+    """``(bytes, entries)`` under ``root``: sizes or allocated blocks, whichever is larger, and
+    how many files, directories and links there are (an empty file still costs an inode)."""
     total = 0
+    count = 0
     stack = [root]
     while stack:
         try:
@@ -349,9 +415,10 @@ def disk_usage(root: str) -> int:
                 except OSError:
                     continue
                 total += max(info.st_size, info.st_blocks * 512)
+                count += 1
                 if entry.is_dir(follow_symlinks=False):
                     stack.append(entry.path)
-    return total
+    return total, count
 
 
 async def _read_capped(stream: asyncio.StreamReader, cap: int, overflow: asyncio.Event) -> bytes:

@@ -6,9 +6,17 @@ Each sandbox is a fresh directory (its *working tree*) under ``workspace_root``.
 root), rlimits (CPU seconds, address space, file size, processes), writes only inside the tree
 (Landlock), reads only system paths and the tree, no network unless the spec asks for it (an
 empty network namespace + seccomp + Landlock), no ptrace/mount/namespace/privilege changes
-(seccomp, ``no_new_privs``), a disk quota on the whole tree, and a wall-clock deadline after
-which the command's whole process group is killed. Processes a command leaves behind are
-killed when it returns: a sandbox holds files between commands, not processes.
+(seccomp, ``no_new_privs``), a disk and file-count quota on the whole tree, a process count
+per sandbox, and a wall-clock deadline after which the command's whole process group is
+killed. Processes a command leaves behind are killed when it returns: a sandbox holds files
+between commands, not processes.
+
+Quotas are the kernel's where the machine allows (:mod:`nemo_gym.sandbox.isolation.kernel_limits`):
+the tree is a tmpfs mounted with ``size=disk`` and ``nr_inodes=inodes`` (a root server), and
+the sandbox's processes share a pids cgroup with ``pids.max=processes`` (a writable pids
+hierarchy). Without them the tree is walked every 20 ms in a worker thread and processes are
+``RLIMIT_NPROC`` of the shared unprivileged user (``kernel_limits: required`` refuses to start
+a sandbox instead).
 
 Paths: relative paths, and absolute paths beneath ``SandboxSpec.workdir`` (the tree's name
 inside the sandbox, e.g. ``/workspace``), are inside the tree; other absolute paths are refused
@@ -18,8 +26,9 @@ code may have planted.
 Config (``local:`` block, NeMo Gym's names first): ``workspace_root``, ``shell`` (``/bin/bash``),
 ``default_timeout_s`` (180), ``concurrency`` (8 commands at once in the process, shared by
 every provider with that value), then ``network`` (false),
-``memory_mib`` (4096, per process), ``disk_mib`` (2048, the whole tree), ``processes`` (256),
-``uid`` (``auto``), ``extra_read_roots``, ``require_layers``.
+``memory_mib`` (4096, per process), ``disk_mib`` (2048, the whole tree), ``inodes`` (65536,
+files and directories of the tree), ``processes`` (256, per sandbox), ``uid`` (``auto``),
+``extra_read_roots``, ``require_layers``, ``kernel_limits`` (``auto``, ``required`` or ``off``).
 """
 
 from __future__ import annotations
@@ -40,6 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nemo_gym.sandbox.isolation import kernel_limits as kl
 from nemo_gym.sandbox.isolation.runner import (
     Confinement,
     ProcessLimits,
@@ -53,6 +63,7 @@ from nemo_gym.sandbox.isolation.runner import (
 from nemo_gym.sandbox.isolation.tree import TreeEscapeError, copy_into_tree, copy_out_of_tree, split_inside
 from nemo_gym.sandbox.lifecycle import LEDGER, current_rollout_id
 from nemo_gym.sandbox.providers.base import (
+    SandboxCreateError,
     SandboxEndpoint,
     SandboxExecResult,
     SandboxHandle,
@@ -65,6 +76,8 @@ logger = logging.getLogger("nemo_gym.sandbox")
 
 # Not the command's exit status: the sandbox could not run it to the end.
 SANDBOX_RUNTIME_RETURN_CODE = 125
+# error_type of a result the sandbox itself failed (an infrastructure failure, not the command's)
+SANDBOX_FAILURE = "sandbox"
 MIB = 1024 * 1024
 SAFE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -83,6 +96,8 @@ class _LocalSandbox:
     network: bool
     limits: ProcessLimits
     cpu: float
+    mounted: bool = False  # the tree is a sized tmpfs
+    cgroup: str | None = None  # the sandbox's pids cgroup
     groups: set[int] = field(default_factory=set)
     paused: bool = False
     closed: bool = False
@@ -116,9 +131,15 @@ class LocalProvider:
         uid: int | str = "auto",
         extra_read_roots: list[str] | tuple[str, ...] = (),
         require_layers: list[str] | tuple[str, ...] = (),
+        inodes: int = 65536,
+        kernel_limits: str = "auto",
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"local sandbox concurrency must be >= 1, got {concurrency}")
+        if kernel_limits not in ("auto", "required", "off"):
+            raise ValueError(
+                f"local sandbox kernel_limits must be 'auto', 'required' or 'off', got {kernel_limits!r}"
+            )
         if not os.path.isabs(shell) or not os.access(shell, os.X_OK):
             raise ValueError(f"local sandbox shell {shell!r} is not an executable absolute path")
         # Not under /tmp by default: each sandbox gets its own /tmp, which would hide the trees.
@@ -134,6 +155,8 @@ class LocalProvider:
         self._concurrency = concurrency
         self._network = bool(network)
         self._memory_mib, self._disk_mib, self._processes = int(memory_mib), int(disk_mib), int(processes)
+        self._inodes = int(inodes)
+        self._tmpfs, self._pids_root = self._kernel_limits(kernel_limits)
         self._python = _child_python()
         self._run_as = resolve_run_as(uid, [self._python, shell], self._root)
         unprivileged = self._run_as is not None or os.geteuid() != 0
@@ -160,6 +183,25 @@ class LocalProvider:
         LEDGER.register_reaper(self.name, _reap_local)
         LEDGER.sweep()
 
+    @staticmethod
+    def _kernel_limits(mode: str) -> tuple[bool, str | None]:
+        """(sized tmpfs trees, the pids cgroup root) this provider uses."""
+        if mode == "off":
+            return False, None
+        support = kl.machine_support()
+        if mode == "required" and support.why_not:
+            raise ValueError(
+                "local sandbox kernel_limits: required, but this machine lacks: "
+                + "; ".join(f"{name}: {why}" for name, why in support.why_not.items())
+                + " (run the server as root on Linux with a pids cgroup, or set kernel_limits: auto)"
+            )
+        return support.tmpfs, support.pids_root
+
+    @property
+    def kernel_limits(self) -> dict[str, Any]:
+        """Which quotas the kernel holds here: ``{"tmpfs": bool, "pids_cgroup": path or None}``."""
+        return {"tmpfs": self._tmpfs, "pids_cgroup": self._pids_root}
+
     def _slots(self) -> asyncio.Semaphore:
         """The process-wide bound on running commands: shared by every provider with the same
         ``concurrency`` on this event loop, because servers usually build a provider per sandbox."""
@@ -172,29 +214,33 @@ class LocalProvider:
         return self._run_as
 
     async def create(self, spec: SandboxSpec) -> SandboxHandle:
-        """Make a fresh working tree (milliseconds); nothing runs until ``exec``."""
+        """Make a fresh working tree (a sized tmpfs where the machine allows, and a pids cgroup),
+        in a worker thread; nothing runs until ``exec``."""
         sandbox_id = f"local-{uuid.uuid4().hex[:12]}"
         root = os.path.join(self._root, sandbox_id)
-        LEDGER.record(sandbox_id, self.name, root=root, rollout=current_rollout_id())
         tree = os.path.join(root, "work")
-        os.makedirs(os.path.join(tree, ".tmp"), mode=0o700)
-        os.chmod(root, 0o711)
-        if self._run_as is not None:
-            for path in (tree, os.path.join(tree, ".tmp")):
-                os.chown(path, *self._run_as)
         resources = spec.resources if isinstance(spec.resources, SandboxResources) else SandboxResources()
         network = bool((spec.provider_options or {}).get("network", self._network))
         memory_mib = resources.memory_mib or self._memory_mib
-        disk_mib = (resources.disk_gib or 0) * 1024 or self._disk_mib
+        disk_mib = int((resources.disk_gib or 0) * 1024) or self._disk_mib
+        cgroup = os.path.join(self._pids_root, sandbox_id) if self._pids_root else None
         limits = ProcessLimits(
             cpu_time_s=self._default_timeout_s,
             memory_bytes=memory_mib * MIB,
             file_size_bytes=disk_mib * MIB,
             open_files=1024,
-            processes=self._processes,
+            processes=None if cgroup else self._processes,
             max_output_bytes=16 * MIB,
-            disk_bytes=disk_mib * MIB,
+            disk_bytes=None if self._tmpfs else disk_mib * MIB,
+            disk_files=None if self._tmpfs else self._inodes,
         )
+        record = {"root": root, "tree": tree, "cgroup": cgroup, "rollout": current_rollout_id()}
+        try:
+            await asyncio.to_thread(self._make_tree, sandbox_id, record, disk_mib * MIB)
+        except OSError as exc:
+            await asyncio.to_thread(_reap_local, record)
+            LEDGER.forget(sandbox_id)
+            raise SandboxCreateError(f"local sandbox {sandbox_id}: {exc}") from exc
         alias = posixpath.normpath(spec.workdir) if spec.workdir and spec.workdir.startswith("/") else None
         env = {
             "PATH": SAFE_PATH,
@@ -203,8 +249,25 @@ class LocalProvider:
             "LANG": "C.UTF-8",
             **spec.env,
         }
-        inst = _LocalSandbox(root, tree, alias, env, network, limits, max(1.0, resources.cpu or 1.0))
+        inst = _LocalSandbox(
+            root, tree, alias, env, network, limits, max(1.0, resources.cpu or 1.0), self._tmpfs, cgroup
+        )
         return SandboxHandle(sandbox_id=sandbox_id, provider_name=self.name, raw=inst)
+
+    def _make_tree(self, sandbox_id: str, record: dict[str, Any], disk_bytes: int) -> None:
+        """Record the sandbox, then make its tree (mounted), its private /tmp and its cgroup."""
+        LEDGER.record(sandbox_id, self.name, **record)
+        root, tree = record["root"], record["tree"]
+        os.makedirs(tree, mode=0o700)
+        os.chmod(root, 0o711)
+        if self._tmpfs:
+            kl.mount_tmpfs(tree, disk_bytes, self._inodes, self._run_as)
+        os.mkdir(os.path.join(tree, ".tmp"), mode=0o700)
+        if self._run_as is not None:
+            for path in (tree, os.path.join(tree, ".tmp")):
+                os.chown(path, *self._run_as)
+        if record["cgroup"]:
+            kl.create_pids_cgroup(self._pids_root or "", sandbox_id, self._processes)
 
     async def exec(
         self,
@@ -258,19 +321,25 @@ class LocalProvider:
                 run_as=self._run_as,
                 on_spawn=spawned,
                 on_exit=ended,
+                cgroup=inst.cgroup,
             )
         stdout = outcome.stdout.decode("utf-8", errors="replace")
         stderr = outcome.stderr.decode("utf-8", errors="replace")
-        failure = outcome.setup_failure
+        failure = outcome.sandbox_failure
         if failure is not None:
+            # The sandbox's own failure (fork refused, quota machinery, setup): never the
+            # command's exit status. error_type "sandbox" is failure kind "sandbox_failed".
             return SandboxExecResult(
-                None, f"sandbox setup failed: {failure}", SANDBOX_RUNTIME_RETURN_CODE, "sandbox"
+                None, f"sandbox setup failed: {failure}", SANDBOX_RUNTIME_RETURN_CODE, SANDBOX_FAILURE
             )
         if outcome.timed_out:
             message = f"{stderr}\nlocal command timed out after {timeout:g}s".lstrip()
             return SandboxExecResult(stdout, message, SANDBOX_RUNTIME_RETURN_CODE, "timeout")
         if outcome.disk_full:
-            message = f"disk quota exceeded: the sandbox's files passed {inst.limits.disk_bytes // MIB} MiB"
+            message = (
+                f"disk quota exceeded: the sandbox's files passed {(inst.limits.disk_bytes or 0) // MIB} MiB "
+                f"or {inst.limits.disk_files} files"
+            )
             return SandboxExecResult(stdout, message, SANDBOX_RUNTIME_RETURN_CODE, "disk_quota")
         if outcome.output_overflow:
             message = f"output passed {inst.limits.max_output_bytes // MIB} MiB; the command was killed"
@@ -331,7 +400,8 @@ class LocalProvider:
         inst.closed = True
         for pgid in list(inst.groups):
             kill_group(pgid)
-        await asyncio.to_thread(remove_tree, inst.root)
+        record = {"root": inst.root, "tree": inst.tree, "cgroup": inst.cgroup}
+        await asyncio.to_thread(_reap_local, record)
         LEDGER.forget(handle.sandbox_id)
 
     async def aclose(self) -> None:
@@ -373,7 +443,13 @@ class LocalProvider:
 
 
 def _reap_local(record: dict[str, Any]) -> None:
-    """Delete a local sandbox's tree (at exit or in a sweep; its processes are killed by group)."""
+    """Remove a local sandbox (at close, at exit, in a sweep): kill what is in its cgroup and
+    remove the cgroup, unmount its tree's file system, delete the tree. Synchronous."""
+    if record.get("cgroup"):
+        kl.remove_cgroup(record["cgroup"])
     root = record.get("root")
+    tree = record.get("tree") or (os.path.join(root, "work") if root else None)
+    if tree:
+        kl.unmount(tree)
     if root and os.path.isdir(root):
         remove_tree(root)
