@@ -3,9 +3,11 @@
 The answer (the last ``\\boxed{}`` of the response's text, or the whole text when it has no box;
 the text is every assistant text part joined, as NeMo Gym reads it) is compared with
 ``expected_answer`` by math-verify in a pool of killable worker processes, each check with a CPU
-budget (see :mod:`symbolic_pool`). A check that runs out of it makes ``/verify`` answer 504
-(``failure_class: verifier_timeout``), never reward 0, so the reward does not depend on how busy
-the machine is. When the symbolic check does not say "equivalent" and a judge model is
+budget (see :mod:`symbolic_pool`). An answer that makes the check use up its CPU seconds is the
+policy's doing: reward 0 with ``library_reason: cpu_budget_exhausted`` (as NeMo Gym, which
+answers promptly with a reward). What the machine did is not a verdict: the wall-clock backstop
+makes ``/verify`` answer 504 (``failure_class: verifier_timeout``) and a worker that died 502
+(``failure_class: verifier_error``), so no reward depends on how busy the machine is. When the symbolic check does not say "equivalent" and a judge model is
 configured, the judge is asked in both orders; a judge that fails makes ``/verify`` answer 502
 (``failure_class: judge_failed``), never reward 0.
 """
@@ -24,6 +26,7 @@ from nemo_gym.base_resources_server import (
     BaseVerifyResponse,
     SimpleResourcesServer,
 )
+from nemo_gym.failure_kinds import VERIFIER_ERROR, VERIFIER_TIMEOUT
 from nemo_gym.llm_judge import (
     JudgeSettings,
     ask_judge,
@@ -32,9 +35,13 @@ from nemo_gym.llm_judge import (
 )
 from nemo_gym.response_items import all_output_text, content_text, input_items
 from nemo_gym.serving.server import HTTPError, ServerRef
-from resources_servers.math_with_judge.symbolic_pool import SymbolicCheckPool, SymbolicResult
+from resources_servers.math_with_judge.symbolic_pool import (
+    TIMEOUT,
+    WORKER_DIED,
+    SymbolicCheckPool,
+    SymbolicResult,
+)
 
-VERIFIER_TIMEOUT = "verifier_timeout"
 DEFAULT_JUDGE_SYSTEM_MESSAGE = (
     "You check whether two answers to a math problem are mathematically the same. Ignore how they "
     "are written (LaTeX or plain text, fractions or decimals that are exactly equal, factored or "
@@ -134,7 +141,8 @@ class MathWithJudgeServer(SimpleResourcesServer):
     async def verify(self, body: MathVerifyRequest) -> MathVerifyResponse:  # type: ignore[override]
         """``reward``: 1.0 if math-verify finds the answer equivalent to ``expected_answer``;
         otherwise (judge configured, an answer present) 1.0 only if the judge says equivalent in
-        both orders; else 0.0. A symbolic check out of time is a 504 ``verifier_timeout``."""
+        both orders; else 0.0. A check past its CPU budget scores 0 (the answer's doing); one past
+        the wall-clock backstop is a 504 ``verifier_timeout``, a dead worker a 502."""
         text = all_output_text(body.response)
         boxed = last_boxed(text)
         if not text.strip() or (boxed is not None and not boxed.strip()):
@@ -142,13 +150,19 @@ class MathWithJudgeServer(SimpleResourcesServer):
         else:
             candidate = "\\boxed{" + boxed + "}" if boxed is not None else text
             result = await self.pool.check(body.expected_answer, candidate)
-        if result.reason == "timeout":
-            # Not a verdict: the answer may well be right. The collector files a failure row.
+        if result.reason == TIMEOUT:
+            # Not a verdict: the machine gave the check no time. The collector files a failure row.
             raise HTTPError(
                 504,
                 f"the symbolic check did not finish: {result.detail} (failure_class: {VERIFIER_TIMEOUT}); "
-                "raise library_verifier_timeout_seconds if such answers are expected",
+                "raise library_verifier_wall_timeout_seconds if the machine is this busy",
                 failure_class=VERIFIER_TIMEOUT,
+            )
+        if result.reason == WORKER_DIED:
+            raise HTTPError(
+                502,
+                f"the symbolic check's worker died: {result.detail} (failure_class: {VERIFIER_ERROR})",
+                failure_class=VERIFIER_ERROR,
             )
         reward = result.reward
         evaluations = None

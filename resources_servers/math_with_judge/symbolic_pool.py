@@ -6,9 +6,13 @@ a few spawned worker processes; each check goes to an idle worker. A check may u
 seconds of the worker's CPU time (``RLIMIT_CPU``: the kernel stops the worker when it is spent),
 so whether a check finishes does not depend on how busy the machine is; a wall-clock deadline
 (``wall_s``, far longer) is only a backstop for a worker that stops making progress. A worker
-that runs out of either is killed and replaced in the background, and the check's reason is
-``timeout``: the caller reports it as a failure, never as a score. The event loop only waits on
-the workers' pipes, so the server keeps answering while workers grind.
+that runs out of either is killed and replaced in the background.
+
+Whose fault it was decides the reason: a check that used up its CPU budget was made to by the
+answer it was given (``cpu_budget_exhausted``: the policy's, a verdict of 0), while the
+wall-clock backstop (``timeout``) and a worker that died (``worker_died``) are what the machine
+did: the caller reports those as failures, never as a score. The event loop only waits on the
+workers' pipes, so the server keeps answering while workers grind.
 """
 
 from __future__ import annotations
@@ -27,6 +31,9 @@ from typing import Any
 logger = logging.getLogger("nemo_gym.math_with_judge")
 
 READY = "ready"
+CPU_BUDGET_EXHAUSTED = "cpu_budget_exhausted"
+WORKER_DIED = "worker_died"
+TIMEOUT = "timeout"
 MAX_EXTRACTED_CHARS = 2000
 
 
@@ -35,9 +42,11 @@ class SymbolicResult:
     """The outcome of one check.
 
     ``reason``: ``equivalent``, ``not_equivalent``, ``no_answer`` (nothing extractable in the
-    answer), ``bad_expected_answer`` (the expected answer does not parse), ``timeout`` (the
-    check used up its CPU budget or the wall-clock backstop; not a verdict) or ``error`` (the
-    check raised or the worker died).
+    answer), ``bad_expected_answer`` (the expected answer does not parse),
+    ``cpu_budget_exhausted`` (the answer made the check use up its CPU seconds: a verdict of
+    0), ``error`` (the check raised, or ran out of its memory), ``timeout`` (the wall-clock
+    backstop: not a verdict) or ``worker_died`` (the worker was killed from outside or crashed:
+    not a verdict).
     """
 
     reward: float
@@ -226,8 +235,8 @@ class SymbolicCheckPool:
     async def check(self, expected_answer: str, generated: str) -> SymbolicResult:
         """Whether ``generated`` is equivalent to ``expected_answer``.
 
-        Takes at most ``cpu_s`` of the worker's CPU time and ``wall_s`` once a worker has the
-        task; running out of either is reason ``timeout``. A worker found dead before it got the
+        Takes at most ``cpu_s`` of the worker's CPU time (reason ``cpu_budget_exhausted``) and
+        ``wall_s`` once a worker has the task (reason ``timeout``). A worker found dead before it got the
         task (killed from outside while idle) is replaced and the task goes to another.
         """
         idle = await self._started()
@@ -245,16 +254,16 @@ class SymbolicCheckPool:
                 payload = await self._receive(worker, self.wall_s)
             except TimeoutError:
                 return SymbolicResult(
-                    0.0, None, "timeout", f"no result within {self.wall_s:g}s of wall time; worker killed"
+                    0.0, None, TIMEOUT, f"no result within {self.wall_s:g}s of wall time; worker killed"
                 )
             except (EOFError, OSError) as exc:
                 await asyncio.to_thread(worker.process.join, 2.0)  # its exit code says why
                 code = worker.process.exitcode
                 if code == -signal.SIGXCPU:
                     return SymbolicResult(
-                        0.0, None, "timeout", f"the check used up its {self.cpu_s:g} CPU seconds"
+                        0.0, None, CPU_BUDGET_EXHAUSTED, f"the check used up its {self.cpu_s:g} CPU seconds"
                     )
-                return SymbolicResult(0.0, None, "error", f"worker died (exit code {code}): {exc!r}")
+                return SymbolicResult(0.0, None, WORKER_DIED, f"worker died (exit code {code}): {exc!r}")
             keep = True
             return SymbolicResult(*payload)
         finally:

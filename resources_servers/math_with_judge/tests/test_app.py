@@ -1,4 +1,5 @@
-"""math_with_judge: symbolic checks, the per-check CPU budget (a timeout is a failure, not a 0),
+"""math_with_judge: symbolic checks, the per-check CPU budget (used up by the answer: a 0 with the
+reason; the machine's wall-clock backstop or a dead worker: a failure, not a 0),
 the judge fallback (a real scripted judge server), NeMo Gym replay against ``library_reward``
 with the default limits, and one collection end to end."""
 
@@ -131,7 +132,7 @@ def test_a_row_without_expected_answer_gets_422(url: str):
     assert body["detail"][0]["field"] == "expected_answer"
 
 
-def test_a_pathological_expression_is_a_verifier_timeout_while_the_server_keeps_answering():
+def test_a_pathological_expression_scores_zero_for_its_cpu_budget_while_the_server_keeps_answering():
     server = make_server(library_verifier_timeout_seconds=1)
     with running_server(server) as base:
         assert verify(base, PRODUCT, "\\boxed{391}")["reward"] == 1.0  # workers are up
@@ -147,7 +148,7 @@ def test_a_pathological_expression_is_a_verifier_timeout_while_the_server_keeps_
                         return await resp.json()
 
                 started = time.monotonic()
-                slow = asyncio.create_task(post(PATHOLOGICAL, 504))
+                slow = asyncio.create_task(post(PATHOLOGICAL))
                 await asyncio.sleep(0.3)
                 probe = time.monotonic()
                 async with http.get(base + "/") as resp:
@@ -159,9 +160,9 @@ def test_a_pathological_expression_is_a_verifier_timeout_while_the_server_keeps_
                 return result, time.monotonic() - started, liveness_s, quick, quick_done
 
         result, elapsed, liveness_s, quick, quick_done = asyncio.run(scenario())
-        # Out of CPU time: a classified failure for the collector, never a reward of 0.
-        assert "reward" not in result and result["failure_class"] == "verifier_timeout"
-        assert "used up its 1 CPU seconds" in result["error"]
+        # Out of CPU time: the answer's own doing (a CPU budget holds however busy the machine
+        # is), so a verdict of 0 with the reason, returned promptly, as NeMo Gym does.
+        assert (result["reward"], result["library_reason"]) == (0.0, "cpu_budget_exhausted")
         assert 0.9 <= elapsed < 10
         assert liveness_s < 1.0 and quick["reward"] == 1.0 and quick_done < elapsed
         # The overrunning worker was killed and replaced; checks keep working afterwards.
@@ -176,6 +177,47 @@ def test_a_pathological_expression_is_a_verifier_timeout_while_the_server_keeps_
                 os.kill(pid, 0)
         assert verify(base, FRACTION, "\\boxed{5/6}")["reward"] == 1.0
     assert server.pool.worker_pids == []  # stopping the server killed the workers
+
+
+def test_nemo_gyms_pathological_sympy_expression_returns_promptly_with_a_reward():
+    """NeMo Gym's ``test_library_verifier_returns_promptly_for_pathological_sympy_expression``:
+    (x^800 - 1)/(x - 1) minus its 800 terms, against 0, with a 1 CPU-second budget."""
+    terms = "+".join("1" if exponent == 0 else f"x^{exponent}" for exponent in range(800))
+    answer = "\\boxed{\\frac{x^{800}-1}{x-1}-(" + terms + ")}"
+    server = make_server(library_verifier_timeout_seconds=1, library_verifier_max_concurrency=1)
+    with running_server(server) as base:
+        assert verify(base, PRODUCT, "\\boxed{391}")["reward"] == 1.0  # the worker is up
+        started = time.monotonic()
+        body = verify(base, {**PRODUCT, "expected_answer": "0"}, answer)
+        assert time.monotonic() - started < 10
+        assert body["reward"] in (0.0, 1.0) and body["library_reward"] == body["reward"]
+        assert body["library_reason"] in ("equivalent", "not_equivalent", "cpu_budget_exhausted")
+
+
+def test_the_machine_stalling_or_killing_a_worker_is_a_failure_not_a_zero():
+    """A worker stopped past the wall-clock backstop (a machine loaded far past its cores), or
+    killed from outside mid-check: the answer may well be right, so no reward is given."""
+    server = make_server(
+        library_verifier_timeout_seconds=5,
+        library_verifier_wall_timeout_seconds=1,
+        library_verifier_max_concurrency=1,
+    )
+    with running_server(server) as base:
+        assert verify(base, PRODUCT, "\\boxed{391}")["reward"] == 1.0
+        (worker,) = server.pool.worker_pids
+        os.kill(worker, signal.SIGSTOP)
+        body = verify(base, FRACTION, "\\boxed{5/6}", status=504)
+        assert body["failure_class"] == "verifier_timeout" and "reward" not in body
+    server = make_server(library_verifier_timeout_seconds=30, library_verifier_max_concurrency=1)
+    with running_server(server) as base:
+        assert verify(base, PRODUCT, "\\boxed{391}")["reward"] == 1.0
+        (worker,) = server.pool.worker_pids
+        with ThreadPoolExecutor(1) as pool:
+            pending = pool.submit(verify, base, PRODUCT, PATHOLOGICAL, 502)
+            time.sleep(0.5)  # the worker is grinding on it
+            os.kill(worker, signal.SIGKILL)
+            body = pending.result(timeout=30)
+        assert body["failure_class"] == "verifier_error" and "worker died" in body["error"]
 
 
 def test_a_check_that_gets_no_cpu_for_a_while_still_finishes_with_its_verdict():
