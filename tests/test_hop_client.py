@@ -453,7 +453,7 @@ def test_a_server_on_this_machine_is_reached_through_its_unix_socket():
             client = ServerClient(static_urls={"counter": url})
             rollout = client.rollout()
             assert [(await rollout.post_json("counter", "/count", {}))["n"] for _ in range(3)] == [1, 2, 3]
-            (pool,) = client._pools.values()
+            pool = client.hop_pool()
             assert list(pool._idle) == [(path, 0)]  # the one connection went through the file
             await client.close()
 

@@ -1,22 +1,20 @@
 """The client servers and collectors use to call each other by instance name.
 
-Plain ``http://`` hops go through :mod:`nemo_gym.serving.hop_client` (a lean keep-alive HTTP/1.1
-client; ``NEMO_GYM_HOP_CLIENT=aiohttp`` sends them through aiohttp instead), ``https://`` through
-aiohttp: one pool per event loop with explicit connection limits (kept below the open-file
-limit), a deadline on every call, and bounded retries with exponential backoff and jitter for
-connection failures only (a request that reached a server is never sent twice). Names resolve
-through the head server; a rollout sticks to one replica of a replicated server.
+The HTTP itself is :mod:`nemo_gym.serving.transport`'s (the per-loop connections and the one
+retry loop, shared with the upstream client): a deadline on every call and bounded retries for
+connection failures only (a request that reached a server is never sent twice). This module
+adds what is particular to calls between our servers: names resolved through the head server,
+a rollout kept on one replica of a replicated server, per-rollout cookies, and a hop to a server
+on this machine over its Unix socket.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-import random
 import time
 import urllib.parse
 import uuid
-import weakref
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -26,12 +24,30 @@ import aiohttp
 import orjson
 
 from nemo_gym.serving import hop_client, local_socket
-from nemo_gym.serving.protocol import (
-    ENV_HEAD_URL,
-    ROLLOUT_PREFIX,
-    SESSION_COOKIE,
-    auth_headers,
-    raise_fd_limit,
+from nemo_gym.serving.failure_classes import (
+    HTTP_ERROR,
+    NOT_FOUND,
+    UNREACHABLE,
+    CallErrorKind,
+)
+from nemo_gym.serving.protocol import ENV_HEAD_URL, ROLLOUT_PREFIX, SESSION_COOKIE, auth_headers
+
+# The transport's names, re-exported: callers import them from here.
+from nemo_gym.serving.transport import (  # noqa: F401
+    DEFAULT_MAX_CONNECTIONS,
+    ENV_HOP_CLIENT,
+    LoopConnections,
+    NotConnected,
+    RetryPolicy,
+    TransportFailure,
+    aiohttp_failure,
+    capped_connector,
+    connection_error_text,
+    default_connection_limit,
+    fd_connection_cap,
+    hop_client_enabled,
+    hop_failure,
+    send_with_retries,
 )
 
 DEFAULT_TIMEOUT_S = float(os.environ.get("NEMO_GYM_CLIENT_TIMEOUT_S", "1800"))
@@ -39,8 +55,6 @@ DEFAULT_CONNECT_RETRIES = 4
 # How long a name's replica list is reused before the head server is asked again: replicas
 # started later (more workers, a restart on another node) get new rollouts within this time.
 RESOLVE_TTL_S = 2.0
-# Hops over plain HTTP use the lean client unless this says "aiohttp" (for comparisons).
-ENV_HOP_CLIENT = "NEMO_GYM_HOP_CLIENT"
 
 
 class ServerCallError(Exception):
@@ -53,7 +67,13 @@ class ServerCallError(Exception):
     """
 
     def __init__(
-        self, kind: str, server: str, path: str, message: str, status: int | None = None, body: Any = None
+        self,
+        kind: CallErrorKind,
+        server: str,
+        path: str,
+        message: str,
+        status: int | None = None,
+        body: Any = None,
     ) -> None:
         super().__init__(f"{server}{path}: {message}")
         self.kind = kind
@@ -119,67 +139,42 @@ class ServerClient:
         self.max_answer_bytes = max_answer_bytes
         self.timeout_s = timeout_s
         self.connect_retries = connect_retries
-        self.max_connections = max_connections or default_connection_limit()
+        self.connections = LoopConnections(max_connections)
+        self.max_connections = self.connections.max_connections
+        self._retry = RetryPolicy(connect_retries)
         self._static: dict[str, list[str]] = {
             k: [v] if isinstance(v, str) else list(v) for k, v in (static_urls or {}).items()
         }
         self._resolved: dict[str, list[str]] = {}
         self._resolved_at = float("-inf")
         self._external: set[str] = set()  # base URLs of endpoints that are not nemo_gym servers
-        self._sessions: dict[asyncio.AbstractEventLoop, aiohttp.ClientSession] = {}
         self._round_robin = 0
         self._lookups: dict[asyncio.AbstractEventLoop, asyncio.Task[list[ServerInstanceInfo]]] = {}
         self._headers = auth_headers()
-        self._pools: dict[asyncio.AbstractEventLoop, hop_client.HopPool] = {}
         self._hop_targets: dict[str, tuple[str, int, str, str | None] | None] = {}
-        self._use_hop_client = os.environ.get(ENV_HOP_CLIENT, "").lower() != "aiohttp"
+        self._use_hop_client = hop_client_enabled()
         self._hop_headers = hop_client.encode_headers(self._headers.items())
         self._hop_json_headers = hop_client.encode_headers(
             [*self._headers.items(), ("Content-Type", "application/json")]
         )
-        # Trainers often drop a client without close(): its sessions are closed when it is
-        # collected (or at exit) instead of warning "Unclosed client session".
-        weakref.finalize(self, _close_sessions_now, self._sessions)
-        weakref.finalize(self, _close_pools_now, self._pools)
 
     @classmethod
     def from_env(cls) -> ServerClient:
         """A client for the head server named by ``NEMO_GYM_HEAD_URL`` (set by ``ng_run``)."""
         return cls(os.environ.get(ENV_HEAD_URL))
 
-    # ---- sessions ------------------------------------------------------------------------
+    # ---- connections ---------------------------------------------------------------------
     def http(self) -> aiohttp.ClientSession:
         """The aiohttp session of the running event loop (one per loop: loops never share one)."""
-        loop = asyncio.get_running_loop()
-        session = self._sessions.get(loop)
-        if session is None or session.closed:
-            connector = aiohttp.TCPConnector(limit=self.max_connections, limit_per_host=0, ttl_dns_cache=300)
-            # Cookies are kept per rollout (see Rollout), never in a process-wide jar.
-            session = aiohttp.ClientSession(
-                connector=connector,
-                cookie_jar=aiohttp.DummyCookieJar(),
-                json_serialize=lambda v: orjson.dumps(v).decode(),
-            )
-            self._sessions[loop] = session
-        return session
+        return self.connections.session()
 
     def hop_pool(self) -> hop_client.HopPool:
         """The plain-HTTP connection pool of the running event loop."""
-        loop = asyncio.get_running_loop()
-        pool = self._pools.get(loop)
-        if pool is None or pool.closed:
-            pool = self._pools[loop] = hop_client.HopPool(self.max_connections)
-        return pool
+        return self.connections.pool()
 
     async def close(self) -> None:
         """Close the sessions and connections this client opened on the running loop."""
-        loop = asyncio.get_running_loop()
-        pool = self._pools.pop(loop, None)
-        if pool is not None:
-            pool.close()
-        session = self._sessions.pop(loop, None)
-        if session is not None:
-            await session.close()
+        await self.connections.close()
 
     # ---- name resolution -----------------------------------------------------------------
     async def server_instances(self) -> list[ServerInstanceInfo]:
@@ -191,7 +186,7 @@ class ServerClient:
         )
         if not resp.ok:
             raise ServerCallError(
-                "http_error",
+                HTTP_ERROR,
                 "head_server",
                 "/server_instances",
                 resp.body.decode(errors="replace"),
@@ -221,7 +216,7 @@ class ServerClient:
             return self._resolved[server_name]
         if not self.head_url:
             raise ServerCallError(
-                "not_found", server_name, "", "no head server configured and no static URL for this name"
+                NOT_FOUND, server_name, "", "no head server configured and no static URL for this name"
             )
         instances = await (self.server_instances() if refresh else self._shared_lookup())
         by_name: dict[str, list[str]] = {}
@@ -234,7 +229,7 @@ class ServerClient:
         if server_name not in by_name:
             known = ", ".join(sorted(by_name)) or "none"
             raise ServerCallError(
-                "not_found",
+                NOT_FOUND,
                 server_name,
                 "",
                 f"no server named {server_name!r} is registered (registered: {known})",
@@ -293,7 +288,7 @@ class ServerClient:
                 method, server_name, base, path, json, cookies, timeout_s or self.timeout_s
             )
         except ServerCallError as exc:
-            if exc.kind != "unreachable" or replica or server_name in self._static or not self.head_url:
+            if exc.kind != UNREACHABLE or replica or server_name in self._static or not self.head_url:
                 raise
             if not isinstance(exc.__cause__, (hop_client.HopConnectError, aiohttp.ClientConnectorError)):
                 raise  # the connection broke after the request went out: it may have run; never twice
@@ -343,19 +338,34 @@ class ServerClient:
         data = orjson.dumps(json) if json is not None else None
         target = self._hop_target(base)
         if target is not None:
-            return await self._send_hop(method, server_name, base, target, path, data, cookies, timeout_s)
-        http = self.http()
+            attempt = self._hop_attempt(method, base, target, path, data, cookies, timeout_s)
+        else:
+            attempt = self._aiohttp_attempt(method, base, path, data, cookies, timeout_s)
+        try:
+            return await send_with_retries(attempt, self._retry, timeout_s)
+        except TransportFailure as failure:
+            raise ServerCallError(failure.kind, server_name, path, failure.describe(base)) from (
+                failure.__cause__ or failure
+            )
+
+    def _aiohttp_attempt(
+        self,
+        method: str,
+        base: str,
+        path: str,
+        data: bytes | None,
+        cookies: Mapping[str, str] | None,
+        timeout_s: float,
+    ) -> Any:
+        """One try through aiohttp (TLS, or ``NEMO_GYM_HOP_CLIENT=aiohttp``)."""
         headers = dict(self._headers)
         if data is not None:
             headers["Content-Type"] = "application/json"
         if cookies:
             headers["Cookie"] = "; ".join(f"{k}={v}" for k, v in cookies.items())
-        deadline = time.monotonic() + timeout_s
-        delay = 0.05
-        for attempt in range(self.connect_retries + 1):
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                break
+        http = self.http()
+
+        async def attempt(remaining: float, attempts: int) -> ServerResponse:
             try:
                 async with http.request(
                     method,
@@ -365,34 +375,13 @@ class ServerClient:
                     timeout=aiohttp.ClientTimeout(total=remaining),
                 ) as resp:
                     body = await resp.read()
-                    cookies = {k: m.value for k, m in resp.cookies.items()}
-                    return ServerResponse(resp.status, body, cookies, base)
-            except (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError) as exc:
-                # Safe to retry: either no connection was made, or a pooled keep-alive connection
-                # was closed by the peer before it read the request.
-                if attempt == self.connect_retries:
-                    raise ServerCallError(
-                        "unreachable",
-                        server_name,
-                        path,
-                        f"cannot reach {base} after {attempt + 1} attempts: {connection_error_text(exc)}",
-                    ) from exc
-                await asyncio.sleep(
-                    min(delay, max(0.0, deadline - time.monotonic())) * (0.5 + random.random())
-                )
-                delay *= 2
-            except TimeoutError as exc:
-                raise ServerCallError(
-                    "timeout", server_name, path, f"no answer from {base} within {timeout_s:g}s"
-                ) from exc
-            except aiohttp.ClientError as exc:
-                raise ServerCallError(
-                    "unreachable",
-                    server_name,
-                    path,
-                    f"connection to {base} failed: {connection_error_text(exc)}",
-                ) from exc
-        raise ServerCallError("timeout", server_name, path, f"no answer from {base} within {timeout_s:g}s")
+                    return ServerResponse(
+                        resp.status, body, {k: m.value for k, m in resp.cookies.items()}, base
+                    )
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                raise aiohttp_failure(exc, timeout_s) from exc
+
+        return attempt
 
     def _hop_target(self, base: str) -> tuple[str, int, str, str | None] | None:
         """``(host, port, path prefix, Unix socket)`` of a plain-HTTP base URL, None for one aiohttp
@@ -410,17 +399,17 @@ class ServerClient:
         self._hop_targets[base] = target
         return target
 
-    async def _send_hop(
+    def _hop_attempt(
         self,
         method: str,
-        server_name: str,
         base: str,
         target: tuple[str, int, str, str | None],
         path: str,
         data: bytes | None,
         cookies: Mapping[str, str] | None,
         timeout_s: float,
-    ) -> ServerResponse:
+    ) -> Any:
+        """One try through the lean hop client (plain HTTP, or this machine's Unix socket)."""
         host, port, prefix, unix_path = target
         pool = self.hop_pool()
         headers = self._hop_headers if data is None else self._hop_json_headers
@@ -429,118 +418,35 @@ class ServerClient:
                 [("Cookie", "; ".join(f"{k}={v}" for k, v in cookies.items()))]
             )
         loop = pool.loop
-        deadline = loop.time() + timeout_s
-        delay = 0.05
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                resp = await hop_client.request(
-                    pool,
-                    method,
-                    host,
-                    port,
-                    prefix + path,
-                    headers,
-                    data,
-                    deadline=deadline,
-                    max_answer_bytes=self.max_answer_bytes,
-                    unix_path=unix_path,
-                )
-                return ServerResponse(resp.status, resp.body, resp.cookies, base)
-            except hop_client.HopConnectError as exc:
-                if unix_path is not None:
+
+        async def attempt(remaining: float, attempts: int) -> ServerResponse:
+            nonlocal unix_path
+            deadline = loop.time() + remaining
+            while True:
+                try:
+                    resp = await hop_client.request(
+                        pool,
+                        method,
+                        host,
+                        port,
+                        prefix + path,
+                        headers,
+                        data,
+                        deadline=deadline,
+                        max_answer_bytes=self.max_answer_bytes,
+                        unix_path=unix_path,
+                    )
+                    return ServerResponse(resp.status, resp.body, resp.cookies, base)
+                except hop_client.HopConnectError as exc:
+                    if unix_path is None:
+                        raise NotConnected(exc) from exc
                     # A socket file left by a server that is gone: TCP from now on for this base.
                     unix_path = None
                     self._hop_targets[base] = (host, port, prefix, None)
-                    attempt -= 1
-                    continue
-                # Nothing was sent: safe to try again, with backoff, within the deadline.
-                if attempt > self.connect_retries or loop.time() >= deadline:
-                    raise ServerCallError(
-                        "unreachable",
-                        server_name,
-                        path,
-                        f"cannot reach {base} after {attempt} attempts: {connection_error_text(exc)}",
-                    ) from exc
-                await asyncio.sleep(min(delay, max(0.0, deadline - loop.time())) * (0.5 + random.random()))
-                delay *= 2
-            except hop_client.HopTimeout as exc:
-                raise ServerCallError(
-                    "timeout", server_name, path, f"no answer from {base} within {timeout_s:g}s"
-                ) from exc
-            except hop_client.HopBadAnswer as exc:
-                raise ServerCallError("bad_upstream_body", server_name, path, f"{base}: {exc}") from exc
-            except hop_client.HopError as exc:
-                raise ServerCallError(
-                    "unreachable", server_name, path, f"connection to {base} failed: {exc}"
-                ) from exc
+                except hop_client.HopError as exc:
+                    raise hop_failure(exc, timeout_s) from exc
 
-
-def connection_error_text(exc: BaseException) -> str:
-    """What went wrong with a connection, in words that fit the URL's scheme.
-
-    aiohttp's own text says ``ssl:default`` for every connect failure, plain HTTP included; this
-    names the host, port and the OS's reason (``connection refused``, a name that does not
-    resolve) instead, and mentions TLS only for a failure of TLS itself.
-    """
-    if isinstance(exc, hop_client.HopConnectError):
-        return f"cannot connect to {exc.host}:{exc.port}: {_os_error_reason(exc.os_error)}"
-    if isinstance(exc, aiohttp.ClientSSLError):
-        return f"TLS handshake with {exc.host}:{exc.port} failed: {exc.os_error}"
-    if isinstance(exc, aiohttp.ClientConnectorError):
-        return f"cannot connect to {exc.host}:{exc.port}: {_os_error_reason(exc.os_error)}"
-    return str(exc) or type(exc).__name__
-
-
-def _os_error_reason(error: BaseException) -> str:
-    if isinstance(error, ConnectionRefusedError):
-        return "connection refused (nothing listening there)"
-    if isinstance(error, OSError) and error.strerror:
-        return error.strerror[:1].lower() + error.strerror[1:]
-    return str(error) or type(error).__name__
-
-
-def _close_pools_now(pools: dict[asyncio.AbstractEventLoop, hop_client.HopPool]) -> None:
-    """Close the connection pools of a client being collected (or at exit), each on its own loop."""
-    for loop, pool in list(pools.items()):
-        if pool.closed or loop.is_closed():
-            continue
-        if loop.is_running() and asyncio._get_running_loop() is not loop:
-            loop.call_soon_threadsafe(pool.close)
-        else:
-            pool.close()
-    pools.clear()
-
-
-def _close_sessions_now(sessions: dict[asyncio.AbstractEventLoop, aiohttp.ClientSession]) -> None:
-    """Close the sessions of a client being collected (or at exit) on whatever state their loop is in."""
-    for loop, session in list(sessions.items()):
-        if session.closed:
-            continue
-        if loop.is_closed():
-            _close_without_loop(session)
-        elif not loop.is_running():
-            loop.run_until_complete(session.close())
-        elif asyncio._get_running_loop() is loop:
-            loop.create_task(session.close())
-        else:
-            asyncio.run_coroutine_threadsafe(session.close(), loop)
-    sessions.clear()
-
-
-def _close_without_loop(session: aiohttp.ClientSession) -> None:
-    # The loop is gone, so its sockets are too: closing only marks the session closed, which
-    # needs no loop. Step the coroutine by hand; if it ever waits on the loop, stop there.
-    closing = session.close()
-    try:
-        closing.send(None)
-    except StopIteration:
-        return
-    except RuntimeError:
-        pass
-    closing.close()
-    session.detach()
+        return attempt
 
 
 def raise_for_status(resp: ServerResponse, server_name: str, url_path: str) -> Any:
@@ -555,7 +461,7 @@ def raise_for_status(resp: ServerResponse, server_name: str, url_path: str) -> A
     if isinstance(message, dict) and isinstance(message.get("message"), str):
         message = message["message"]  # a model server's OpenAI-shaped error object
     raise ServerCallError(
-        "http_error", server_name, url_path, f"HTTP {resp.status}: {message}", resp.status, body
+        HTTP_ERROR, server_name, url_path, f"HTTP {resp.status}: {message}", resp.status, body
     )
 
 
@@ -607,34 +513,3 @@ class Rollout:
     def session_id(self, server_name: str) -> str | None:
         """The session id a server gave this rollout, if any."""
         return self.cookies.get(server_name, {}).get(SESSION_COOKIE)
-
-
-DEFAULT_MAX_CONNECTIONS = 1024
-
-
-def default_connection_limit() -> int:
-    """Connections one process keeps open at most: 1024, and always below the open-file limit.
-
-    More in-flight requests than this queue in the pool instead of opening sockets: measured
-    here (docs/PERFORMANCE.md), 4096 concurrent rollouts ran at 2x the throughput and a third of
-    the agent's memory with 1024 connections than with one connection per request.
-    ``NEMO_GYM_MAX_CONNECTIONS`` changes it (e.g. higher for a slow, large-batch model server).
-    """
-    wanted = os.environ.get("NEMO_GYM_MAX_CONNECTIONS")
-    return min(fd_connection_cap(), max(1, int(wanted)) if wanted else DEFAULT_MAX_CONNECTIONS)
-
-
-def fd_connection_cap() -> int:
-    """The most connections one process may hold: half the open-file limit left after 256 spare fds."""
-    soft = raise_fd_limit()
-    return max(16, (soft - 256) // 2)
-
-
-def capped_connector(limit: int, limit_per_host: int) -> aiohttp.TCPConnector:
-    """A connector with the requested limits, each lowered to :func:`fd_connection_cap` (0 = no limit asked)."""
-    cap = fd_connection_cap()
-    return aiohttp.TCPConnector(
-        limit=min(limit, cap) if limit > 0 else cap,
-        limit_per_host=min(limit_per_host, cap) if limit_per_host > 0 else 0,
-        ttl_dns_cache=300,
-    )

@@ -1,25 +1,18 @@
 """HTTP to engines and APIs outside nemo_gym (vLLM servers, OpenAI): one pool per event loop.
 
 nemo_gym's own :class:`~nemo_gym.serving.server_client.ServerClient` calls servers by instance name;
-this client calls plain URLs with an upstream's own auth header. Plain ``http://`` URLs (a vLLM
-server, a local engine) go through the lean :mod:`~nemo_gym.serving.hop_client`, ``https://``
-through aiohttp (``NEMO_GYM_HOP_CLIENT=aiohttp``: everything through aiohttp). It keeps one pool
-per event loop (a server runs on one loop; tests run several servers on several loops in one
-process, and connections must not cross loops), with an explicit connection limit below the
-open-file limit, a connect deadline and a whole-request deadline.
+this client calls plain URLs with an upstream's own auth header, and can hand back an answer
+before its body is read (a stream of events). The HTTP is :mod:`nemo_gym.serving.transport`'s:
+plain ``http://`` URLs (a vLLM server, a local engine) through the lean hop client, ``https://``
+through aiohttp, one pool per event loop, a connect deadline and a whole-request deadline.
 
 Retries are bounded and only for failures that can be retried: a connection that could not be
-made (or a pooled keep-alive connection the peer closed before reading), and, when configured,
-answers such as 429 or 503 that say "try again", honouring ``Retry-After``.
+made (or one the peer closed before a byte of answer), and, when configured, answers such as
+429 or 503 that say "try again", honouring ``Retry-After``.
 """
 
 from __future__ import annotations
 
-import asyncio
-import email.utils
-import os
-import random
-import time
 import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass
@@ -29,13 +22,25 @@ import aiohttp
 import orjson
 
 from nemo_gym.serving import hop_client
-from nemo_gym.serving.server_client import ENV_HOP_CLIENT, connection_error_text, default_connection_limit
+from nemo_gym.serving.failure_classes import TIMEOUT, UNREACHABLE, TransportFailureKind
+from nemo_gym.serving.transport import (
+    LoopConnections,
+    RetryPolicy,
+    TransportFailure,
+    aiohttp_failure,
+    hop_client_enabled,
+    hop_failure,
+    retry_after_seconds,
+    send_with_retries,
+)
+
+__all__ = ["UpstreamError", "UpstreamHTTP", "UpstreamResponse", "error_message", "retry_after_seconds"]
 
 
 class UpstreamError(Exception):
     """A call to an upstream failed without an HTTP answer; ``kind`` is ``unreachable`` or ``timeout``."""
 
-    def __init__(self, kind: str, url: str, message: str) -> None:
+    def __init__(self, kind: TransportFailureKind, url: str, message: str) -> None:
         super().__init__(f"{url}: {message}")
         self.kind = kind
         self.url = url
@@ -81,9 +86,9 @@ class UpstreamResponse:
             async for chunk in self.stream.content.iter_any():
                 yield chunk
         except TimeoutError as exc:
-            raise UpstreamError("timeout", self.url, "the stream did not finish within the deadline") from exc
+            raise UpstreamError(TIMEOUT, self.url, "the stream did not finish within the deadline") from exc
         except aiohttp.ClientError as exc:
-            raise UpstreamError("unreachable", self.url, f"the stream broke: {exc}") from exc
+            raise UpstreamError(UNREACHABLE, self.url, f"the stream broke: {exc}") from exc
 
     async def read(self) -> bytes:
         """The whole body (of an opened stream too), which then stays in ``body``."""
@@ -122,38 +127,8 @@ class UpstreamResponse:
 
 def _hop_stream_error(exc: hop_client.HopError, url: str) -> UpstreamError:
     if isinstance(exc, hop_client.HopTimeout):
-        return UpstreamError("timeout", url, "the stream did not finish within the deadline")
-    return UpstreamError("unreachable", url, f"the stream broke: {exc}")
-
-
-def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
-    """The delay an answer asks for: ``retry-after-ms``, or ``Retry-After`` in seconds or as a date."""
-    millis = headers.get("retry-after-ms")
-    if millis:
-        try:
-            return max(0.0, float(millis) / 1000.0)
-        except ValueError:
-            pass
-    value = headers.get("retry-after")
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - time.time())
-
-
-class _NotConnected(Exception):
-    """One try made no connection, or lost a pooled one before any answer: worth trying again."""
-
-    def __init__(self, cause: Exception) -> None:
-        super().__init__(str(cause))
-        self.cause = cause
+        return UpstreamError(TIMEOUT, url, "the stream did not finish within the deadline")
+    return UpstreamError(UNREACHABLE, url, f"the stream broke: {exc}")
 
 
 class UpstreamHTTP:
@@ -189,11 +164,10 @@ class UpstreamHTTP:
         self.retry_statuses = frozenset(retry_statuses)
         self.max_status_retries = max_status_retries
         self.max_retry_delay_s = max_retry_delay_s
-        self.max_connections = max_connections or default_connection_limit()
-        self._sessions: dict[asyncio.AbstractEventLoop, aiohttp.ClientSession] = {}
-        self._pools: dict[asyncio.AbstractEventLoop, hop_client.HopPool] = {}
+        self.connections = LoopConnections(max_connections)
+        self.max_connections = self.connections.max_connections
         self._hop_targets: dict[str, tuple[str, int, str] | None] = {}
-        self._use_hop_client = os.environ.get(ENV_HOP_CLIENT, "").lower() != "aiohttp"
+        self._use_hop_client = hop_client_enabled()
 
     def _hop_target(self, url: str) -> tuple[str, int, str] | None:
         """``(host, port, path)`` of a plain-HTTP URL, None for one aiohttp takes."""
@@ -211,23 +185,12 @@ class UpstreamHTTP:
         return target
 
     def session(self) -> aiohttp.ClientSession:
-        """The session of the running event loop, created on first use."""
-        loop = asyncio.get_running_loop()
-        session = self._sessions.get(loop)
-        if session is None or session.closed:
-            connector = aiohttp.TCPConnector(limit=self.max_connections, limit_per_host=0, ttl_dns_cache=300)
-            session = aiohttp.ClientSession(connector=connector, cookie_jar=aiohttp.DummyCookieJar())
-            self._sessions[loop] = session
-        return session
+        """The aiohttp session of the running event loop, created on first use."""
+        return self.connections.session()
 
     async def close(self) -> None:
         """Close the session and connections of the running loop."""
-        pool = self._pools.pop(asyncio.get_running_loop(), None)
-        if pool is not None:
-            pool.close()
-        session = self._sessions.pop(asyncio.get_running_loop(), None)
-        if session is not None:
-            await session.close()
+        await self.connections.close()
 
     async def request(
         self,
@@ -281,36 +244,17 @@ class UpstreamHTTP:
             send = self._hop_attempt(method, url, target, data, headers, stream)
         else:
             send = self._aiohttp_attempt(method, url, data, headers, stream)
-        retries_left = self.connect_retries if connect_retries is None else connect_retries
-        status_retries_left = self.max_status_retries
-        deadline = time.monotonic() + self.request_timeout_s
-        backoff = 0.1
-        attempts = 0
-        while True:
-            attempts += 1
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise UpstreamError("timeout", url, f"no answer within {self.request_timeout_s:g}s")
-            try:
-                answer = await send(remaining, attempts)
-            except _NotConnected as failed:
-                if retries_left <= 0:
-                    raise UpstreamError(
-                        "unreachable",
-                        url,
-                        f"cannot connect after {attempts} attempt(s): {connection_error_text(failed.cause)}",
-                    ) from failed.cause
-                retries_left -= 1
-                await self._sleep(backoff, deadline)
-                backoff *= 2
-                continue
-            if answer.status in self.retry_statuses and status_retries_left > 0:
-                status_retries_left -= 1
-                asked = retry_after_seconds({k.lower(): v for k, v in answer.headers.items()})
-                await self._sleep(asked if asked is not None else backoff, deadline, jitter=asked is None)
-                backoff *= 2
-                continue
-            return answer
+        policy = RetryPolicy(
+            self.connect_retries if connect_retries is None else connect_retries,
+            first_backoff_s=0.1,
+            max_delay_s=self.max_retry_delay_s,
+            retry_statuses=self.retry_statuses,
+            max_status_retries=self.max_status_retries,
+        )
+        try:
+            return await send_with_retries(send, policy, self.request_timeout_s)
+        except TransportFailure as failure:
+            raise UpstreamError(failure.kind, url, failure.describe()) from (failure.__cause__ or failure)
 
     def _aiohttp_attempt(
         self, method: str, url: str, data: bytes | None, headers: Mapping[str, str], stream: bool
@@ -327,16 +271,8 @@ class UpstreamHTTP:
                     return UpstreamResponse(resp.status, await resp.read(), dict(resp.headers), attempts)
                 finally:
                     resp.release()
-            except (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError) as exc:
-                # Retryable: no connection was made, or the peer closed a pooled connection
-                # before reading the request.
-                raise _NotConnected(exc) from exc
-            except TimeoutError as exc:
-                raise UpstreamError("timeout", url, f"no answer within {self.request_timeout_s:g}s") from exc
-            except aiohttp.ClientError as exc:
-                raise UpstreamError(
-                    "unreachable", url, f"connection failed: {connection_error_text(exc)}"
-                ) from exc
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                raise aiohttp_failure(exc, self.request_timeout_s) from exc
 
         return attempt
 
@@ -351,10 +287,8 @@ class UpstreamHTTP:
     ) -> Callable[[float, int], Awaitable[UpstreamResponse]]:
         """One try through the lean hop client (plain-HTTP upstreams)."""
         host, port, path = target
-        loop = asyncio.get_running_loop()
-        pool = self._pools.get(loop)
-        if pool is None or pool.closed:
-            pool = self._pools[loop] = hop_client.HopPool(self.max_connections)
+        pool = self.connections.pool()
+        loop = pool.loop
         encoded = hop_client.encode_headers(headers.items())
 
         async def attempt(remaining: float, attempts: int) -> UpstreamResponse:
@@ -375,25 +309,9 @@ class UpstreamHTTP:
                     return UpstreamResponse(resp.status, b"", resp.headers, attempts, None, url, resp)
                 return UpstreamResponse(resp.status, await resp.read(), resp.headers, attempts)
             except hop_client.HopError as exc:
-                if isinstance(exc, hop_client.HopTimeout):
-                    raise UpstreamError(
-                        "timeout", url, f"no answer within {self.request_timeout_s:g}s"
-                    ) from exc
-                # Retryable: no connection was made, or the peer closed the connection before a
-                # byte of answer (as aiohttp's ServerDisconnectedError).
-                if isinstance(exc, hop_client.HopConnectError) or (
-                    isinstance(exc, hop_client.HopDisconnected) and not exc.received
-                ):
-                    raise _NotConnected(exc) from exc
-                raise UpstreamError("unreachable", url, f"connection failed: {exc}") from exc
+                raise hop_failure(exc, self.request_timeout_s, retry_unanswered=True) from exc
 
         return attempt
-
-    async def _sleep(self, delay: float, deadline: float, jitter: bool = True) -> None:
-        delay = min(delay, self.max_retry_delay_s)
-        if jitter:
-            delay *= 0.5 + random.random()
-        await asyncio.sleep(max(0.0, min(delay, deadline - time.monotonic())))
 
 
 def error_message(response: UpstreamResponse) -> str:
