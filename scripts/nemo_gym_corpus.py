@@ -40,16 +40,17 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from nemo_gym.tools.env_pull import (
+from nemo_gym.tools.env_pull_needs import classify_folder
+from nemo_gym.tools.env_pull_requirements import (
     GPU_REQUIREMENTS,
-    KINDS,
-    fetch_wheel,
     folder_requirements,
-    list_folders,
+    nemo_gym_dependencies,
     pip_arguments,
     requirement_name,
+    runtime_requirements,
     unmet_requirements,
 )
+from nemo_gym.tools.env_pull_wheel import KINDS, fetch_wheel, list_folders
 
 DEFAULT_VERSION = "0.7.0"
 DEFAULT_CACHE = Path(os.environ.get("NEMO_GYM_CORPUS_CACHE", Path.home() / ".cache" / "nemo_gym_corpus"))
@@ -59,50 +60,6 @@ DEFAULT_CACHE = Path(os.environ.get("NEMO_GYM_CORPUS_CACHE", Path.home() / ".cac
 HEAVY_REQUIREMENTS = GPU_REQUIREMENTS | {"tensorrt", "unbabel-comet"}
 # Trees of the wheel besides the server folders that folders import from.
 SHARED_TREES = ("benchmarks", "environment_servers", "environments")
-
-# The classification rule. A folder "needs" something when any file in it (code, config,
-# requirements) matches one of these patterns; the matching pattern is reported as the reason.
-NEEDS_RULES: dict[str, list[tuple[str, str]]] = {
-    "gpu": [
-        (r"^\s*(import|from)\s+vllm\b", "imports vllm"),
-        (r"torch\.cuda|\.cuda\(\)|device\s*=\s*[\"']cuda", "uses CUDA"),
-        (r"^\s*(vllm|flashinfer-python|flash-attn|torch)\b", "requires a GPU stack"),
-        (r"num_gpus|CUDA_VISIBLE_DEVICES", "asks for GPUs"),
-    ],
-    "network": [
-        (
-            r"[A-Z_]*(API_KEY|_TOKEN|SECRET)[A-Z_]*[\"']?\s*\]|getenv\([\"'][A-Z_]*(API_KEY|TOKEN)",
-            "reads an API key",
-        ),
-        (r"(load_dataset|hf_hub_download|snapshot_download)\(", "downloads a dataset or model"),
-        (
-            r"https?://(?!(127\.0\.0\.1|localhost|0\.0\.0\.0|example\.com))[a-z0-9.-]+\.[a-z]{2,}/[^\s\"']*(api|v1|search)",
-            "calls a remote API",
-        ),
-        (r"^\s*(import|from)\s+(docker|e2b|daytona|opensandbox|modal)\b", "needs a container service"),
-        (r"git\+https://|git clone", "clones a repository"),
-    ],
-    "private_data": [
-        (
-            r"gitlab_identifier|/lustre/|/mnt/|nvidia\.com/[^\s\"']*(dataset|data)",
-            "reads an internal dataset",
-        ),
-        (r"\.(parquet|sqlite|db)[\"']", "reads a data file not shipped in the wheel"),
-    ],
-}
-# A folder without requirements.txt declares its dependencies in pyproject.toml; of that file
-# only a dependency taken from a git repository (a uv source) says something here.
-PYPROJECT_RULES: dict[str, list[tuple[str, str]]] = {
-    "network": [(r"git\+https://|^\s*[\w.-]+\s*=\s*\{\s*git\s*=", "clones a repository")],
-}
-# Only what runs when the server starts or its tests run is scanned: its Python modules, tests
-# and requirements. Data-preparation scripts, configs (dataset lists for training) and data
-# files are not: a folder whose training data lives elsewhere can still pass its own tests.
-SCANNED_SUFFIXES = {".py", ".txt", ".toml"}
-UNSCANNED_DIRS = {"data", "configs", "scripts", ".venv", "__pycache__"}
-UNSCANNED_FILES = re.compile(
-    r"^(prepare|create|generate|download|build|convert|make)[a-z0-9_]*\.py$|_prep[a-z_]*\.py$"
-)
 
 
 @dataclasses.dataclass
@@ -136,34 +93,6 @@ class FolderResult:
 
 # ---------------------------------------------------------------------------------------------
 # The wheel
-
-
-def classify_folder(folder: Path) -> dict[str, str]:
-    """What a folder needs beyond this machine: ``{"gpu"|"network"|"private_data": reason}``.
-
-    The rule: scan the folder's code, configs and requirements (its tests included) for the
-    patterns in ``NEEDS_RULES``; the first match per category is the reason given.
-    """
-    needs: dict[str, str] = {}
-    for path in sorted(folder.rglob("*")):
-        rel = path.relative_to(folder)
-        if path.suffix not in SCANNED_SUFFIXES or not path.is_file() or UNSCANNED_DIRS & set(rel.parts[:-1]):
-            continue
-        if UNSCANNED_FILES.search(path.name) or (
-            path.suffix in (".txt", ".toml") and path.name not in ("requirements.txt", "pyproject.toml")
-        ):
-            continue
-        if path.stat().st_size > 2_000_000:
-            continue
-        text = path.read_text(errors="replace")
-        for category, rules in (PYPROJECT_RULES if path.name == "pyproject.toml" else NEEDS_RULES).items():
-            if category in needs:
-                continue
-            for pattern, reason in rules:
-                if re.search(pattern, text, re.M):
-                    needs[category] = f"{reason} ({rel})"
-                    break
-    return needs
 
 
 # ---------------------------------------------------------------------------------------------
@@ -283,89 +212,6 @@ def _build_venv(venv: Path, layers: list[str], reqs: list[str], timeout: float) 
 def site_packages(venv: Path) -> Path:
     """A venv's site-packages folder."""
     return next((venv / "lib").glob("python*/site-packages"))
-
-
-# NeMo Gym's folders list ``-e nemo-gym[dev]`` as a requirement: NeMo Gym's own dependencies
-# come with it. Those a folder's code names (by import name) and this environment lacks are
-# installed, once for the whole run, into a base venv the folders' own venvs layer on.
-IMPORT_NAMES = {
-    "pyyaml": "yaml",
-    "hydra-core": "hydra",
-    "pillow": "PIL",
-    "requests-mock": "requests_mock",
-    "mlflow-skinny": "mlflow",
-    "pyjwt": "jwt",
-    "gitpython": "git",
-    "python-multipart": "multipart",
-    "pydantic-core": "pydantic_core",
-    "pytest-asyncio": "pytest_asyncio",
-    "pytest-xdist": "xdist",
-    "pytest-cov": "pytest_cov",
-}
-
-
-def nemo_gym_dependencies(wheel_root: Path) -> dict[str, list[str]]:
-    """The wheel's ``Requires-Dist``: ``{"": core, "<extra>": that extra's}`` requirement lines."""
-    import email.parser
-
-    dist_info = next(wheel_root.glob("nemo_gym-*.dist-info"), None)
-    if dist_info is None:
-        return {}
-    meta = email.parser.Parser().parsestr((dist_info / "METADATA").read_text(errors="replace"))
-    out: dict[str, list[str]] = {}
-    for line in meta.get_all("Requires-Dist") or []:
-        spec, _, marker = line.partition(";")
-        extra = re.search(r"extra\s*==\s*[\"']([^\"']+)", marker)
-        if requirement_name(spec) != "nemo-gym":
-            out.setdefault(extra.group(1) if extra else "", []).append(spec.strip())
-    return out
-
-
-# Development tools of NeMo Gym's ``dev`` extra that no folder's tests need.
-DEV_TOOLS = {"pre-commit", "mypy", "ruff", "coverage", "pytest-cov"}
-# What NeMo Gym's own modules import through its dependencies' dependencies (its metrics
-# import pandas), so its folders use them without listing them.
-TRANSITIVE = ["pandas", "numpy", "requests", "httpx", "huggingface-hub"]
-# Pytest plugins are used by fixture name, not imported.
-FIXTURE_NAMES = {"requests-mock": "requests_mock"}
-
-
-def runtime_requirements(folder: Path, dependencies: dict[str, list[str]]) -> list[str]:
-    """NeMo Gym's dependencies (core, plus the extras its ``nemo-gym[...]`` line names) that the
-    folder's code imports (or, for a pytest plugin, names as a fixture) and that are not
-    installed here at all. A dependency installed at another version is left alone: this
-    package's own pins (openai, ...) win."""
-    text = "\n".join(
-        (folder / name).read_text(errors="replace")
-        for name in ("requirements.txt", "pyproject.toml")
-        if (folder / name).exists()
-    )
-    extras = {e.strip() for m in re.finditer(r"nemo[-_]gym\[([^\]]*)\]", text) for e in m.group(1).split(",")}
-    candidates = [r for extra in ("", *sorted(extras)) for r in dependencies.get(extra, [])] + TRANSITIVE
-    code = "\n".join(p.read_text(errors="replace") for p in folder.rglob("*.py") if ".venv" not in p.parts)
-    needed = []
-    for req in candidates:
-        dist = requirement_name(req)
-        if dist in DEV_TOOLS:
-            continue
-        if dist in FIXTURE_NAMES:
-            used = re.search(rf"\b{FIXTURE_NAMES[dist]}\b", code)
-        else:
-            module = IMPORT_NAMES.get(dist, dist.replace("-", "_"))
-            used = re.search(rf"^\s*(import|from)\s+{re.escape(module)}\b", code, re.M)
-        if used and not _installed(dist):
-            needed.append(req)
-    return needed
-
-
-def _installed(dist: str) -> bool:
-    from importlib import metadata
-
-    try:
-        metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return False
-    return True
 
 
 def child_env(scratch: Path, allow_network: bool) -> dict[str, str]:

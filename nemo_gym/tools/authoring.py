@@ -7,8 +7,13 @@
    ``input``), every tool a row offers the model is a route of the server class in
    ``app.py`` (instantiated from its config, routes read from the instance), and
    ``data/example_metrics.json``, when present, still matches the rows' statistics;
-2. runs the folder's tests with pytest in a subprocess whose working directory is the folder's
-   project root, so ``resources_servers.<name>`` imports as it does in the project.
+2. runs the folder's tests the way NeMo Gym runs them: pytest in a subprocess whose working
+   directory is the folder, with the folder and its project root on ``PYTHONPATH`` (so both
+   ``from app import ...`` and ``resources_servers.<name>`` import) and NeMo Gym's pytest
+   settings instead of this project's.
+
+An agent or model folder (``+entrypoint=responses_api_agents/<name>``) gets the config check and
+its tests; the route and example-data checks are a resources server's.
 
 ``ng_test`` without an entrypoint does this for every folder of ``resources_servers/`` and prints
 a summary table. The exit code is non-zero when anything failed. ``+timeout_s`` (default 1800)
@@ -25,6 +30,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -101,11 +107,12 @@ def check_server(
     check = ServerCheck(name=folder.name, folder=folder)
     config_fields = _check_configs(check)
     routes = None
-    if (folder / "app.py").is_file():
-        routes = _server_routes(check, config_fields)
-    else:
+    if not (folder / "app.py").is_file():
         check.problems.append(f"{folder}/app.py does not exist (the server class goes there)")
-    _check_example_data(check, routes)
+    elif folder.parent.name == KIND_FOLDER:
+        routes = _server_routes(check, config_fields)
+    if folder.parent.name == KIND_FOLDER:
+        _check_example_data(check, routes)
     if run_tests:
         _run_pytest(check, timeout_s)
     check.seconds = time.monotonic() - started
@@ -126,11 +133,11 @@ def _check_configs(check: ServerCheck) -> dict[str, Any]:
             check.problems.append(str(exc))
             continue
         for instance in instances.values():
-            if instance.kind == KIND_FOLDER and instance.impl == check.name and found is None:
+            if instance.kind == check.folder.parent.name and instance.impl == check.name and found is None:
                 found = {**instance.fields, "name": instance.name}
     if found is None:
         check.problems.append(
-            f"{check.folder}/configs: no config declares a {KIND_FOLDER}.{check.name} server instance"
+            f"{check.folder}/configs: no config declares a {check.folder.parent.name}.{check.name} server instance"
         )
         return {"name": check.name}
     return found
@@ -200,7 +207,8 @@ def _server_routes(check: ServerCheck, config_fields: dict[str, Any]) -> list[An
         return None
     try:
         server = own[0](config_fields)  # type: ignore[call-arg,arg-type]
-        return server.routes()
+        # NeMo Gym's servers add their tool routes in setup_webserver(); ours declare routes().
+        return [*server.routes(), *server.setup_webserver().routes]
     except Exception as exc:  # noqa: BLE001 - a server that cannot be built from its config is a finding
         check.problems.append(
             f"{own[0].__name__} cannot be built from its config {config_fields}: {type(exc).__name__}: {exc}"
@@ -228,7 +236,8 @@ def _check_example_data(check: ServerCheck, routes: list[Any] | None) -> None:
         check.rows += 1
         problems = validate_row(row)
         check.problems += [f"{path}:{number}: {p}" for p in problems]
-        if problems or routes is None:
+        # A gymnasium-style server takes every tool call through its /step route.
+        if problems or routes is None or _has_route(routes, "/step"):
             continue
         for name in tool_names(row):
             if not _has_route(routes, f"/{name}"):
@@ -278,33 +287,59 @@ def _check_example_metrics(check: ServerCheck, path: Path) -> None:
         )
 
 
-def _run_pytest(check: ServerCheck, timeout_s: float) -> None:
-    tests = check.folder / "tests"
-    if not tests.is_dir():
-        check.problems.append(f"{tests} does not exist (put the environment's tests there)")
-        return
-    root = check.folder.parent.parent
+# What NeMo Gym's repository configures for its folders' tests (its pyproject's pytest section).
+NEMO_GYM_PYTEST_INI = """[pytest]
+asyncio_mode = auto
+asyncio_default_fixture_loop_scope = function
+filterwarnings = ignore::DeprecationWarning
+markers =
+    unit: NeMo Gym marker
+    integration: NeMo Gym marker
+    system: NeMo Gym marker
+    acceptance: NeMo Gym marker
+    docs: NeMo Gym marker
+    sandbox: NeMo Gym marker
+    skipduringci: NeMo Gym marker
+    pleasefixme: NeMo Gym marker
+    slow: slower end-to-end tests
+"""
+
+
+def pytest_command(
+    folder: Path, ini: Path, extra: list[str] | None = None
+) -> tuple[list[str], dict[str, str]]:
+    """The command and environment that run ``folder``'s tests as NeMo Gym does: from inside the
+    folder, the folder and its project root first on ``PYTHONPATH``, NeMo Gym's pytest settings
+    (``ini``, holding :data:`NEMO_GYM_PYTEST_INI`) and no conftest above the folder."""
+    root = folder.parent.parent
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(root), env.get("PYTHONPATH", "")) if p)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(folder), str(root), env.get("PYTHONPATH", "")) if p)
     command = [
-        sys.executable,
-        "-m",
-        "pytest",
-        str(tests.relative_to(root)),
-        "-q",
-        "-p",
-        "no:cacheprovider",
-        "--import-mode=importlib",
-    ]
-    try:
-        done = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=timeout_s)
-    except subprocess.TimeoutExpired as exc:
-        check.pytest_returncode = -1
-        check.pytest_output = _text(exc.stdout) + _text(exc.stderr)
-        check.problems.append(
-            f"{tests}: the tests did not finish within {timeout_s:g}s (+timeout_s=... to wait longer)"
-        )
+        sys.executable, "-m", "pytest", "-c", str(ini), "--rootdir", str(folder), "--confcutdir", str(folder),
+        "-q", "-p", "no:cacheprovider", *(extra or []),
+    ]  # fmt: skip
+    return command, env
+
+
+def _run_pytest(check: ServerCheck, timeout_s: float) -> None:
+    if not any(check.folder.rglob("test_*.py")):
+        check.problems.append(f"{check.folder}/tests does not exist (put the environment's tests there)")
         return
+    with tempfile.TemporaryDirectory(prefix="ng_test.") as scratch:
+        ini = Path(scratch) / "pytest.ini"
+        ini.write_text(NEMO_GYM_PYTEST_INI)
+        command, env = pytest_command(check.folder, ini)
+        try:
+            done = subprocess.run(
+                command, cwd=check.folder, env=env, capture_output=True, text=True, timeout=timeout_s
+            )
+        except subprocess.TimeoutExpired as exc:
+            check.pytest_returncode = -1
+            check.pytest_output = _text(exc.stdout) + _text(exc.stderr)
+            check.problems.append(
+                f"{check.folder}: the tests did not finish within {timeout_s:g}s (+timeout_s=... to wait longer)"
+            )
+            return
     check.pytest_returncode = done.returncode
     check.pytest_output = done.stdout + done.stderr
     summary_lines = [

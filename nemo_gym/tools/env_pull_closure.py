@@ -1,0 +1,187 @@
+"""What else a NeMo Gym folder brings with it: the sibling folders it imports or names, and the
+bundled folders of this project it would use in their place.
+
+A folder of the ``nemo-gym`` wheel may import a helper package (``wordle`` imports
+``resources_servers.gymnasium``), subclass another environment (``polymath`` builds on
+``resources_servers.math_with_judge.app``) or name one in its configs and tests. A pull brings
+them all (:func:`folder_closure`). Where this project already has a folder of that name, the
+pulled folder would import it instead of NeMo Gym's: :func:`clashes` says, name by name, what
+the pulled code imports from it that the project's folder does not define.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from nemo_gym.tools.env_pull_wheel import KINDS
+
+SOURCE_RECORD = ".nemo_gym_source.json"
+_FOLDER_REFERENCE = re.compile(r"\b(resources_servers|responses_api_agents|responses_api_models)[./](\w+)")
+_SCANNED = (".py", ".yaml", ".yml")
+
+
+def referenced_folders(wheel_root: Path, kind: str, name: str) -> set[tuple[str, str]]:
+    """The other wheel folders that ``kind/name``'s Python and YAML files import or name."""
+    found: set[tuple[str, str]] = set()
+    for path in (wheel_root / kind / name).rglob("*"):
+        if path.suffix not in _SCANNED or not path.is_file() or ".venv" in path.parts:
+            continue
+        for ref_kind, ref_name in _FOLDER_REFERENCE.findall(path.read_text(errors="replace")):
+            if (ref_kind, ref_name) != (kind, name) and (wheel_root / ref_kind / ref_name).is_dir():
+                found.add((ref_kind, ref_name))
+    return found
+
+
+def folder_closure(
+    wheel_root: Path, kind: str, name: str, project: Path | None = None, replace: frozenset[str] = frozenset()
+) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """What pulling ``kind/name`` brings: ``(copied, kept)``.
+
+    ``copied``: every wheel folder it needs, directly or through another copied one (itself
+    excluded). ``kept``: the folders it needs that ``project`` already has (not copied, and not
+    followed further: the project's own folder is what will be imported), unless named in
+    ``replace`` (``kind/name``). Both sorted.
+    """
+    copied: set[tuple[str, str]] = set()
+    kept: set[tuple[str, str]] = set()
+    todo = [(kind, name)]
+    while todo:
+        current = todo.pop()
+        for ref in referenced_folders(wheel_root, *current):
+            if ref in copied or ref in kept or ref == (kind, name):
+                continue
+            here = project is not None and (project / ref[0] / ref[1]).is_dir()
+            if here and f"{ref[0]}/{ref[1]}" not in replace:
+                kept.add(ref)
+            else:
+                copied.add(ref)
+                todo.append(ref)
+    order = lambda ref: (KINDS.index(ref[0]), ref[1])  # noqa: E731
+    return sorted(copied, key=order), sorted(kept, key=order)
+
+
+def is_pulled(folder: Path) -> bool:
+    """Whether ``folder`` was brought in by ``gym env pull`` (it holds the source record)."""
+    return (folder / SOURCE_RECORD).is_file()
+
+
+@dataclass(frozen=True)
+class Clash:
+    """A project folder that a pulled one would import in place of NeMo Gym's folder of the same name."""
+
+    kind: str
+    name: str
+    missing: dict[str, list[str]]
+    """Module (``resources_servers.math_with_judge.app``) -> names the pulled code imports from
+    it that the project's folder does not define (``[]``: the module itself is missing)."""
+
+    def describe(self) -> str:
+        """One sentence per module: what is imported and not there."""
+        parts = []
+        for module, names in self.missing.items():
+            if names:
+                parts.append(f"{', '.join(names)} from {module}")
+            else:
+                parts.append(f"the module {module}")
+        return "; ".join(parts)
+
+
+def _imports(folder: Path, prefix: str) -> dict[str, set[str]]:
+    """Module -> names that the Python files under ``folder`` import from modules under ``prefix``."""
+    out: dict[str, set[str]] = {}
+    for path in folder.rglob("*.py"):
+        if ".venv" in path.parts:
+            continue
+        try:
+            tree = ast.parse(path.read_text(errors="replace"))
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                if node.module == prefix or node.module.startswith(prefix + "."):
+                    out.setdefault(node.module, set()).update(a.name for a in node.names if a.name != "*")
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name == prefix or alias.name.startswith(prefix + "."):
+                        out.setdefault(alias.name, set())
+    return out
+
+
+def _module_file(project: Path, module: str) -> Path | None:
+    base = project.joinpath(*module.split("."))
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return base if base.is_dir() else None  # a namespace package
+
+
+def _top_level_names(path: Path) -> set[str] | None:
+    """Names a module defines at top level (classes, functions, assignments, imports); None if unparsable."""
+    if path.is_dir():
+        return {p.stem for p in path.iterdir()}
+    try:
+        tree = ast.parse(path.read_text(errors="replace"))
+    except SyntaxError:
+        return None
+    names: set[str] = {p.stem for p in path.parent.iterdir()} if path.name == "__init__.py" else set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                names.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+    return names
+
+
+def clashes(pulled: list[Path], project: Path, refs: list[tuple[str, str]]) -> list[Clash]:
+    """The project's own folders among ``refs`` that the ``pulled`` folders' code cannot use.
+
+    A folder of the project answers for NeMo Gym's folder of the same name when every module the
+    pulled code imports from it exists and defines every name imported. A folder that was itself
+    pulled never clashes.
+    """
+    out = []
+    for kind, name in refs:
+        local = project / kind / name
+        if not local.is_dir() or is_pulled(local):
+            continue
+        prefix = f"{kind}.{name}"
+        wanted: dict[str, set[str]] = {}
+        for folder in pulled:
+            for module, names in _imports(folder, prefix).items():
+                wanted.setdefault(module, set()).update(names)
+        missing: dict[str, list[str]] = {}
+        for module, names in sorted(wanted.items()):
+            path = _module_file(project, module)
+            defined = _top_level_names(path) if path is not None else None
+            if path is None or defined is None:
+                missing[module] = []
+            elif names - defined:
+                missing[module] = sorted(names - defined)
+        if missing:
+            out.append(Clash(kind, name, missing))
+    return out
+
+
+def project_users(project: Path, kind: str, name: str, skip: set[Path]) -> list[str]:
+    """Files of the project outside ``kind/name`` (and ``skip``) that import or name it."""
+    pattern = re.compile(rf"\b{kind}[./]{name}\b")
+    users = []
+    for top in ("nemo_gym", "tests", "benchmarks", "scripts", *KINDS):
+        base = project / top
+        if not base.is_dir():
+            continue
+        for path in base.rglob("*"):
+            if path.suffix not in _SCANNED or not path.is_file() or ".venv" in path.parts:
+                continue
+            if path.is_relative_to(project / kind / name) or any(path.is_relative_to(s) for s in skip):
+                continue
+            if pattern.search(path.read_text(errors="replace")):
+                users.append(str(path.relative_to(project)))
+    return sorted(users)
