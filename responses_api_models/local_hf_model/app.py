@@ -44,6 +44,7 @@ from nemo_gym.models.chat_backend import ChatBridge, is_context_length_error, te
 from nemo_gym.models.media import media_kind
 from nemo_gym.models.token_ids import TOKEN_ID_FIELDS, render_chat_token_ids, spliced_prompt_token_ids
 from nemo_gym.serving.server import HTTPError
+from responses_api_models.local_hf_model import scoring
 from responses_api_models.local_hf_model.engine import Generation, HFCausalLM, SamplingSettings
 from responses_api_models.local_hf_model.streaming import stream_chat_completion_live, stream_responses_live
 
@@ -151,6 +152,8 @@ class LocalHFModel(SimpleResponsesAPIModel):
         """The model-server routes plus vLLM's ``/tokenize`` and ``/health``."""
         return super().routes() + [
             self.route("/tokenize", self.tokenize),
+            self.route("/detokenize", self.detokenize),
+            self.route("/v1/completions", self.completions),
             self.route("/health", self.health, methods=("GET",)),
         ]
 
@@ -209,6 +212,18 @@ class LocalHFModel(SimpleResponsesAPIModel):
         else:
             raise HTTPError(400, "tokenize needs 'prompt' (a string) or 'messages' (a list)")
         return {"count": len(ids), "max_model_len": self.lm.max_model_len, "tokens": ids, "token_strs": None}
+
+    async def detokenize(self, body: dict[str, Any]) -> dict[str, Any]:
+        """vLLM's ``/detokenize``: ``{tokens}`` -> ``{prompt}`` (special tokens kept)."""
+        ids = scoring.detokenize_request(body)
+        return {"prompt": self.lm.tokenizer.decode(ids, skip_special_tokens=False)}
+
+    async def completions(self, body: dict[str, Any]) -> dict[str, Any]:
+        """vLLM's ``/v1/completions`` in its scoring form only (see ``scoring.py``)."""
+        ids = scoring.scoring_request(body, len(self.lm.tokenizer), self.lm.max_model_len)
+        loop = asyncio.get_running_loop()
+        scores = await loop.run_in_executor(self.executor, scoring.prompt_logprobs, self.lm.model, ids)
+        return scoring.completion_answer(self.served_model_name, ids, scores, self.lm.tokenizer.decode)
 
     async def models(self, body: Any) -> dict[str, Any]:
         """vLLM's model list: the one served model."""

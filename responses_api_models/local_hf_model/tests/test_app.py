@@ -372,3 +372,33 @@ def test_stop_strings_end_the_generation_and_cut_the_text(forced_engine: str) ->
         assert len(stopped["choices"][0]["token_ids"]) < len(full["choices"][0]["token_ids"])
         status, bad = client.post(forced_engine + "/v1/chat/completions", {"messages": USER, "max_tokens": 0})
     assert status == 400 and "max_tokens" in bad["error"]["message"]
+
+
+def test_scoring_reproduces_the_logprobs_of_forced_tokens_and_detokenize_inverts_tokenize():
+    """``/v1/completions`` with ``prompt_logprobs`` (vLLM's scoring form) gives the log-probs the
+    engine reported when it emitted the same tokens; ``/detokenize`` gives their text back."""
+    server = LocalHFModel(
+        {"name": "engine", "tiny": True, "forced_completions": ["forty two"], "max_model_len": 512}
+    )
+    with running_server(server) as url, SyncClient(timeout_s=120) as client:
+        status, answer = client.post(
+            url + "/v1/chat/completions",
+            {"messages": [{"role": "user", "content": "hi"}], "logprobs": True, "return_token_ids": True},
+        )
+        assert status == 200, answer
+        prompt, generated = answer["prompt_token_ids"], answer["choices"][0]["token_ids"]
+        sampled = [entry["logprob"] for entry in answer["choices"][0]["logprobs"]["content"]]
+        status, scored = client.post(
+            url + "/v1/completions", {"prompt": prompt + generated, "max_tokens": 1, "prompt_logprobs": 0}
+        )
+        assert status == 200, scored
+        entries = scored["choices"][0]["prompt_logprobs"]
+        assert entries[0] is None and len(entries) == len(prompt) + len(generated)
+        rescored = [entries[len(prompt) + i][str(t)]["logprob"] for i, t in enumerate(generated)]
+        assert max(abs(a - b) for a, b in zip(rescored, sampled, strict=True)) < 1e-4
+        status, text = client.post(url + "/detokenize", {"tokens": generated})
+        assert status == 200 and "forty two" in text["prompt"]
+        status, refused = client.post(url + "/v1/completions", {"prompt": "text", "prompt_logprobs": 0})
+        assert status == 400 and "prompt" in str(refused)
+        status, refused = client.post(url + "/v1/completions", {"prompt": [1, 2]})
+        assert status == 400 and "prompt_logprobs" in str(refused)
