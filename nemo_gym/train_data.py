@@ -21,6 +21,7 @@ starting a second sequence). See "Training sequences" in ``docs/TOKEN_IDS.md``.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from collections.abc import Iterable, Mapping, Sequence
@@ -42,6 +43,7 @@ __all__ = [
     "TrainingDataError",
     "TrainingSequence",
     "build_training_sequence",
+    "split_training_sequences",
     "export_training_data",
     "model_calls",
     "ng_export_training_data",
@@ -306,6 +308,32 @@ def build_training_sequence(
         break_at_call=break_at,
         replaced_turn_ends=replaced,
     )
+
+
+def split_training_sequences(
+    rollout: Mapping[str, Any], *, turn_end_token_ids: Iterable[int] | None = None
+) -> list[TrainingSequence]:
+    """A rollout as prefix-stable sequences: :func:`build_training_sequence`, and at each break
+    a new sequence starting at the call that broke it (what a harness that rewrites its history
+    can still train on, each sequence exactly what the model saw). One sequence when the rollout
+    is contiguous; the ``break_at_call`` of each sequence but the last is the (rollout-wide)
+    index of the call that starts the next. Raises as :func:`build_training_sequence`.
+    """
+    sequences: list[TrainingSequence] = []
+    response = rollout.get("response")
+    offset = 0
+    while True:
+        sequence = build_training_sequence(rollout, turn_end_token_ids=turn_end_token_ids)
+        if sequence.break_at_call is None:
+            sequences.append(sequence)
+            return sequences
+        sequences.append(dataclasses.replace(sequence, break_at_call=offset + sequence.break_at_call))
+        assert isinstance(response, Mapping)  # build_training_sequence checked it
+        calls = model_calls(response)
+        start = calls[sequence.break_at_call - 1].output_index + 1
+        offset += sequence.break_at_call
+        response = {**response, "output": list(response["output"])[start:]}
+        rollout = {**rollout, "response": response}
 
 
 def _replaces_turn_end(

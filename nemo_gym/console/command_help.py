@@ -235,6 +235,34 @@ COMMANDS: dict[str, CommandHelp] = {
             ),
         ),
         CommandHelp(
+            "ng_certify_harness",
+            "A certificate of RL fidelity for a harness on an engine: N rollouts (collected on the "
+            "running stack, or read), checked call by call: each prompt extends the previous prompt + "
+            "generation (or the break is named: call, token range, cause), the loss mask covers exactly "
+            "the sampled tokens, and the engine's re-scoring reproduces the sampled log-probs. Writes a "
+            "JSON report and an HTML page; exit code 1 when the verdict is 'failed'.",
+            options=(
+                Option("+rollouts_jsonl_fpath=PATH", "rollouts already collected", "collect them"),
+                Option("+input_jsonl_fpath=PATH", "rows to collect from (with +agent_name)"),
+                Option("+agent_name=NAME", "the harness's agent on the running stack"),
+                Option("+num_rollouts=N", "rollouts per row", "3"),
+                Option("+limit=N", "rows used", "1"),
+                Option("+engine_server=NAME", "the engine's server name (re-scoring, /detokenize)"),
+                Option("+engine_base_url=URL", "or the engine's URL (a vLLM server)"),
+                Option("+logprob_tolerance=X", "largest |sampled - re-scored| log-prob", "0.001"),
+                Option(
+                    "+output_json_fpath=PATH",
+                    "the report (the HTML page beside it)",
+                    "<rollouts>.certificate.json",
+                ),
+                Option("+output_dir=PATH", "where collected rollouts go", "results/certificate"),
+            ),
+            examples=(
+                "ng_certify_harness +agent_name=code_gen_codex_agent "
+                "+input_jsonl_fpath=resources_servers/code_gen/data/example.jsonl +engine_server=local_hf_engine",
+            ),
+        ),
+        CommandHelp(
             "ng_init_resources_server",
             "Create a new environment folder (app.py, configs, example data, tests, README) that runs "
             "and passes ng_test as created.",

@@ -136,6 +136,12 @@ GROUPS: dict[str, tuple[str, tuple[Subcommand, ...]]] = {
                 "re-score rollouts with the current environment and report what changed",
             ),
             Subcommand(
+                "certify",
+                "nemo_gym.tools.certify_harness:ng_certify_harness",
+                "ng_certify_harness",
+                "certificate of RL fidelity for a harness on an engine (prefix, loss mask, log-probs)",
+            ),
+            Subcommand(
                 "profile",
                 "nemo_gym.reward_profile:ng_reward_profile",
                 "ng_reward_profile",
