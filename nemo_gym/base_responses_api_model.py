@@ -86,7 +86,7 @@ _LAZY_NAMES = {
     ),
     "read_model_call_records": ("nemo_gym.models.call_records", "read_model_call_records"),
     # NeMo Gym's private names that its adapters and tests import from here.
-    "_CaptureMiddleware": ("nemo_gym.models.call_capture", "CaptureMiddleware"),
+    "_CaptureMiddleware": ("nemo_gym.token_id_capture.middleware", "TokenCaptureMiddleware"),
     "_reconstruct_streamed_response": ("nemo_gym.models.call_capture", "reconstruct_streamed_response"),
 }
 
@@ -180,8 +180,22 @@ class SimpleResponsesAPIModel(BaseServer):
         ]
 
     def build_app(self) -> ASGIApp:
-        """The server's app with every error answer in OpenAI's shape (no route, auth, body limits too)."""
-        return OpenAIErrorBodies(super().build_app())
+        """The server's app with every error answer in OpenAI's shape (no route, auth, body limits too),
+        and, when the run turns ``token_id_capture`` on, NeMo Gym's training-token capture around it."""
+        app: ASGIApp = OpenAIErrorBodies(super().build_app())
+        global_config = plain_config(getattr(self.server_client, "global_config_dict", None))
+        block = global_config.get("token_id_capture") if isinstance(global_config, dict) else None
+        if self.uses_setup_webserver() or not (isinstance(block, dict) and block.get("enabled")):
+            return app  # a FastAPI adapter's app installs it itself (install_model_call_capture)
+        from nemo_gym.token_id_capture.middleware import TokenCaptureMiddleware, token_capture_components
+
+        return TokenCaptureMiddleware(
+            app,
+            store=None,
+            model_server_name=self.name,
+            non_generating_requests={("GET", "/v1/models"), ("GET", "/")},
+            **token_capture_components(global_config),
+        )
 
     async def responses_stream(self, body: dict[str, Any]) -> Response:
         """Answer a Responses request that asked for ``stream: true`` with an event stream.
@@ -190,24 +204,26 @@ class SimpleResponsesAPIModel(BaseServer):
         events; servers whose engine produces the answer in pieces override this to send events
         as they are produced. Raise ``HTTPError`` before the stream starts for a refused request.
         """
-        return stream_responses(await self.responses(without_stream(body)))
+        plain = without_stream(body)
+        return stream_responses(await _captured(self.responses, plain, plain))
 
     async def chat_completions_stream(self, body: dict[str, Any]) -> Response:
         """Answer a Chat Completions request with ``stream: true`` (see :meth:`responses_stream`)."""
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-        return stream_chat_completion(await self.chat_completions(without_stream(body)), include_usage)
+        plain = without_stream(body)
+        return stream_chat_completion(await _captured(self.chat_completions, plain, plain), include_usage)
 
     async def _serve_responses(self, body: Any) -> dict[str, Any] | Response:
         check_responses_request(body)
         if body.get("stream") is True:
             return await self.responses_stream(body)
-        return await self.responses(body)
+        return await _captured(self.responses, body, body)
 
     async def _serve_chat_completions(self, body: Any) -> dict[str, Any] | Response:
         check_chat_request(body)
         if body.get("stream") is True:
             return await self.chat_completions_stream(body)
-        return await self.chat_completions(body)
+        return await _captured(self.chat_completions, body, body)
 
     # ---- NeMo Gym's adapter style: FastAPI, typed bodies, the Request ---------------------
     def nemo_gym_style(self) -> bool:
@@ -294,14 +310,21 @@ class SimpleResponsesAPIModel(BaseServer):
 
     async def _stream_responses(self, request: Request, params: Any, ns_map: Any = None) -> Response:
         """Serve a Responses request as an event stream (the whole answer computed first)."""
-        from nemo_gym.responses_streaming import synthesize_responses_failure_sse, synthesize_responses_sse
+        from nemo_gym.responses_streaming import (
+            restore_namespace_tool_calls,
+            synthesize_responses_failure_sse,
+            synthesize_responses_sse,
+        )
 
         try:
             answer = as_json(await self._invoke_responses(request, params))
+            # The client's own tool names come back before the answer is committed or streamed.
+            answer["output"] = restore_namespace_tool_calls(list(answer.get("output") or []), ns_map or {})
+            # Inside the try: an answer that cannot be serialized (or committed) fails as an event too.
+            return await self._stream_served_response(answer, synthesize_responses_sse(answer))
         except Exception as exc:  # noqa: BLE001 - the client asked for a stream: the failure is its last event
             logger.exception("%s: responses() failed serving a streamed /v1/responses request", self.name)
             return event_stream(synthesize_responses_failure_sse(str(exc)))
-        return await self._stream_served_response(answer, synthesize_responses_sse(answer, ns_map))
 
     async def _stream_served_response(self, response: Any, events: Iterable[str | bytes]) -> Response:
         """The event stream of a finished answer, built before :meth:`_finalize_served_response` runs."""
@@ -382,14 +405,35 @@ class SimpleResponsesAPIModel(BaseServer):
         return dispatched
 
     async def _invoke_responses(self, request: Request, params: Any) -> Any:
-        return await call_handler(self.responses, request, params)
+        return await _captured(lambda p: call_handler(self.responses, request, p), params, params)
 
     async def _invoke_chat_completions(self, request: Request, params: Any) -> Any:
-        return await call_handler(self.chat_completions, request, params)
+        return await _captured(lambda p: call_handler(self.chat_completions, request, p), params, params)
 
     async def _finalize_served_response(self, response: Any) -> None:
         """Called with each answer once it is converted for the client (adapters that commit
         captured tokens override it)."""
+
+
+async def _captured(handler: Any, body: Any, request_body: Any) -> Any:
+    """``handler(body)``, with the call's training tokens captured when it is being captured.
+
+    The parent is resolved once from the request as received (prefix supply and capture share
+    the decision), before dispatch; the complete answer's tokens are written after it.
+    """
+    from nemo_gym.token_id_capture.sink import current_capture_context
+
+    if current_capture_context() is None:
+        return await handler(body)
+    from nemo_gym.token_id_capture.request_items import request_messages
+    from nemo_gym.token_id_capture.sink import capture_tokens, register_call_intent, resolve_parent
+
+    messages = request_messages(request_body)
+    await resolve_parent(messages)
+    await register_call_intent()
+    answer = await handler(body)
+    await capture_tokens(answer, request_messages=messages)
+    return answer
 
 
 # ---- NeMo Gym's model-call capture, per rollout ------------------------------------------
@@ -419,19 +463,22 @@ def install_model_call_capture(
 ) -> None:
     """Add the capture middleware to a FastAPI/starlette app.
 
-    It strips ``/ng-rollout/<id>`` before routing and, when ``config`` turns observability on,
-    stores every model call of that rollout (:class:`~nemo_gym.models.call_capture.CaptureMiddleware`).
-    A run whose ``token_id_capture`` block turns training-token capture on is refused here with
-    why (:mod:`nemo_gym.token_id_capture`). ``num_workers`` and ``non_generating_requests`` belong
-    to that capture and are accepted for NeMo Gym's signature.
+    It strips ``/ng-rollout/<id>`` before routing; when ``config`` turns observability on it
+    stores every model call of that rollout (:class:`~nemo_gym.models.call_capture.CaptureMiddleware`),
+    and when the run's ``token_id_capture`` block turns training-token capture on it captures
+    each ``/training-token-capture`` call's tokens
+    (:class:`~nemo_gym.token_id_capture.middleware.TokenCaptureMiddleware`).
+    ``non_generating_requests`` are the routes whose answers never carry generated text;
+    ``num_workers`` is accepted for NeMo Gym's signature.
     """
-    from nemo_gym.models.call_capture import CaptureMiddleware
-    from nemo_gym.token_id_capture.config import token_id_capture_config
+    from nemo_gym.token_id_capture.middleware import install_token_capture_middleware
 
-    if global_config_dict is not None:
-        token_id_capture_config(plain_config(global_config_dict)).require_disabled()
-    app.add_middleware(
-        CaptureMiddleware, store=make_capture_store(config), model_server_name=model_server_name
+    install_token_capture_middleware(
+        app,
+        plain_config(global_config_dict) or {},
+        store=make_capture_store(config),
+        model_server_name=model_server_name,
+        non_generating_requests=frozenset(non_generating_requests),
     )
 
 

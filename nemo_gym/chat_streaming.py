@@ -34,6 +34,11 @@ def sanitize_streaming_chat_body(body: dict[str, Any]) -> tuple[dict[str, Any], 
     return sanitize_chat_body(body, _KNOWN_FIELDS)
 
 
+def _sse_data(payload: dict[str, Any]) -> str:
+    """One chunk as an SSE ``data:`` frame (looked up at call time: NeMo Gym's tests replace it)."""
+    return f"data: {json.dumps(payload)}\n\n"
+
+
 def synthesize_chat_completion_sse(completion: dict[str, Any], include_usage: bool = False) -> Iterator[str]:
     """A finished chat completion as server-sent ``chat.completion.chunk`` events, then ``data: [DONE]``.
 
@@ -41,5 +46,5 @@ def synthesize_chat_completion_sse(completion: dict[str, Any], include_usage: bo
     """
     with_usage = include_usage and completion.get("usage") is not None
     for chunk in chat_completion_chunks(completion, include_usage=with_usage):
-        yield f"data: {json.dumps(chunk)}\n\n"
+        yield _sse_data(chunk)
     yield "data: [DONE]\n\n"

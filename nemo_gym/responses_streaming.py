@@ -62,7 +62,8 @@ def restore_namespace_tool_calls(items: list[Any], ns_map: NamespaceMap) -> list
     return restore_namespace_calls(items, ns_map)
 
 
-def _sse(event: dict[str, Any]) -> str:
+def _sse_event(event: dict[str, Any]) -> str:
+    """One event as an SSE frame (looked up at call time: NeMo Gym's tests replace it)."""
     return f"event: {event['type']}\ndata: {json.dumps(event)}\n\n"
 
 
@@ -72,7 +73,7 @@ def synthesize_responses_sse(
     """A finished Responses response as server-sent Responses events, namespaced calls restored."""
     output = restore_namespace_calls(list(response_json.get("output") or []), ns_map or {})
     for event in response_events({**response_json, "output": output}):
-        yield _sse(event)
+        yield _sse_event(event)
 
 
 def synthesize_responses_failure_sse(message: str, *, code: str = "server_error") -> Iterator[str]:
@@ -88,7 +89,7 @@ def synthesize_responses_failure_sse(message: str, *, code: str = "server_error"
         "output": [],
         "error": {"code": code, "message": message},
     }
-    yield _sse(
+    yield _sse_event(
         {"type": "response.created", "sequence_number": 0, "response": {**response, "status": "in_progress"}}
     )
-    yield _sse({"type": "response.failed", "sequence_number": 1, "response": response})
+    yield _sse_event({"type": "response.failed", "sequence_number": 1, "response": response})

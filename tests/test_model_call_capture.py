@@ -33,7 +33,7 @@ from nemo_gym.base_responses_api_model import (
 from nemo_gym.config_types import ROLLOUT_PATH_PREFIX, ModelServerRef
 from nemo_gym.server_utils import ServerClient
 from nemo_gym.testing import SyncClient
-from nemo_gym.token_id_capture import TokenIdCaptureUnavailable, current_capture_context
+from nemo_gym.token_id_capture import current_capture_context
 
 ADAPTER_SOURCE = """
 from fastapi import Request
@@ -218,8 +218,8 @@ def test_served_by_a_real_process_the_outer_prefix_strip_keeps_the_rollout(
             assert peers.poll_for_status("canned") == "success"
             status, body = client.post(url + "/ng-rollout/r-7/v1/responses", {"input": "hi"})
             assert status == 200 and body["id"] == "resp_1"
-            # NeMo Gym's training-token-capture segment routes the same (capture itself is refused
-            # at start when a run turns it on; an agent flag alone serves the call as NeMo Gym does).
+            # NeMo Gym's training-token-capture segment routes the same (with the run's capture off,
+            # an agent flag alone serves the call uncaptured, as NeMo Gym does).
             status, body = client.post(
                 url + "/ng-rollout/r-7/training-token-capture/v1/responses", {"input": "hi"}
             )
@@ -285,8 +285,8 @@ def test_capture_config_and_token_capture_refusal(tmp_path: Path) -> None:
         ModelCallCaptureConfig.model_validate(
             {"observability_enabled": True, "model_call_capture_dir": "rel"}
         )
-    # Training-token capture is not implemented here: asked for, it is refused with the alternative.
-    with pytest.raises(TokenIdCaptureUnavailable, match="return_token_id_information"):
+    # Training-token capture asked for with nowhere to write: refused at start, naming the field.
+    with pytest.raises(ValueError, match="token_id_capture.dir"):
         install_model_call_capture(
             FastAPI(), ModelCallCaptureConfig(), global_config_dict={"token_id_capture": {"enabled": True}}
         )
@@ -352,24 +352,6 @@ def test_nemo_gym_adapter_ingress_refuses_fields_openai_does_not_define(adapter)
         )
 
 
-def test_nemo_gym_capture_components_load_but_refuse_use() -> None:
-    from nemo_gym.token_id_capture import InMemoryLineageStore, TokenCaptureStore, trajectories_from_source
-    from nemo_gym.token_id_capture.external_capture import VLLMWorkerCaptureHandler
-    from nemo_gym.token_id_capture.staging.records import CaptureAdmission
-
-    store = InMemoryLineageStore()  # NeMo Gym's tests build one at import: that must load
-    for use in (
-        lambda: store.index,
-        lambda: TokenCaptureStore("/tmp").freeze,
-        lambda: VLLMWorkerCaptureHandler().prepare_request,
-        trajectories_from_source,
-    ):
-        with pytest.raises(TokenIdCaptureUnavailable, match="return_token_id_information: true"):
-            use()
-    admission = CaptureAdmission(rollout_id="r", model_call_id="c", mode="token_in", prev_len=2)
-    assert admission.model_dump(mode="json")["required_prefix_token_ids"] == []
-
-
 def test_slow_streamed_chat_answer_keeps_the_stream_open(adapter, tmp_path: Path, monkeypatch) -> None:
     _, canned_app = adapter
     server = build(canned_app, {"observability_enabled": True, "model_call_capture_dir": str(tmp_path)})
@@ -417,18 +399,3 @@ def test_anthropic_messages_are_answered_through_responses(adapter, tmp_path: Pa
     assert calls[1].error_category is None
 
 
-def test_ng_run_refuses_a_run_that_turns_training_token_capture_on(tmp_path: Path) -> None:
-    root = Path(__file__).resolve().parent.parent
-    configs = [
-        root / "resources_servers/example_single_tool_call/configs/example_single_tool_call.yaml",
-        root / "responses_api_models/scripted_model/configs/scripted_model.yaml",
-    ]
-    command = [
-        sys.executable, "-c", "from nemo_gym.cli import ng_run; ng_run()",
-        f"+config_paths=[{','.join(map(str, configs))}]", "++token_id_capture.enabled=true",
-    ]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(root)}
-    done = subprocess.run(command, capture_output=True, text=True, timeout=60, cwd=tmp_path, env=env)
-    # Refused before any server starts, saying what to use instead: never silently ignored.
-    assert done.returncode != 0
-    assert "token_id_capture.enabled is set" in done.stderr and "return_token_id_information" in done.stderr

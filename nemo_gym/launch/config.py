@@ -294,10 +294,6 @@ def load_config(
     config = resolve_interpolations(config)
     if validate_refs:
         validate_server_refs(config)
-        from nemo_gym.models.capture_support import TOKEN_CAPTURE_UNAVAILABLE, unserved_token_capture_switches
-
-        for switch in unserved_token_capture_switches(config):
-            raise ConfigError(TOKEN_CAPTURE_UNAVAILABLE.format(what=f"{switch} is set"))
     return config
 
 

@@ -69,8 +69,15 @@ def tool_is_valid(tool: Any) -> bool:
     return _tool_type_known(tool)
 
 
-input_item_is_valid = _validates(_INPUT_ITEM)
-"""Whether a Responses input item is one the installed ``openai`` package knows."""
+_input_item_validates = _validates(_INPUT_ITEM)
+
+
+def input_item_is_valid(item: Any) -> bool:
+    """Whether a Responses input item is one the installed ``openai`` package knows (a field set
+    to null counts as absent: a client echoing an output item sends its unset fields as null)."""
+    if isinstance(item, dict):
+        item = {key: value for key, value in item.items() if value is not None}
+    return _input_item_validates(item)
 
 
 def _wants_usage(body: dict[str, Any]) -> bool:

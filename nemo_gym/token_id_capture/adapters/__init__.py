@@ -1,1 +1,1 @@
-"""NeMo Gym's inference-engine adapters for staged token capture: not implemented here."""
+"""Engine adapters of worker-owned staging: read and write vLLM's and Megatron Inference's own shapes."""
