@@ -397,5 +397,3 @@ def test_anthropic_messages_are_answered_through_responses(adapter, tmp_path: Pa
         {"call_id": calls[1].tool_calls[0]["call_id"], "name": "lookup", "arguments": {"q": 1}}
     ]
     assert calls[1].error_category is None
-
-
