@@ -202,7 +202,8 @@ def test_unknown_name_and_available_listing(index_url: str, tmp_path: Path) -> N
     )
     assert listed.returncode == 0, listed.stderr
     assert "nemo-gym 9.9.9: 1 resources_servers" in listed.stdout
-    assert f"  {ENV_NAME}  One get_weather tool" in listed.stdout  # the config's description
+    # What it needs beyond this machine (nothing), then the config's description.
+    assert f"  {ENV_NAME}  runs here  One get_weather tool" in listed.stdout
     agents = subprocess.run(
         [*GYM, "list", "agents", "--available", "9.9.9"], env=env, capture_output=True, text=True, timeout=120
     )
@@ -269,3 +270,29 @@ def test_config_paths_resolve_under_nemo_gym_extra_roots(
         resolve_config_path("resources_servers/env/configs/env.yaml")
     monkeypatch.setenv("NEMO_GYM_EXTRA_ROOTS", str(tmp_path))
     assert resolve_config_path("resources_servers/env/configs/env.yaml") == config
+
+
+def test_needs_marks_gpu_network_and_a_data_step(tmp_path: Path) -> None:
+    """The listing's rule, on folders that need a GPU, the network, and a data file a script writes."""
+    from nemo_gym.tools.env_pull_needs import folder_needs, needs_label
+
+    words = tmp_path / "resources_servers" / "words"
+    (words / "data").mkdir(parents=True)
+    (words / "app.py").write_text('WORDS = Path(__file__).parent / "data" / "words.txt"\n')
+    (words / "generate_data.py").write_text('open("data/words.txt", "w").write(download())\n')
+    gpu = tmp_path / "resources_servers" / "gpu"
+    gpu.mkdir()
+    (gpu / "app.py").write_text("from vllm import LLM\nkey = os.environ['OPENAI_API_KEY']\n")
+    plain = tmp_path / "resources_servers" / "plain"
+    plain.mkdir()
+    (plain / "app.py").write_text('PROMPT = "prompt.txt"\n')
+    (plain / "prompt.txt").write_text("hi\n")
+
+    assert folder_needs(words, tmp_path) == {
+        "data_step": "python resources_servers/words/generate_data.py (it writes words.txt: the server's "
+        "code names it, the folder does not ship it)"
+    }
+    assert needs_label(folder_needs(gpu)) == "needs GPU, network"
+    assert needs_label(folder_needs(plain)) == "runs here"
+    (words / "data" / "words.txt").write_text("crane\n")
+    assert folder_needs(words) == {}

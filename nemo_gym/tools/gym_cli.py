@@ -448,8 +448,11 @@ def _list_kind(kind: str, argv: list[str]) -> int:
 
 
 def _list_available(kind: str, argv: list[str]) -> int:
-    """What the nemo-gym wheel (``argv``: an optional version) offers of ``kind``; pulled ones marked."""
+    """What the nemo-gym wheel (``argv``: an optional version) offers of ``kind``: pulled or
+    bundled ones marked ``*``, and what each needs beyond this machine (the corpus script's rule:
+    :func:`nemo_gym.tools.env_pull_needs.folder_needs`)."""
     from nemo_gym.tools.env_pull import PullError, fetch_wheel, list_folders
+    from nemo_gym.tools.env_pull_needs import folder_needs, needs_label
 
     if len(argv) > 1 or (argv and not re.fullmatch(r"[0-9][0-9A-Za-z.+-]*", argv[0])):
         raise ConfigError(f"--available takes an optional version (0.7.0), got {' '.join(argv)}")
@@ -458,14 +461,22 @@ def _list_available(kind: str, argv: list[str]) -> int:
     except PullError as exc:
         raise ConfigError(str(exc)) from exc
     names = [name for _, name in list_folders(root, [kind])]
+    labels = {name: needs_label(folder_needs(root / kind / name, root)) for name in names}
     width = max((len(n) for n in names), default=0)
+    label_width = max((len(v) for v in labels.values()), default=0)
     print(
-        f"nemo-gym {root.name.removeprefix('nemo_gym-')}: {len(names)} {kind} (* already here; gym env pull NAME)"
+        f"nemo-gym {root.name.removeprefix('nemo_gym-')}: {len(names)} {kind} "
+        "(* already here; gym env pull NAME[==VERSION])"
     )
     for name in names:
         here = "*" if (project_root() / kind / name).exists() else " "
         summary = component_summary(root / kind / name)
-        print(f"{here} {name:<{width}}  {summary[:97] + '...' if len(summary) > 100 else summary}".rstrip())
+        summary = summary[:77] + "..." if len(summary) > 80 else summary
+        print(f"{here} {name:<{width}}  {labels[name]:<{label_width}}  {summary}".rstrip())
+    print(
+        "runs here: needs no GPU, network or data step by the static rule; needs data step: "
+        "gym env pull NAME says which command prepares it"
+    )
     return 0
 
 
