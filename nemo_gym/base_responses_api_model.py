@@ -170,14 +170,22 @@ class SimpleResponsesAPIModel(BaseServer):
         return {"object": "list", "data": data}
 
     def routes(self) -> list[Route]:
-        """Liveness, ``/v1/responses``, ``/v1/chat/completions`` and ``/v1/models``."""
-        return super().routes() + [
-            self.route("/v1/responses", self._serve_responses, body_model_of=self.responses),
-            self.route(
-                "/v1/chat/completions", self._serve_chat_completions, body_model_of=self.chat_completions
-            ),
-            self.route("/v1/models", self.models, methods=("GET",)),
-        ]
+        """Liveness (``GET``/``HEAD /``), ``/v1/responses``, ``/v1/chat/completions``, ``/v1/models``,
+        and the Anthropic Messages and Gemini dialects over :meth:`responses`
+        (:class:`~nemo_gym.models.dialect_routes.DialectRoutes`)."""
+        from nemo_gym.models.dialect_routes import DialectRoutes
+
+        return (
+            super().routes()
+            + [
+                self.route("/v1/responses", self._serve_responses, body_model_of=self.responses),
+                self.route(
+                    "/v1/chat/completions", self._serve_chat_completions, body_model_of=self.chat_completions
+                ),
+                self.route("/v1/models", self.models, methods=("GET",)),
+            ]
+            + DialectRoutes(self).routes()
+        )
 
     def build_app(self) -> ASGIApp:
         """The server's app with every error answer in OpenAI's shape (no route, auth, body limits too),

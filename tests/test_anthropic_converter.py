@@ -160,9 +160,13 @@ def test_response_streams_as_messages_events() -> None:
 
     events = [chunk.split("\n", 1) for chunk in converter.anthropic_response_to_sse(answer)]
     names = [head.removeprefix("event: ") for head, _ in events]
-    assert names[0] == "message_start" and names[-2:] == ["message_delta", "message_stop"]
-    assert names[1:-2] == ["content_block_start", "content_block_delta", "content_block_stop"] * 3
+    assert names[:2] == ["message_start", "ping"] and names[-2:] == ["message_delta", "message_stop"]
+    block = ["content_block_start", "content_block_delta", "content_block_stop"]
+    # A thinking block's signature comes in a delta of its own, as Anthropic streams it.
+    assert names[2:-2] == [*block[:2], "content_block_delta", block[2], *block, *block]
     data = [json.loads(body.removeprefix("data: ")) for _, body in events]
-    assert data[0]["message"]["content"] == []
-    assert data[8]["delta"] == {"type": "input_json_delta", "partial_json": "{}"}
+    assert data[0]["message"]["content"] == [] and data[0]["message"]["stop_reason"] is None
+    assert data[0]["message"]["usage"] == {"input_tokens": 5, "output_tokens": 0}
+    assert data[4]["delta"] == {"type": "signature_delta", "signature": ""}
+    assert data[10]["delta"] == {"type": "input_json_delta", "partial_json": "{}"}
     assert data[-2]["delta"]["stop_reason"] == "tool_use" and data[-2]["usage"] == {"output_tokens": 7}

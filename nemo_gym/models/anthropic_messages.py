@@ -29,10 +29,12 @@ from collections.abc import Callable
 from typing import Any
 
 from nemo_gym.models.chat_tools import ConversionUnsupported
-from nemo_gym.models.conversion import new_item_id
+from nemo_gym.models.conversion import TOKEN_ID_FIELDS, new_item_id
 from nemo_gym.models.responses_chat import ECHOED_REQUEST_SETTINGS
 
 IdFactory = Callable[[str], str]
+
+CONTIGUITY_FIELD = "token_ids_contiguous"
 
 IMAGE_MEDIA_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
 """The image types Anthropic's API takes."""
@@ -43,6 +45,9 @@ _INCOMPLETE_OF_STOP = {
 }
 _STOP_OF_INCOMPLETE = {"max_output_tokens": "max_tokens", "content_filter": "refusal"}
 _EMPTY_SCHEMA = {"type": "object", "properties": {}}
+_TOKEN_FIELDS = (*TOKEN_ID_FIELDS, CONTIGUITY_FIELD)
+# Roles a Messages client may send: Claude Code puts a `system` turn mid-conversation at times.
+_CLIENT_ROLES = ("user", "assistant", "system")
 # Models whose API refuses temperature / top_p / top_k.
 _FIXED_SAMPLING_MODELS = ("claude-opus-4-7", "claude-opus-4-8")
 # Request settings a Responses answer echoes.
@@ -308,12 +313,27 @@ def messages_request_to_responses_params(
     """Responses create-params for a Messages request (fields the request does not set are left out)."""
     items: list[dict[str, Any]] = []
     for index, message in enumerate(body.get("messages") or []):
+        where = f"messages[{index}]"
+        if not isinstance(message, dict) or message.get("role") not in _CLIENT_ROLES:
+            raise ValueError(f"{where} must be an object with role 'user', 'assistant' or 'system'")
         content, role = message.get("content", ""), message["role"]
         if isinstance(content, str):
-            items.append({"type": "message", "role": role, "content": content})
+            turn = [{"type": "message", "role": role, "content": content}]
+        elif isinstance(content, list):
+            turn = _blocks_to_items(role, content, where, new_id)
         else:
-            items += _blocks_to_items(role, content, f"messages[{index}]", new_id)
+            raise ValueError(f"{where}.content must be a string or a list of content blocks")
+        # A client that keeps our token-ID fields on an assistant turn (an SDK user, a capture
+        # proxy) hands them back on the turn's last item, where the Responses path carries them.
+        fields = {key: message[key] for key in _TOKEN_FIELDS if key in message}
+        if fields and role == "assistant" and turn:
+            turn[-1] = {**turn[-1], **fields}
+        items += turn
     params: dict[str, Any] = {"input": items}
+    if body.get("stop_sequences"):
+        raise ValueError(
+            "stop_sequences are not served: stop strings cut sampled text inside tokens; leave them out"
+        )
     system = body.get("system")
     if isinstance(system, list):
         system = "\n".join(
@@ -325,11 +345,7 @@ def messages_request_to_responses_params(
                            ("top_p", "top_p")):  # fmt: skip
         if body.get(source) is not None:
             params[target] = body[source]
-    tools = [
-        {"type": "function", "name": tool["name"], "description": tool.get("description"),
-         "parameters": tool.get("input_schema") or dict(_EMPTY_SCHEMA), "strict": False}
-        for tool in body.get("tools") or []
-    ]  # fmt: skip
+    tools = [_tool_to_responses(tool, index) for index, tool in enumerate(body.get("tools") or [])]
     if tools:
         params["tools"] = tools
     choice = body.get("tool_choice")
@@ -342,6 +358,19 @@ def messages_request_to_responses_params(
         else:
             raise ConversionUnsupported(f"tool_choice {choice!r} has no Responses form")
     return params
+
+
+def _tool_to_responses(tool: Any, index: int) -> dict[str, Any]:
+    # Anthropic's server tools (web search, code execution, ...) run on Anthropic's side.
+    if not isinstance(tool, dict) or not isinstance(tool.get("name"), str):
+        raise ValueError(f"tools[{index}] must be an object with a 'name'")
+    if tool.get("type") not in (None, "custom"):
+        raise ConversionUnsupported(
+            f"tools[{index}] ({tool['name']!r}) has type {tool['type']!r}: only client tools "
+            "(with an input_schema) can be served by this model"
+        )
+    return {"type": "function", "name": tool["name"], "description": tool.get("description"),
+            "parameters": tool.get("input_schema") or dict(_EMPTY_SCHEMA), "strict": False}  # fmt: skip
 
 
 def _blocks_to_items(
@@ -418,7 +447,8 @@ def _tool_result_output(content: Any, where: str) -> Any:
 def response_to_messages_response(
     response: dict[str, Any], *, model: str, new_id: IdFactory = new_item_id
 ) -> dict[str, Any]:
-    """A Responses ``response`` as a Messages response; token-ID fields are not carried."""
+    """A Responses ``response`` as a Messages response; the call's token-ID fields (see
+    :func:`call_token_fields`) are kept on it, beside Anthropic's own fields."""
     content: list[dict[str, Any]] = []
     for index, item in enumerate(response.get("output") or []):
         kind, where = item.get("type") or "message", f"output item {index}"
@@ -434,7 +464,7 @@ def response_to_messages_response(
     has_tool_use = any(block["type"] == "tool_use" for block in content)
     stop = _STOP_OF_INCOMPLETE.get(reason or "") or ("tool_use" if has_tool_use else "end_turn")
     usage = response.get("usage") or {}
-    return {
+    answer = {
         # The Responses id is kept: a token capture recorded the call under it.
         "id": str(response.get("id") or "") or new_id("msg"),
         "type": "message",
@@ -448,19 +478,36 @@ def response_to_messages_response(
             "output_tokens": usage.get("output_tokens") or 0,
         },
     }
+    answer.update(call_token_fields(response))
+    return answer
+
+
+def call_token_fields(response: dict[str, Any]) -> dict[str, Any]:
+    """The token-ID fields of a Responses answer (from the last output item carrying them; ``{}``
+    when it has none): one dialect answer is one model call, so they sit on the answer itself."""
+    for item in reversed(response.get("output") or []):
+        if isinstance(item, dict) and "prompt_token_ids" in item:
+            return {key: item[key] for key in _TOKEN_FIELDS if key in item}
+    return {}
 
 
 def messages_response_events(answer: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     """``(event name, data)`` of the Messages events streaming a finished ``answer``.
 
-    ``message_start`` (the answer without content), per block ``content_block_start`` /
-    ``content_block_delta`` / ``content_block_stop``, ``message_delta`` (stop reason, output
-    tokens), ``message_stop``.
+    ``message_start`` (the answer without content or stop reason), ``ping``, per block
+    ``content_block_start`` / ``content_block_delta`` (a thinking block's signature in a second
+    delta) / ``content_block_stop``, ``message_delta`` (stop reason, output tokens, and the
+    call's token-ID fields when the answer has them), ``message_stop``.
     """
-    shell = {key: value for key, value in answer.items() if key != "content"} | {"content": []}
-    shell.setdefault("usage", {})
+    tokens = {key: answer[key] for key in _TOKEN_FIELDS if key in answer}
+    shell = {key: value for key, value in answer.items() if key not in tokens}
+    usage = answer.get("usage") or {}
+    # As Anthropic streams: no content, no stop reason yet, the prompt's tokens counted.
+    shell.update(content=[], stop_reason=None, stop_sequence=None,
+                 usage={"input_tokens": usage.get("input_tokens", 0), "output_tokens": 0})  # fmt: skip
     events: list[tuple[str, dict[str, Any]]] = [
-        ("message_start", {"type": "message_start", "message": shell})
+        ("message_start", {"type": "message_start", "message": shell}),
+        ("ping", {"type": "ping"}),
     ]
     for index, block in enumerate(answer.get("content") or []):
         kind = block.get("type")
@@ -469,7 +516,7 @@ def messages_response_events(answer: dict[str, Any]) -> list[tuple[str, dict[str
             empty = {"type": "text", "text": ""}
             delta = {"type": "text_delta", "text": block.get("text") or ""}
         elif kind == "thinking":
-            empty = {"type": "thinking", "thinking": ""}
+            empty = {"type": "thinking", "thinking": "", "signature": ""}
             delta = {"type": "thinking_delta", "thinking": block.get("thinking") or ""}
         elif kind == "tool_use":
             empty = {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}
@@ -482,11 +529,18 @@ def messages_response_events(answer: dict[str, Any]) -> list[tuple[str, dict[str
         events.append(
             ("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta})
         )
+        if kind == "thinking":
+            signed = {"type": "signature_delta", "signature": block.get("signature") or ""}
+            events.append(
+                ("content_block_delta", {"type": "content_block_delta", "index": index, "delta": signed})
+            )
         events.append(("content_block_stop", {"type": "content_block_stop", "index": index}))
     stop = {"stop_reason": answer.get("stop_reason"), "stop_sequence": answer.get("stop_sequence")}
-    output_tokens = (answer.get("usage") or {}).get("output_tokens", 0)
+    output_tokens = usage.get("output_tokens", 0)
+    # The call's token IDs ride on the last data event, as on the Responses and Chat streams.
     events.append(
-        ("message_delta", {"type": "message_delta", "delta": stop, "usage": {"output_tokens": output_tokens}})
-    )
+        ("message_delta",
+         {"type": "message_delta", "delta": stop, "usage": {"output_tokens": output_tokens}, **tokens})
+    )  # fmt: skip
     events.append(("message_stop", {"type": "message_stop"}))
     return events
