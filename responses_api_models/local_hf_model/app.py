@@ -45,8 +45,14 @@ from nemo_gym.models.media import media_kind
 from nemo_gym.models.token_ids import TOKEN_ID_FIELDS, render_chat_token_ids, spliced_prompt_token_ids
 from nemo_gym.serving.server import HTTPError
 from responses_api_models.local_hf_model import scoring
-from responses_api_models.local_hf_model.engine import Generation, HFCausalLM, SamplingSettings
+from responses_api_models.local_hf_model.engine import (
+    Generation,
+    HFCausalLM,
+    SamplingSettings,
+    teacher_forced,
+)
 from responses_api_models.local_hf_model.streaming import stream_chat_completion_live, stream_responses_live
+from responses_api_models.local_hf_model.teacher_forcing import ScriptBook, TeacherScript, load_scripts
 
 logger = logging.getLogger(__name__)
 
@@ -91,6 +97,9 @@ class LocalHFModelConfig(BaseResponsesAPIModelConfig):
     chat_template_kwargs: dict[str, Any] | None = None
     turn_end_token_ids: list[int] | None = None
     forced_completions: list[str] | None = None
+    # Scripted turns emitted teacher-forced (see teacher_forcing.py): inline, or from a file.
+    teacher_forced_scripts: list[TeacherScript] | None = None
+    teacher_forced_script_file: str | None = None
     return_token_id_information: bool = False
     # Accept image and video parts: the chat template renders their placeholder tokens (a text
     # model here does not read pixels; tiny_template chatml_vision is such a template).
@@ -103,7 +112,16 @@ class LocalHFModelConfig(BaseResponsesAPIModelConfig):
             raise ValueError(
                 "give exactly one of model (a Hugging Face hub name or local checkpoint path) and tiny: true"
             )
+        if self.teacher_forced_scripts is not None and self.teacher_forced_script_file is not None:
+            raise ValueError("give teacher_forced_scripts or teacher_forced_script_file, not both")
         return self
+
+    def script_book(self) -> ScriptBook | None:
+        """The teacher-forced scripts (None when there are none); a bad file is a ``ValueError``."""
+        scripts = self.teacher_forced_scripts
+        if self.teacher_forced_script_file is not None:
+            scripts = load_scripts(self.teacher_forced_script_file)
+        return ScriptBook(scripts) if scripts else None
 
 
 class LocalHFModel(SimpleResponsesAPIModel):
@@ -133,6 +151,7 @@ class LocalHFModel(SimpleResponsesAPIModel):
         self.served_model_name = config.served_model_name or (
             f"tiny-{config.tiny_template}" if config.tiny else path
         )
+        self.script_book = config.script_book()
         self.forced_ids = [
             self.lm.tokenizer.encode(text, add_special_tokens=False)
             for text in config.forced_completions or []
@@ -390,6 +409,9 @@ class ChatRequest:
     ) -> dict[str, Any]:
         """Generate after :meth:`prepare`; ``on_token`` sees each token as it is sampled, and
         ``cancelled`` (set when a streaming client went away) ends the generation early."""
+        scripted = self._scripted_ids()
+        if scripted is not None:
+            return self._teacher_forced(scripted, on_token)
         stop_check = self._hit_stop_string if self.stop_strings else None
         if cancelled is not None:
             strings = stop_check
@@ -435,6 +457,31 @@ class ChatRequest:
         if bad is not None:
             raise HTTPError(400, f"prompt token ID {bad} is outside the vocabulary (0..{vocab - 1})")
         return ids, contiguous
+
+    def _scripted_ids(self) -> list[int] | None:
+        """The teacher-forced IDs of the script's turn for this call (None: no script matches)."""
+        book = self.server.script_book
+        turn = book.turn_for(self.messages) if book is not None else None
+        if turn is None or book is None:
+            return None
+        turn_end = self.config.turn_end_token_ids or sorted(self.lm.stop_token_ids())
+        try:
+            return book.forced_ids(
+                turn, self.messages, self.lm.tokenizer, self.tools, self.template_kwargs, turn_end
+            )
+        except ValueError as exc:
+            raise HTTPError(500, f"the scripted turn cannot be rendered: {exc}") from exc
+
+    def _teacher_forced(self, ids: list[int], on_token: Callable[[int], None] | None) -> dict[str, Any]:
+        """The scripted turn's tokens (cut at the request's ``max_tokens``) with the model's logprobs."""
+        generation = teacher_forced(self.lm, self.prompt_ids, ids[: self.max_tokens], top_n=self.top_n)
+        if len(ids) > self.max_tokens:
+            generation.finish_reason = "length"
+        for token in generation.token_ids:
+            if on_token is not None:
+                on_token(token)
+        self.server.last_generation_end = time.monotonic()
+        return self._completion(self.prompt_ids, self.contiguous, generation, self.stop_ids)
 
     def _forced_ids(self, stop_ids: set[int]) -> list[int] | None:
         # The n-th forced completion answers the call whose history holds n assistant turns,

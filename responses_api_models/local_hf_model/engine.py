@@ -169,6 +169,36 @@ class HFCausalLM:
         return result
 
 
+@torch.inference_mode()
+def teacher_forced(
+    lm: HFCausalLM, prompt_ids: Sequence[int], token_ids: Sequence[int], *, top_n: int = 0
+) -> Generation:
+    """``token_ids`` after ``prompt_ids`` with the model's logprob of each, from one forward pass.
+
+    Teacher forcing: the logits at position ``len(prompt) - 1 + i`` give the model's
+    distribution for token i; its ``log_softmax`` is the logprob, as :meth:`HFCausalLM.generate`
+    reports for sampled tokens. ``finish_reason`` is ``stop``.
+    """
+    result = Generation(finish_reason="stop")
+    if not token_ids:
+        return result
+    sequence = torch.tensor([[*prompt_ids, *token_ids]])
+    logits = lm.model(input_ids=sequence).logits[0, len(prompt_ids) - 1 : -1].float()
+    logprobs = torch.log_softmax(logits, dim=-1)
+    targets = torch.tensor(list(token_ids))
+    result.token_ids = [int(i) for i in token_ids]
+    result.logprobs = [float(v) for v in logprobs.gather(1, targets.unsqueeze(1)).squeeze(1).tolist()]
+    for row in logprobs:
+        if top_n > 0:
+            values, indices = torch.topk(row, min(top_n, row.shape[-1]))
+            result.top_logprobs.append(
+                [(int(i), float(v)) for i, v in zip(indices.tolist(), values.tolist(), strict=True)]
+            )
+        else:
+            result.top_logprobs.append([])
+    return result
+
+
 def sample_token(logits: torch.Tensor, sampling: SamplingSettings, generator: torch.Generator) -> int:
     """One token from ``logits`` with temperature, top-k and top-p (nucleus) truncation."""
     if sampling.temperature <= 0:
