@@ -18,10 +18,11 @@ from nemo_gym.base_resources_server import (
     BaseVerifyResponse,
     SimpleResourcesServer,
 )
+from nemo_gym.failure_kinds import SANDBOX_FAILED, VERIFIER_TIMEOUT
 from nemo_gym.response_items import content_text
 from nemo_gym.serving.server import HTTPError
 from resources_servers.code_gen.judge import UnitTests, extract_python_code, grade
-from resources_servers.code_gen.sandbox import CodeSandbox, SandboxLimits
+from resources_servers.code_gen.sandbox import CodeSandbox, RunStatus, SandboxLimits
 
 logger = logging.getLogger("nemo_gym.code_gen")
 
@@ -112,6 +113,16 @@ class CodeGenServer(SimpleResourcesServer):
         report = await grade(
             self.sandbox, code, tests, stop_on_first_failure=self.config.stop_on_first_failure
         )
+        if report.infrastructure is not None:
+            # What the machine did is no verdict on the code: the collector files a failure row.
+            run = report.infrastructure
+            if run.status is RunStatus.STARVED:
+                raise HTTPError(
+                    504, f"{run.message} (failure_class: {VERIFIER_TIMEOUT})", failure_class=VERIFIER_TIMEOUT
+                )
+            raise HTTPError(
+                502, f"{run.message} (failure_class: {SANDBOX_FAILED})", failure_class=SANDBOX_FAILED
+            )
         return CodeGenVerifyResponse(
             **row,
             reward=1.0 if report.passed else 0.0,

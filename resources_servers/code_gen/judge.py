@@ -24,7 +24,7 @@ from typing import Any
 
 from pydantic import BaseModel, model_validator
 
-from resources_servers.code_gen.sandbox import CodeSandbox, RunResult, RunStatus
+from resources_servers.code_gen.sandbox import INFRASTRUCTURE_STATUSES, CodeSandbox, RunResult, RunStatus
 
 COMPILE_ERROR, WRONG_ANSWER, TIME_LIMIT, RUNTIME_ERROR = -1, -2, -3, -4
 _PYTHON_TAGS = {"python", "python3", "py", "py3"}
@@ -72,6 +72,9 @@ class GradeReport:
     reason: str
     time_s: float = 0.0
     runs: list[RunResult] = field(default_factory=list, repr=False)
+    # Set when no test failed for the code's own reasons but one ended for the machine's (the
+    # sandbox failed, or the program waited past its deadline for a CPU): not a verdict.
+    infrastructure: RunResult | None = None
 
 
 def extract_python_code(text: str) -> str | None:
@@ -187,6 +190,14 @@ async def grade(
     elapsed = time.monotonic() - started
     result: list[bool | int] = []
     runs = [run for _, _, run in outcomes if run.status is not RunStatus.SKIPPED]
+    own_failure = any(
+        code is not True and run.status not in INFRASTRUCTURE_STATUSES and run.status is not RunStatus.SKIPPED
+        for code, _, run in outcomes
+    )
+    machine = next((run for _, _, run in outcomes if run.status in INFRASTRUCTURE_STATUSES), None)
+    if machine is not None and not own_failure:
+        reason = f"not graded: {machine.message}"
+        return GradeReport(False, [], {"error_message": machine.message}, reason, elapsed, runs, machine)
     for index, (code_or_ok, message, run) in enumerate(outcomes):
         result.append(code_or_ok)
         if code_or_ok is True:

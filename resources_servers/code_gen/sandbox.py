@@ -39,7 +39,14 @@ logger = logging.getLogger("nemo_gym.code_gen")
 HARNESS = Path(__file__).with_name("solution_runner.py")
 _STDERR_TAIL_BYTES = 4096
 
-__all__ = ["DEFAULT_READ_ROOTS", "CodeSandbox", "RunResult", "RunStatus", "SandboxLimits"]
+__all__ = [
+    "DEFAULT_READ_ROOTS",
+    "INFRASTRUCTURE_STATUSES",
+    "CodeSandbox",
+    "RunResult",
+    "RunStatus",
+    "SandboxLimits",
+]
 
 
 class RunStatus(enum.StrEnum):
@@ -53,7 +60,13 @@ class RunStatus(enum.StrEnum):
     MISSING_FUNCTION = "missing_function"
     BAD_RETURN = "bad_return"
     SANDBOX_FAILURE = "sandbox_failure"
+    STARVED = "starved"
     SKIPPED = "skipped"
+
+
+# Ends that say nothing about the code: the sandbox failed, or the machine kept the program
+# waiting for a CPU until its wall-clock deadline passed. Never graded.
+INFRASTRUCTURE_STATUSES = frozenset({RunStatus.SANDBOX_FAILURE, RunStatus.STARVED})
 
 
 _EXIT_STATUS = {
@@ -234,6 +247,12 @@ class CodeSandbox:
         if outcome.disk_full:
             message = f"disk quota exceeded ({self.limits.disk_mb} MB written in total)"
             return RunResult(RunStatus.OUTPUT_LIMIT, "", message, outcome.returncode, outcome.wall_s, "")
+        if outcome.starved:
+            message = (
+                f"wall time limit exceeded ({self.limits.wall_deadline_s:g} s) while the program waited "
+                f"{outcome.waited_for_cpu_s:.1f} s for a CPU: the machine was too busy"
+            )
+            return RunResult(RunStatus.STARVED, "", message, outcome.returncode, outcome.wall_s, "")
         return self._classify(
             outcome.returncode,
             outcome.stdout,

@@ -154,6 +154,19 @@ class ConfinedOutcome:
     disk_full: bool = False
     wall_s: float = 0.0
     sandbox_failure: str | None = None
+    # At a wall-clock timeout: seconds the child's main thread spent runnable but waiting for a
+    # CPU (the kernel's schedstat run_delay), and seconds since it started; None when unknown.
+    waited_for_cpu_s: float | None = None
+    deadline_s: float | None = None
+
+    @property
+    def starved(self) -> bool:
+        """Whether a wall-clock timeout is the machine's doing: the child spent at least half its
+        time to the deadline waiting for a CPU it was ready to use (a program that sleeps or
+        blocks does not wait on a run queue, and one that computes meets its CPU limit first)."""
+        if not self.timed_out or self.waited_for_cpu_s is None or not self.deadline_s:
+            return False
+        return self.waited_for_cpu_s >= self.deadline_s / 2
 
     @property
     def setup_failure(self) -> str | None:
@@ -255,6 +268,8 @@ async def run_confined(
     disk_task = asyncio.create_task(_watch_disk(workdir, limits.disk_bytes, limits.disk_files, disk_full))
     wait_task = asyncio.create_task(proc.wait())
     timed_out = False
+    waited: float | None = None
+    at_deadline: float | None = None
     try:
         done, _ = await asyncio.wait(
             {wait_task, overflow_task, disk_task},
@@ -262,6 +277,8 @@ async def run_confined(
             return_when=asyncio.FIRST_COMPLETED,
         )
         timed_out = not done
+        if timed_out:
+            waited, at_deadline = _waited_for_cpu_s(proc.pid), time.monotonic() - started
     finally:
         # Kill the whole group: the child and anything it managed to start. On cancellation too.
         kill_group(proc.pid)
@@ -293,7 +310,19 @@ async def run_confined(
         disk_full.is_set(),
         time.monotonic() - started,
         failure,
+        waited,
+        at_deadline,
     )
+
+
+def _waited_for_cpu_s(pid: int) -> float | None:
+    """Seconds process ``pid``'s main thread has been runnable but not running (``run_delay``
+    of ``/proc/<pid>/schedstat``); None where the kernel does not say."""
+    try:
+        with open(f"/proc/{pid}/schedstat", encoding="ascii") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _sandbox_failure(status_read: int, returncode: int, timed_out: bool) -> str | None:

@@ -57,7 +57,9 @@ def url(work_root: Path):
         "name": "code_gen",
         "num_processes": 2,
         "unit_test_timeout_secs": 1,
-        "wall_time_limit_secs": 4,
+        # Room for the CPU limit to be reached first on a loaded machine: a wall-clock timeout
+        # spent waiting for a CPU is a verifier_timeout failure, not the program's time limit.
+        "wall_time_limit_secs": 20,
         "memory_limit_mb": 512,
         "max_output_mb": 1,
         "sandbox_work_root": str(work_root),
