@@ -27,6 +27,7 @@ from nemo_gym.config_types import (
     AggregateMetricsRequest,
 )
 from nemo_gym.episode_types import EpisodeId, TaskId
+from nemo_gym.failure_classes import UNREACHABLE
 from nemo_gym.global_config import (
     OBSERVABILITY_ENABLED_KEY_NAME,
     TOKEN_ID_CAPTURE_BLOCK,
@@ -447,7 +448,7 @@ class SimpleResponsesAPIAgent(BaseServer):
                         "error": str(exc),
                         "server": self.name,
                         "upstream": exc.server,
-                        "failure_class": "unreachable",
+                        "failure_class": UNREACHABLE,
                     },
                     502,
                 )

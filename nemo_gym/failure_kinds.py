@@ -5,8 +5,9 @@ metric label; whether to retry, mask or tell someone lives on the failure record
 An environment may add its own kinds as ``<server>:<kind>``. An unknown name is accepted and
 logged once (never rejected: a dropped failure is worse than an odd label).
 
-Our collector's own classes (``timeout``, ``unreachable``, ``judge_failed``, ...) are listed in
-``nemo_gym.rollout_collection``; ``judge_failed`` is the same word in both vocabularies.
+Our collector's own failure classes (``timeout``, ``unreachable``, ``judge_failed``, ...) are a
+separate vocabulary with its home in :mod:`nemo_gym.failure_classes`; ``judge_failed`` is the same
+word in both.
 """
 
 from __future__ import annotations

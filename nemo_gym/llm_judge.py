@@ -19,10 +19,9 @@ from typing import Any, Literal, Self
 
 from pydantic import BaseModel, Field, model_validator
 
+from nemo_gym.failure_classes import JUDGE_FAILED
 from nemo_gym.serving.server import HTTPError
 from nemo_gym.serving.server_client import ServerCallError
-
-JUDGE_FAILED = "judge_failed"
 
 
 class JudgeSettings(BaseModel):

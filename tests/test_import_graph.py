@@ -130,7 +130,14 @@ NEMO_GYM_PUBLIC_PATHS = {
     "anthropic_converter",
     "profiling",
 }  # fmt: skip
-OUR_ENTRY_POINTS = {"gymnasium", "gymnasium_server", "llm_judge", "response_items", "train_data"}
+OUR_ENTRY_POINTS = {
+    "failure_classes",
+    "gymnasium",
+    "gymnasium_server",
+    "llm_judge",
+    "response_items",
+    "train_data",
+}
 
 
 def test_top_level_is_the_public_surface_only() -> None:

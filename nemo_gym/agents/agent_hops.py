@@ -40,6 +40,7 @@ from nemo_gym.agents.hop_faults import (
     parse_body,
     status_failure_class,
 )
+from nemo_gym.failure_classes import TIMEOUT
 from nemo_gym.response_items import function_call_output_item
 from nemo_gym.serving.server_client import Rollout, ServerCallError, raise_for_status
 
@@ -113,7 +114,7 @@ async def rollout_deadline(seconds: float | None = None, server: str = "agent") 
             yield
     except TimeoutError:
         raise HopFault(
-            "timeout", server, "/run", f"rollout not finished within its deadline of {seconds:g}s"
+            TIMEOUT, server, "/run", f"rollout not finished within its deadline of {seconds:g}s"
         ) from None
 
 

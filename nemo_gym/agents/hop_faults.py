@@ -23,23 +23,21 @@ from typing import Any, cast
 
 import orjson
 
+from nemo_gym.failure_classes import (
+    BAD_UPSTREAM_BODY,
+    HOP_FAULT,
+    RATE_LIMITED,
+    TIMEOUT,
+    UNREACHABLE,
+    UPSTREAM_5XX,
+    UPSTREAM_AUTH,
+    UPSTREAM_ERROR,
+    FailureClass,
+    failure_class_of_call,
+)
 from nemo_gym.response_items import response_shape_errors
 from nemo_gym.serving.server_client import ServerCallError, ServerResponse
 
-INFRA_FAILURE_CLASSES = (
-    "unreachable",
-    "timeout",
-    "rate_limited",
-    "upstream_auth",
-    "upstream_5xx",
-    "bad_upstream_body",
-)
-_CALL_ERROR_CLASSES = {
-    "unreachable": "unreachable",
-    "not_found": "unreachable",
-    "timeout": "timeout",
-    "bad_upstream_body": "bad_upstream_body",
-}
 _BODY_PREVIEW_CHARS = 300
 
 
@@ -51,10 +49,15 @@ class HopFault(ServerCallError):
     """
 
     def __init__(
-        self, failure_class: str, server: str, path: str, message: str, status: int | None = None
+        self,
+        failure_class: FailureClass | str,
+        server: str,
+        path: str,
+        message: str,
+        status: int | None = None,
     ) -> None:
         super().__init__(
-            "hop_fault",
+            HOP_FAULT,
             server,
             path,
             message,
@@ -68,7 +71,7 @@ def from_call_error(exc: ServerCallError) -> HopFault:
     """The fault for a call that got no HTTP answer (``unreachable``, ``timeout``, ``not_found``)."""
     if isinstance(exc, HopFault):
         return exc
-    cls = _CALL_ERROR_CLASSES.get(exc.kind, "unreachable")
+    cls = failure_class_of_call(exc.kind, default=UNREACHABLE)
     message = str(exc).removeprefix(f"{exc.server}{exc.path}: ")
     return HopFault(cls, exc.server, exc.path, message, exc.status)
 
@@ -80,14 +83,14 @@ def status_failure_class(status: int, body: Any = None) -> str | None:
     server named in its JSON body wins (a judge that failed, a server further down that timed out).
     """
     if status in (408, 504):
-        return "timeout"
+        return TIMEOUT
     if status == 429:
-        return "rate_limited"
+        return RATE_LIMITED
     if status in (401, 403, 407):
-        return "upstream_auth"
+        return UPSTREAM_AUTH
     if status >= 500:
         named = body.get("failure_class") if isinstance(body, dict) else None
-        return named if isinstance(named, str) and named and named != "upstream_error" else "upstream_5xx"
+        return named if isinstance(named, str) and named and named != UPSTREAM_ERROR else UPSTREAM_5XX
     return None
 
 
@@ -125,7 +128,7 @@ def check_status(resp: ServerResponse, server: str, path: str) -> Any:
         raise HopFault(cls, server, path, f"HTTP {resp.status}: {error_text(body)}", resp.status)
     if resp.ok and isinstance(body, str):
         raise HopFault(
-            "bad_upstream_body",
+            BAD_UPSTREAM_BODY,
             server,
             path,
             f"HTTP {resp.status} with a body that is not JSON: {preview(body)}",
@@ -171,4 +174,4 @@ def check_responses_object(body: Any, server: str, path: str) -> dict[str, Any]:
     problem = responses_object_problem(body)
     if problem is None:
         return cast(dict[str, Any], body)
-    raise HopFault("bad_upstream_body", server, path, f"HTTP 200 with {problem}")
+    raise HopFault(BAD_UPSTREAM_BODY, server, path, f"HTTP 200 with {problem}")

@@ -42,6 +42,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from nemo_gym.agents.agent_hops import hop_timeout_s
 from nemo_gym.agents.hop_faults import HopFault, status_failure_class
+from nemo_gym.failure_classes import BAD_UPSTREAM_BODY, TIMEOUT, UNREACHABLE
 from nemo_gym.serving.protocol import MCP_FAILURE_CLASS_META as FAILURE_CLASS_META
 from nemo_gym.serving.protocol import MCP_METADATA_KEY, auth_headers
 
@@ -124,23 +125,23 @@ def classify(exc: BaseException, server: str, what: str) -> HopFault:
         return exc
     if isinstance(exc, httpx.HTTPStatusError):
         status = exc.response.status_code
-        cls = status_failure_class(status) or "bad_upstream_body"
+        cls = status_failure_class(status) or BAD_UPSTREAM_BODY
         return HopFault(cls, server, path, f"HTTP {status} from the MCP endpoint {exc.request.url}", status)
     if isinstance(exc, (TimeoutError, httpx.TimeoutException)):
-        return HopFault("timeout", server, path, "no answer from the MCP server within the hop deadline")
+        return HopFault(TIMEOUT, server, path, "no answer from the MCP server within the hop deadline")
     if isinstance(exc, (httpx.TransportError, OSError, EOFError)):
         return HopFault(
-            "unreachable", server, path, f"cannot reach the MCP server: {type(exc).__name__}: {exc}"
+            UNREACHABLE, server, path, f"cannot reach the MCP server: {type(exc).__name__}: {exc}"
         )
     if isinstance(exc, McpError):
         if exc.error.code == httpx.codes.REQUEST_TIMEOUT:
-            return HopFault("timeout", server, path, f"no answer from the MCP server: {exc.error.message}")
+            return HopFault(TIMEOUT, server, path, f"no answer from the MCP server: {exc.error.message}")
         if exc.error.code in _MODEL_MISTAKE_CODES:
             return HopFault(
-                "bad_upstream_body", server, path, f"the MCP server refused {what}: {exc.error.message}"
+                BAD_UPSTREAM_BODY, server, path, f"the MCP server refused {what}: {exc.error.message}"
             )
-        return HopFault("unreachable", server, path, f"the MCP session failed: {exc.error.message}")
-    return HopFault("bad_upstream_body", server, path, f"{type(exc).__name__}: {exc}")
+        return HopFault(UNREACHABLE, server, path, f"the MCP session failed: {exc.error.message}")
+    return HopFault(BAD_UPSTREAM_BODY, server, path, f"{type(exc).__name__}: {exc}")
 
 
 def result_text(result: CallToolResult) -> str:

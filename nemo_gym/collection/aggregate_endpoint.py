@@ -30,6 +30,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from nemo_gym.collection.streaming_metrics import MetricsAccumulator, write_metrics_answer
+from nemo_gym.failure_classes import UNREACHABLE
 from nemo_gym.serving.server import HTTPError, json_response
 from nemo_gym.serving.server_client import connection_error_text
 
@@ -243,7 +244,7 @@ async def forward_aggregate_metrics(
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=30),
         )
     except (aiohttp.ClientError, TimeoutError) as exc:
-        raise HTTPError(502, f"{url}: {connection_error_text(exc)}", failure_class="unreachable") from exc
+        raise HTTPError(502, f"{url}: {connection_error_text(exc)}", failure_class=UNREACHABLE) from exc
 
     async def chunks() -> AsyncIterator[bytes]:
         try:

@@ -27,6 +27,7 @@ from nemo_gym.collection.collection_io import (
 from nemo_gym.collection.metrics import is_percent_metric
 from nemo_gym.collection.settings import RolloutAggregationConfig
 from nemo_gym.collection.streaming_metrics import MetricsAccumulator, write_metrics_answer
+from nemo_gym.failure_classes import HTTP_ERROR, UNREACHABLE
 from nemo_gym.launch.config import ConfigError
 from nemo_gym.serving.server import auth_headers
 from nemo_gym.serving.server_client import ServerCallError, ServerClient, connection_error_text
@@ -96,14 +97,12 @@ async def _post_aggregate(client: ServerClient, agent: str, spool: Path, answer_
         ) as resp:
             if not 200 <= resp.status < 300:
                 text = (await resp.content.read(300)).decode(errors="replace")
-                raise ServerCallError(
-                    "http_error", agent, "/aggregate_metrics", f"HTTP {resp.status}: {text}"
-                )
+                raise ServerCallError(HTTP_ERROR, agent, "/aggregate_metrics", f"HTTP {resp.status}: {text}")
             with answer_path.open("wb") as sink:
                 async for chunk in resp.content.iter_chunked(1 << 16):
                     sink.write(chunk)
     except aiohttp.ClientError as exc:
-        raise ServerCallError("unreachable", agent, "/aggregate_metrics", connection_error_text(exc)) from exc
+        raise ServerCallError(UNREACHABLE, agent, "/aggregate_metrics", connection_error_text(exc)) from exc
 
 
 def _as_fraction(key: str, value: float) -> float:

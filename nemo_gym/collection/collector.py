@@ -45,6 +45,7 @@ from nemo_gym.collection.rollouts import RolloutOutcome
 from nemo_gym.collection.run_lock import RunLock, check_or_write_lock
 from nemo_gym.collection.settings import RolloutCollectionConfig
 from nemo_gym.collection.trackers import log_collection, require_packages
+from nemo_gym.failure_classes import AGENT_ERROR, NOT_FOUND
 from nemo_gym.launch.config import ConfigError
 from nemo_gym.serving.protocol import auth_headers
 from nemo_gym.serving.secrets import redact_text
@@ -292,7 +293,7 @@ class CollectionRun:
             try:
                 await self.client.resolve(agent)
             except ServerCallError as exc:
-                if exc.kind == "not_found":
+                if exc.kind == NOT_FOUND:
                     raise ConfigError(await self._unknown_agent_message(agent)) from exc
                 raise ConfigError(
                     f"cannot reach the head server at {self.client.head_url} to find agent {agent!r} ({exc}); "
@@ -389,7 +390,7 @@ class CollectionRun:
             if attempt:
                 self.retried_ok.add(key)
             return
-        cls = outcome.failure_class or "agent_error"
+        cls = outcome.failure_class or AGENT_ERROR
         failures.append(
             {
                 **row,

@@ -35,6 +35,7 @@ from nemo_gym.collection.collector import CollectionRun, CollectionSummary
 from nemo_gym.collection.output_lock import output_lock
 from nemo_gym.collection.rollouts import RolloutFailedError, RolloutOutcome, run_one
 from nemo_gym.collection.settings import RolloutAggregationConfig, RolloutCollectionConfig
+from nemo_gym.failure_classes import AGENT_ERROR
 from nemo_gym.launch.config import head_url_from_config
 from nemo_gym.serving.secrets import remember_secret_values, secret_values
 from nemo_gym.serving.server import ENV_HEAD_URL
@@ -148,7 +149,7 @@ class RolloutCollectionHelper:
                 future.set_exception(
                     RolloutFailedError(
                         outcome.row,
-                        outcome.failure_class or "agent_error",
+                        outcome.failure_class or AGENT_ERROR,
                         outcome.error or "",
                         outcome.status,
                         outcome.response_content,

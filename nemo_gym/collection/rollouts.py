@@ -29,6 +29,16 @@ from nemo_gym.collection.collection_io import (
     agent_name_of,
     row_key,
 )
+from nemo_gym.failure_classes import (
+    AGENT_ERROR,
+    BAD_UPSTREAM_BODY,
+    GENERIC_FAILURE_CLASSES,
+    HTTP_ERROR,
+    JUDGE_FAILED,
+    TIMEOUT,
+    UNREACHABLE,
+    failure_class_of_call,
+)
 from nemo_gym.serving.server_client import ServerCallError, ServerClient, raise_for_status
 
 MAX_ERROR_CHARS = 4000
@@ -37,10 +47,9 @@ MAX_RESPONSE_CONTENT_BYTES = 64 * 1024
 # ``/ng-rollout/<id>`` prefix of every call of that rollout.
 ROLLOUT_ID_KEY = "_ng_rollout_id"
 _ROLLOUT_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
-_GENERIC_CLASSES = frozenset({"agent_error", "upstream_error", "upstream_5xx"})
 _FAILURE_CLASS_IN_TEXT = re.compile(r"failure_class[\"']?\s*[:=]\s*[\"']?([a-z][a-z0-9_]*)")
 # The HTTP status a failure without one stands for: 5xx for infrastructure, 4xx for the row itself.
-_FAILURE_STATUS = {"timeout": 504, "unreachable": 503}
+_FAILURE_STATUS = {TIMEOUT: 504, UNREACHABLE: 503}
 
 
 @dataclass
@@ -97,14 +106,14 @@ def classify_error(body: Any, text: str) -> str:
     """
     named = body.get("failure_class") if isinstance(body, Mapping) else None
     named = named if isinstance(named, str) and named else None
-    if named is not None and named not in _GENERIC_CLASSES:
+    if named is not None and named not in GENERIC_FAILURE_CLASSES:
         return named
     found = _FAILURE_CLASS_IN_TEXT.search(text)
-    if found and found.group(1) not in _GENERIC_CLASSES:
+    if found and found.group(1) not in GENERIC_FAILURE_CLASSES:
         return found.group(1)
-    if "judge_failed" in text:
-        return "judge_failed"
-    return named or "agent_error"
+    if JUDGE_FAILED in text:
+        return JUDGE_FAILED
+    return named or AGENT_ERROR
 
 
 def clip(text: str) -> str:
@@ -147,7 +156,7 @@ async def run_one(
     outcome = RolloutOutcome(row)
     agent = agent_name_of(row, agent_name)
     if agent is None:
-        outcome.failure_class, outcome.error = "agent_error", "row has no agent_ref.name"
+        outcome.failure_class, outcome.error = AGENT_ERROR, "row has no agent_ref.name"
         outcome.status = 400
         return outcome
     resp = None
@@ -156,25 +165,25 @@ async def run_one(
             resp = await client.post(agent, "/run", row, timeout_s=timeout_s, rollout_id=rollout_id_for(row))
         result = raise_for_status(resp, agent, "/run")
     except TimeoutError:
-        outcome.failure_class = "timeout"
+        outcome.failure_class = TIMEOUT
         outcome.error = f"{agent}/run: no result within the rollout deadline of {timeout_s:g}s"
     except ServerCallError as exc:
-        if exc.kind == "http_error":
+        if exc.kind == HTTP_ERROR:
             outcome.failure_class = classify_error(exc.body, str(exc))
             outcome.status = exc.status
             if resp is not None:
                 outcome.response_content = resp.body[:MAX_RESPONSE_CONTENT_BYTES]
         else:
-            outcome.failure_class = {"not_found": "unreachable"}.get(exc.kind, exc.kind)
+            outcome.failure_class = failure_class_of_call(exc.kind)
         outcome.error = clip(str(exc))
     except orjson.JSONDecodeError as exc:
-        outcome.failure_class = "bad_upstream_body"
+        outcome.failure_class = BAD_UPSTREAM_BODY
         status = resp.status if resp is not None else "?"
         outcome.error = clip(f"{agent}/run answered HTTP {status} with a body that is not JSON: {exc}")
         if resp is not None:
             outcome.response_content = resp.body[:MAX_RESPONSE_CONTENT_BYTES]
     except Exception as exc:  # noqa: BLE001 - one bad row never aborts the run
-        outcome.failure_class, outcome.error = "agent_error", clip(f"{type(exc).__name__}: {exc}")
+        outcome.failure_class, outcome.error = AGENT_ERROR, clip(f"{type(exc).__name__}: {exc}")
     else:
         reward = result.get("reward") if isinstance(result, dict) else None
         named_failure = result.get(FAILURE_CLASS_KEY) if isinstance(result, dict) else None
@@ -185,7 +194,7 @@ async def run_one(
             reason = result.get("_ng_failure_judge_error") or result.get("failure_reason") or ""
             outcome.error = clip(f"{agent}/run: the verifier reported {named_failure}: {reason}")
         elif isinstance(reward, bool) or not isinstance(reward, int | float) or not math.isfinite(reward):
-            outcome.failure_class = "agent_error"
+            outcome.failure_class = AGENT_ERROR
             outcome.error = clip(f"{agent}/run answered without a numeric reward: {str(result)[:500]}")
             if resp is not None:
                 outcome.response_content = resp.body[:MAX_RESPONSE_CONTENT_BYTES]

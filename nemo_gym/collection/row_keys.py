@@ -12,6 +12,7 @@ from typing import Any
 
 import orjson
 
+from nemo_gym import failure_classes
 from nemo_gym.launch.config import ConfigError
 
 TASK_INDEX_KEY = "_ng_task_index"
@@ -23,7 +24,7 @@ INPUT_LINE_KEY = "_ng_input_line"
 AGENT_REF_KEY = "agent_ref"
 SKILLS_REF_KEY = "skills_ref"
 AGENT_KIND = "responses_api_agents"
-MALFORMED_INPUT = "malformed_input"
+MALFORMED_INPUT = failure_classes.MALFORMED_INPUT
 # Rollout keys pack (task, rollout) into one int: cheap to hold a million of them in a set.
 ROLLOUT_BITS = 32
 

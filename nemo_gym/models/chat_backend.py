@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 from starlette.routing import Route
 
+from nemo_gym.failure_classes import BAD_UPSTREAM_BODY
 from nemo_gym.models.conversion import (
     ROUTED_EXPERTS_FIELD,
     TOKEN_ID_FIELDS,
@@ -108,7 +109,7 @@ class ChatBridge:
             raise HTTPError(
                 502,
                 f"the backend's chat completion cannot be converted: {exc}",
-                failure_class="bad_upstream_body",
+                failure_class=BAD_UPSTREAM_BODY,
             ) from exc
         output = response["output"]
         if not self.return_token_id_information:

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 from starlette.responses import Response
 
+from nemo_gym.failure_classes import HTTP_ERROR, UPSTREAM_ERROR, failure_class_of_call
 from nemo_gym.serving.request_guard import HTTPError
 from nemo_gym.serving.server_client import ServerCallError
 
@@ -35,13 +36,6 @@ def json_response(value: Any, status_code: int = 200) -> Response:
     return Response(dumps(value), status_code=status_code, media_type="application/json")
 
 
-# How an upstream failure is classified when a handler lets a ServerCallError escape.
-UPSTREAM_FAILURE_CLASSES = {
-    "unreachable": "unreachable",
-    "not_found": "unreachable",
-    "timeout": "timeout",
-    "bad_upstream_body": "bad_upstream_body",
-}
 # Statuses from a downstream server that mean the request it got was malformed (the caller's
 # input passed through), answered as such instead of as an infrastructure 502.
 CALLER_FAULT_STATUSES = frozenset({400, 413, 422})
@@ -70,7 +64,7 @@ def error_response(exc: Exception, server_name: str, method: str = "", path: str
     if isinstance(exc, HTTPError):
         return json_response({"error": exc.message, "server": server_name, **exc.extra}, exc.status_code)
     if isinstance(exc, ServerCallError):
-        if exc.kind == "http_error" and exc.status in CALLER_FAULT_STATUSES:
+        if exc.kind == HTTP_ERROR and exc.status in CALLER_FAULT_STATUSES:
             # The server downstream refused what the caller sent (a bad parameter passed
             # through): the caller's mistake, so a 4xx naming the upstream, not a 502.
             upstream_error = exc.body.get("error") if isinstance(exc.body, dict) else None
@@ -88,7 +82,7 @@ def error_response(exc: Exception, server_name: str, method: str = "", path: str
         # A server this one depends on failed: answer 502 and keep its failure class, so
         # the collector files the rollout correctly instead of as this server's bug.
         upstream = exc.body.get("failure_class") if isinstance(exc.body, dict) else None
-        failure_class = upstream or UPSTREAM_FAILURE_CLASSES.get(exc.kind, "upstream_error")
+        failure_class = upstream or failure_class_of_call(exc.kind)
         body = {
             "error": str(exc),
             "server": server_name,
@@ -101,7 +95,7 @@ def error_response(exc: Exception, server_name: str, method: str = "", path: str
         body = {
             "error": f"an upstream call failed: HTTP {exc.status}: {exc.message}",
             "server": server_name,
-            "failure_class": "upstream_error",
+            "failure_class": UPSTREAM_ERROR,
         }
         return json_response(body, 502)
     logger.error("%s: %s %s failed", server_name, method, path, exc_info=exc)

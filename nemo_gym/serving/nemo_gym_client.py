@@ -15,6 +15,7 @@ from typing import Any
 import aiohttp
 import orjson
 
+from nemo_gym.failure_classes import HTTP_ERROR
 from nemo_gym.serving.launched_config import launched_global_config, launched_global_config_dict_config
 from nemo_gym.serving.protocol import ENV_HEAD_URL, auth_headers
 from nemo_gym.serving.server_client import ServerCallError, ServerClient, ServerResponse
@@ -34,7 +35,7 @@ class HTTPStatusError(ServerCallError, aiohttp.ClientResponseError):  # type: ig
         except orjson.JSONDecodeError:
             body = content.decode(errors="replace")
         message = body.get("error", body) if isinstance(body, dict) else body
-        ServerCallError.__init__(self, "http_error", server, path, f"HTTP {status}: {message}", status, body)
+        ServerCallError.__init__(self, HTTP_ERROR, server, path, f"HTTP {status}: {message}", status, body)
         self.request_info = None  # type: ignore[assignment]
         self.history = ()
         self.code = status

@@ -36,7 +36,6 @@ from nemo_gym.serving.access_guard import AccessGuard
 from nemo_gym.serving.disconnect import ClientGone, until_disconnect  # noqa: F401
 from nemo_gym.serving.error_answers import (  # noqa: F401 - part of this module's API
     CALLER_FAULT_STATUSES,
-    UPSTREAM_FAILURE_CLASSES,
     dumps,
     error_response,
     json_error_handlers,

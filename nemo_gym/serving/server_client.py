@@ -23,13 +23,13 @@ from typing import Any
 import aiohttp
 import orjson
 
-from nemo_gym.serving import hop_client, local_socket
-from nemo_gym.serving.failure_classes import (
+from nemo_gym.failure_classes import (
     HTTP_ERROR,
     NOT_FOUND,
     UNREACHABLE,
     CallErrorKind,
 )
+from nemo_gym.serving import hop_client, local_socket
 from nemo_gym.serving.protocol import ENV_HEAD_URL, ROLLOUT_PREFIX, SESSION_COOKIE, auth_headers
 
 # The transport's names, re-exported: callers import them from here.

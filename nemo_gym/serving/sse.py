@@ -20,6 +20,7 @@ import orjson
 from starlette.responses import StreamingResponse
 from starlette.types import Send
 
+from nemo_gym.failure_classes import BAD_UPSTREAM_BODY
 from nemo_gym.serving.secrets import redact_text
 from nemo_gym.serving.upstream import UpstreamError, UpstreamResponse
 
@@ -124,11 +125,11 @@ async def relay_events(answer: UpstreamResponse, responses_api: bool) -> AsyncIt
                 last = event
                 finished = finished or _is_final(event, responses_api)
                 yield event.raw
-        problem = None if finished else ("bad_upstream_body", "the stream ended before its final event")
+        problem = None if finished else (BAD_UPSTREAM_BODY, "the stream ended before its final event")
     except UpstreamError as exc:
         problem = (exc.kind, str(exc))
     except ValueError as exc:
-        problem = ("bad_upstream_body", str(exc))
+        problem = (BAD_UPSTREAM_BODY, str(exc))
     if problem is not None:
         failure_class, detail = problem
         message = f"upstream {answer.url} stream failed: {detail}"

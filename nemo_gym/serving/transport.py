@@ -33,8 +33,8 @@ from typing import Protocol, TypeVar
 import aiohttp
 import orjson
 
+from nemo_gym.failure_classes import BAD_UPSTREAM_BODY, TIMEOUT, UNREACHABLE, TransportFailureKind
 from nemo_gym.serving import hop_client
-from nemo_gym.serving.failure_classes import BAD_UPSTREAM_BODY, TIMEOUT, UNREACHABLE, TransportFailureKind
 from nemo_gym.serving.protocol import raise_fd_limit
 
 # Hops over plain HTTP use the lean client unless this says "aiohttp" (for comparisons).

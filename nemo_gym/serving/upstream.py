@@ -21,8 +21,8 @@ from typing import Any
 import aiohttp
 import orjson
 
+from nemo_gym.failure_classes import TIMEOUT, UNREACHABLE, TransportFailureKind
 from nemo_gym.serving import hop_client
-from nemo_gym.serving.failure_classes import TIMEOUT, UNREACHABLE, TransportFailureKind
 from nemo_gym.serving.transport import (
     LoopConnections,
     RetryPolicy,

@@ -21,6 +21,7 @@ from nemo_gym.base_responses_api_agent import (
     SimpleResponsesAPIAgent,
     row_create_params,
 )
+from nemo_gym.failure_classes import BAD_UPSTREAM_BODY
 from nemo_gym.gymnasium_server import EnvResetResponse, EnvStepResponse
 from nemo_gym.response_items import add_usage, function_call_output_item, input_items
 from nemo_gym.serving.server import ServerRef
@@ -167,7 +168,7 @@ class GymnasiumAgent(SimpleResponsesAPIAgent):
         return function_call_output_item(entry["call_id"], output if isinstance(output, str) else str(output))
 
     def _bad_body(self, route: str, message: str) -> HopFault:
-        return HopFault("bad_upstream_body", self.config.resources_server.name, route, message)
+        return HopFault(BAD_UPSTREAM_BODY, self.config.resources_server.name, route, message)
 
 
 if __name__ == "__main__":

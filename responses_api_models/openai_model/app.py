@@ -20,6 +20,7 @@ from starlette.responses import Response
 
 from nemo_gym.agents.hop_faults import chat_completion_problem, responses_object_problem, status_failure_class
 from nemo_gym.base_responses_api_model import BaseResponsesAPIModelConfig, SimpleResponsesAPIModel
+from nemo_gym.failure_classes import BAD_UPSTREAM_BODY, TIMEOUT
 from nemo_gym.models.conversion import TOKEN_ID_FIELDS
 from nemo_gym.models.streaming import stream_chat_completion, stream_responses
 from nemo_gym.serving.server import HTTPError
@@ -154,7 +155,7 @@ class OpenAIModel(SimpleResponsesAPIModel):
             raise HTTPError(
                 502,
                 f"OpenAI endpoint {url} answered HTTP 200 with {problem}",
-                failure_class="bad_upstream_body",
+                failure_class=BAD_UPSTREAM_BODY,
             )
         return value
 
@@ -174,13 +175,13 @@ class OpenAIModel(SimpleResponsesAPIModel):
             raise HTTPError(
                 502,
                 f"OpenAI endpoint {url} answered with a body that is not JSON",
-                failure_class="bad_upstream_body",
+                failure_class=BAD_UPSTREAM_BODY,
             ) from exc
         if not isinstance(value, dict):
             raise HTTPError(
                 502,
                 f"OpenAI endpoint {url} answered with JSON that is not an object",
-                failure_class="bad_upstream_body",
+                failure_class=BAD_UPSTREAM_BODY,
             )
         return value
 
@@ -224,7 +225,7 @@ def _chat_request(body: dict[str, Any]) -> dict[str, Any]:
 
 def _upstream_failure(url: str, exc: UpstreamError) -> HTTPError:
     return HTTPError(
-        504 if exc.kind == "timeout" else 502, f"OpenAI endpoint {url}: {exc}", failure_class=exc.kind
+        504 if exc.kind == TIMEOUT else 502, f"OpenAI endpoint {url}: {exc}", failure_class=exc.kind
     )
 
 

@@ -39,6 +39,7 @@ from nemo_gym.base_responses_api_model import (
     SimpleResponsesAPIModel,
     without_stream,
 )
+from nemo_gym.failure_classes import BAD_UPSTREAM_BODY, TIMEOUT, UNREACHABLE, UPSTREAM_ERROR
 from nemo_gym.models.chat_backend import (
     ChatBridge,
     is_context_length_error,
@@ -290,7 +291,7 @@ class VLLMModel(SimpleResponsesAPIModel):
                         raise HTTPError(
                             502,
                             f"backend {base} stream failed: {event.data[:500]}",
-                            failure_class="bad_upstream_body",
+                            failure_class=BAD_UPSTREAM_BODY,
                         )
                     folded.add(chunk)
                     out += events.feed(chunk)
@@ -299,16 +300,16 @@ class VLLMModel(SimpleResponsesAPIModel):
             completion = folded.completion()
             problem = chat_completion_problem(completion)
             if problem is not None:
-                raise HTTPError(502, f"backend {base} streamed {problem}", failure_class="bad_upstream_body")
+                raise HTTPError(502, f"backend {base} streamed {problem}", failure_class=BAD_UPSTREAM_BODY)
             if self.config.return_token_id_information:
                 await self.fill_missing_token_ids(completion, chat_request, base)
             closing = events.finish(self.bridge.response(completion, params))
         except UpstreamError as exc:
             closing = events.fail(f"backend {base} stream failed: {exc}", exc.kind)
         except HTTPError as exc:
-            closing = events.fail(exc.message, str(exc.extra.get("failure_class") or "upstream_error"))
+            closing = events.fail(exc.message, str(exc.extra.get("failure_class") or UPSTREAM_ERROR))
         except ValueError as exc:  # not JSON, an event too large
-            closing = events.fail(f"backend {base} stream is malformed: {exc}", "bad_upstream_body")
+            closing = events.fail(f"backend {base} stream is malformed: {exc}", BAD_UPSTREAM_BODY)
         yield b"".join(sse_bytes(event, named=True) for event in closing)
 
     # ---- backend -------------------------------------------------------------------------
@@ -348,14 +349,14 @@ class VLLMModel(SimpleResponsesAPIModel):
                 send = self.http.open_stream if stream else self.http.request
                 return await send("POST", base + path, body, connect_retries=retries), base
             except UpstreamError as exc:
-                if exc.kind == "timeout":
+                if exc.kind == TIMEOUT:
                     raise HTTPError(
-                        504, f"backend {base} did not answer {path} in time: {exc}", failure_class="timeout"
+                        504, f"backend {base} did not answer {path} in time: {exc}", failure_class=TIMEOUT
                     ) from exc
                 logger.warning("backend replica %s unreachable, trying the next one: %s", base, exc)
                 last_error = exc
         raise HTTPError(
-            502, f"no backend replica reachable for {path}: {last_error}", failure_class="unreachable"
+            502, f"no backend replica reachable for {path}: {last_error}", failure_class=UNREACHABLE
         )
 
     async def fill_missing_token_ids(
@@ -401,7 +402,7 @@ async def _read(answer: UpstreamResponse, base: str) -> UpstreamResponse:
         await answer.read()
     except UpstreamError as exc:
         raise HTTPError(
-            504 if exc.kind == "timeout" else 502, f"backend {base}: {exc}", failure_class=exc.kind
+            504 if exc.kind == TIMEOUT else 502, f"backend {base}: {exc}", failure_class=exc.kind
         ) from exc
     return answer
 
@@ -414,11 +415,11 @@ def parse_json(answer: UpstreamResponse, base: str) -> dict[str, Any]:
         raise HTTPError(
             502,
             f"backend {base} answered with a body that is not JSON: {answer.text()[:200]}",
-            failure_class="bad_upstream_body",
+            failure_class=BAD_UPSTREAM_BODY,
         ) from exc
     if not isinstance(value, dict):
         raise HTTPError(
-            502, f"backend {base} answered with JSON that is not an object", failure_class="bad_upstream_body"
+            502, f"backend {base} answered with JSON that is not an object", failure_class=BAD_UPSTREAM_BODY
         )
     return value
 
@@ -432,7 +433,7 @@ def parse_completion(answer: UpstreamResponse, base: str) -> dict[str, Any]:
         raise HTTPError(
             502,
             f"backend {base} answered HTTP {answer.status} with {problem}",
-            failure_class="bad_upstream_body",
+            failure_class=BAD_UPSTREAM_BODY,
         )
     return completion
 

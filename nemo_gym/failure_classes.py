@@ -15,8 +15,9 @@ place that names a class uses a constant from here, so the words cannot drift ap
 
 :class:`~nemo_gym.serving.server_client.ServerCallError` has its own small set of *kinds*
 (:data:`CallErrorKind`); :func:`failure_class_of_call` is the one map from a kind to a class.
-This module imports nothing, so any layer may use it. NeMo Gym's own ``failure_kind`` words
-(``transport_unreachable``, ...) are a separate vocabulary, in :mod:`nemo_gym.failure_kinds`.
+This module is public (environment folders import it) and imports nothing, so any layer may use
+it. NeMo Gym's own ``failure_kind`` words (``transport_unreachable``, ...) are a separate
+vocabulary, in :mod:`nemo_gym.failure_kinds`.
 """
 
 from __future__ import annotations
