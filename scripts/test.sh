@@ -14,6 +14,16 @@ if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt
   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) >/dev/null 2>&1 \
     || echo "note: could not install chromium; the viewer's browser tests will skip" >&2
 fi
+# The coding-agent CLIs that tests/test_agent_clis_e2e.py runs as agents, from npm, once: they
+# stay cached in $NEMO_GYM_AGENT_CLI_DIR (default ~/.cache/nemo_gym/agent_clis) between runs.
+# Without npm (or the registry) those tests skip and say why.
+CLI_DIR="${NEMO_GYM_AGENT_CLI_DIR:-$HOME/.cache/nemo_gym/agent_clis}"
+if command -v npm >/dev/null 2>&1 && [ ! -x "$CLI_DIR/node_modules/.bin/gemini" ]; then
+  mkdir -p "$CLI_DIR"
+  npm install --prefix "$CLI_DIR" --no-audit --no-fund --loglevel=error \
+    @anthropic-ai/claude-code @openai/codex opencode-ai @google/gemini-cli >/dev/null 2>&1 \
+    || echo "note: could not install the agent CLIs from npm; their tests will skip" >&2
+fi
 "$VENV/bin/ruff" check .
 "$VENV/bin/ruff" format --check .
 "$VENV/bin/mypy" nemo_gym
