@@ -401,6 +401,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--allow-network", action="store_true", help="let tests reach hosts other than loopback")
     p.add_argument("--json", type=Path, help="write the results as JSON here")
     p.add_argument("--list", action="store_true", help="list folders and their classification; run nothing")
+    p.add_argument(
+        "--user-path",
+        action="store_true",
+        help="per folder: a fresh project, gym env pull NAME==VERSION, gym env test, and gym eval run "
+        "on the scripted model for a resources server with example data (see nemo_gym_corpus_user.py)",
+    )
+    p.add_argument(
+        "--results", type=Path, help="--user-path: append each folder's result here (JSON lines); "
+        "folders already in it are skipped, so a cut run resumes",
+    )  # fmt: skip
     return p.parse_args(argv)
 
 
@@ -450,6 +460,8 @@ def main(argv: list[str] | None = None) -> int:
             needs = classify_folder(wheel_root / k / n)
             print(f"{k}/{n}\t{'; '.join(f'{c}: {r}' for c, r in sorted(needs.items())) or '-'}")
         return 0
+    if opts.user_path:
+        return user_path_main(opts, wheel_root, folders)
     scratch = opts.scratch or Path(tempfile.mkdtemp(prefix="nemo_gym_corpus."))
     prepare_scratch(wheel_root, scratch, folders)
     env = child_env(scratch, opts.allow_network)
@@ -484,6 +496,49 @@ def main(argv: list[str] | None = None) -> int:
         opts.json.write_text(json.dumps(payload, indent=1))
     print(format_table(results))
     print(summary_line(results))
+    if not opts.scratch:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return 0
+
+
+def user_path_main(opts: argparse.Namespace, wheel_root: Path, folders: list[tuple[str, str]]) -> int:
+    """``--user-path``: each folder through pull, test and eval run, one after another
+    (``--jobs`` is ignored: each eval run starts a whole stack)."""
+    from nemo_gym_corpus_user import (
+        append_jsonl,
+        layered_python,
+        read_jsonl,
+        run_user_path,
+        user_path_summary,
+        user_path_table,
+    )
+
+    results_path = opts.results or opts.cache_dir / f"user_path_{opts.version}.jsonl"
+    done = read_jsonl(results_path) if results_path.is_file() else []
+    seen = {r.folder for r in done}
+    python = layered_python(opts.cache_dir / "venvs" / f"user_path_{opts.version}")
+    scratch = opts.scratch or Path(tempfile.mkdtemp(prefix="nemo_gym_corpus_user."))
+    os.environ["NEMO_GYM_WHEEL_CACHE"] = str((opts.wheel_dir or wheel_root).parent)
+    todo = [(k, n) for k, n in folders if f"{k}/{n}" not in seen]
+    for index, (kind, name) in enumerate(todo, 1):
+        r = run_user_path(
+            kind,
+            name,
+            opts.version,
+            wheel_root,
+            scratch,
+            python,
+            run_bounded,
+            opts.timeout,
+            opts.install_timeout,
+        )
+        append_jsonl(results_path, r)
+        done.append(r)
+        state = "pass" if r.passes else f"FAIL ({r.reason[:120]})"
+        print(f"[{index}/{len(todo)}] {state} {r.folder} ({r.seconds:.1f} s)", file=sys.stderr, flush=True)
+    done.sort(key=lambda r: (KINDS.index(r.kind), r.name))
+    print(user_path_table(done))
+    print(user_path_summary(done, opts.version))
     if not opts.scratch:
         shutil.rmtree(scratch, ignore_errors=True)
     return 0

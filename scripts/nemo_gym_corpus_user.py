@@ -1,0 +1,233 @@
+"""The corpus through the user's own path: ``nemo_gym_corpus.py --user-path``.
+
+Per folder of a ``nemo-gym`` release: a fresh project (a copy of this repository's bundled
+folders, lint and test settings: what a clone holds besides ``nemo_gym/``), ``gym env pull
+NAME==VERSION`` into it, ``gym env test`` on what was pulled, and, for a resources server with
+example data, ``gym eval run`` of two example rows on the scripted model. Everything runs in
+subprocesses with the same ``gym`` a user types, under one virtual environment per release
+layered on this one (what the pulls install goes there). Results are appended to a JSON-lines
+file as each folder finishes, so a long run that is cut still reports what it did.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from nemo_gym.launch.config import project_root
+from nemo_gym.tools.env_pull_needs import classify_folder, folder_needs
+
+SCRIPTED = "responses_api_models/scripted_model/configs/scripted_model.yaml"
+# What a clone of this repository holds besides nemo_gym/ that a pull and a test run read.
+PROJECT_TREES = ("resources_servers", "responses_api_agents", "responses_api_models")
+PROJECT_FILES = ("conftest.py", "pyproject.toml")
+
+
+@dataclasses.dataclass
+class UserPathResult:
+    """One folder through pull, test and (resources servers with example data) eval run."""
+
+    kind: str
+    name: str
+    needs: dict[str, str] = dataclasses.field(default_factory=dict)
+    pulled: bool = False
+    pull_note: str = ""
+    tested: bool = False
+    test_note: str = ""
+    ran: bool | None = None
+    run_note: str = ""
+    seconds: float = 0.0
+
+    @property
+    def folder(self) -> str:
+        """``kind/name``."""
+        return f"{self.kind}/{self.name}"
+
+    @property
+    def eligible(self) -> bool:
+        """A resources server needing no GPU, network or private data; an agent or model adapter
+        whose pull (requirements included) succeeded."""
+        if self.kind == "resources_servers":
+            return not ({"gpu", "network", "private_data"} & set(self.needs))
+        return self.pulled
+
+    @property
+    def passes(self) -> bool:
+        """Pulled, its tests passed, and its eval run (when it has one) finished."""
+        return self.pulled and self.tested and self.ran is not False
+
+    @property
+    def reason(self) -> str:
+        """Why it failed (the first step that did), or ``""``."""
+        if not self.pulled:
+            return f"pull: {self.pull_note}"
+        if not self.tested:
+            return f"test: {self.test_note}"
+        if self.ran is False:
+            return f"run: {self.run_note}"
+        return ""
+
+
+def fresh_project(dest: Path) -> Path:
+    """A copy of what a user's clone holds besides ``nemo_gym/``."""
+    dest.mkdir(parents=True)
+    for tree in PROJECT_TREES:
+        shutil.copytree(project_root() / tree, dest / tree, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in PROJECT_FILES:
+        shutil.copy2(project_root() / name, dest / name)
+    return dest
+
+
+def _error_line(text: str) -> str:
+    lines = [re.sub(r"^(E\s+|ng_\w+: )", "", ln.strip()) for ln in text.splitlines() if ln.strip()]
+    for ln in reversed(lines):
+        if re.match(r"^[A-Za-z_.]*(Error|Exception|Exit)\b", ln) or "timed out" in ln:
+            return ln[:200]
+    for ln in reversed(lines):
+        if "FAILED" in ln or "failed" in ln:
+            return ln[:200]
+    return lines[-1][:200] if lines else ""
+
+
+def run_user_path(
+    kind: str,
+    name: str,
+    version: str,
+    wheel_root: Path,
+    scratch: Path,
+    python: Path,
+    run_bounded: Any,
+    timeout: float,
+    install_timeout: float,
+) -> UserPathResult:
+    """Pull, test and run one folder in a fresh project under ``scratch``."""
+    started = time.monotonic()
+    result = UserPathResult(kind=kind, name=name, needs=folder_needs(wheel_root / kind / name, wheel_root))
+    project = fresh_project(scratch / f"{kind}__{name}")
+    env = dict(os.environ, PYTHONPATH=str(project_root()), PYTHONDONTWRITEBYTECODE="1")
+    gym = [str(python), "-c", "from nemo_gym.tools.gym_cli import main; main()"]
+    code, out = run_bounded(
+        [*gym, "env", "pull", f"{name}=={version}", f"+kind={kind}", f"+project_dir={project}",
+         "+replace_bundled=true", "+force=true"],
+        project, env, install_timeout,
+    )  # fmt: skip
+    result.pulled = code == 0
+    result.pull_note = _error_line(out) if code != 0 else _pull_summary(out)
+    if result.pulled:
+        code, out = run_bounded([*gym, "env", "test", f"{kind}/{name}"], project, env, timeout)
+        result.tested = code == 0
+        result.test_note = _error_line(out) if code != 0 else ""
+        folder = project / kind / name
+        config = folder / "configs" / f"{name}.yaml"
+        rows = folder / "data" / "example.jsonl"
+        if result.tested and kind == "resources_servers" and config.is_file() and rows.is_file():
+            if "data_step" in result.needs:
+                result.run_note = f"not run: needs a data step ({result.needs['data_step']})"
+            else:
+                output = scratch / f"{kind}__{name}.rollouts.jsonl"
+                code, out = run_bounded(
+                    [*gym, "eval", "run", f"+config_paths=[{config},{SCRIPTED}]", f"+input_jsonl_fpath={rows}",
+                     f"+output_jsonl_fpath={output}", "+limit=2", "head_server.port=0", *_script_for(rows)],
+                    project, env, timeout,
+                )  # fmt: skip
+                result.ran = code == 0
+                result.run_note = _error_line(out) if code != 0 else ""
+    result.seconds = time.monotonic() - started
+    shutil.rmtree(project, ignore_errors=True)
+    return result
+
+
+# The scripted model's default script calls the first tool the request offers; rows that offer
+# none get a plain answer instead.
+TEXT_ONLY = (
+    "++policy_model.responses_api_models.scripted_model.scripts=[{turns: [{text: 'The answer is 4.'}]}]"
+)
+
+
+def _script_for(rows: Path) -> list[str]:
+    try:
+        first = json.loads(rows.read_text().splitlines()[0])
+    except (IndexError, ValueError):
+        return []
+    return [] if (first.get("responses_create_params") or {}).get("tools") else [TEXT_ONLY]
+
+
+def _pull_summary(out: str) -> str:
+    notes = [
+        ln
+        for ln in out.splitlines()
+        if ln.startswith(("also pulled", "replaced", "installed", "not installed"))
+    ]
+    return "; ".join(notes)[:300]
+
+
+def user_path_table(results: list[UserPathResult]) -> str:
+    """A Markdown table: folder, needs, pulled, tests, eval run, reason."""
+    lines = ["| folder | needs | pull | tests | eval run | reason |", "|---|---|---|---|---|---|"]
+    for r in results:
+        ran = "-" if r.ran is None else ("ok" if r.ran else "FAIL")
+        needs = ", ".join(sorted(r.needs)) or "-"
+        reason = (r.reason or (r.run_note if r.ran is None and r.run_note else "")).replace("|", "\\|")
+        lines.append(
+            f"| {r.folder} | {needs} | {'ok' if r.pulled else 'FAIL'} | "
+            f"{'ok' if r.tested else ('FAIL' if r.pulled else '-')} | {ran} | {reason} |"
+        )
+    return "\n".join(lines)
+
+
+def user_path_summary(results: list[UserPathResult], version: str) -> str:
+    """Per kind: eligible folders that pass (and the share)."""
+    parts = []
+    for kind in ("resources_servers", "responses_api_agents", "responses_api_models"):
+        mine = [r for r in results if r.kind == kind]
+        if not mine:
+            continue
+        eligible = [r for r in mine if r.eligible]
+        passing = [r for r in eligible if r.passes]
+        share = f"{100 * len(passing) / len(eligible):.1f}%" if eligible else "-"
+        parts.append(f"{kind}: {len(passing)}/{len(eligible)} eligible pass ({share}; {len(mine)} run)")
+    return f"nemo-gym {version} through the user's path: " + "; ".join(parts)
+
+
+def append_jsonl(path: Path, result: UserPathResult) -> None:
+    """One result as a JSON line (the run can be cut and still be reported)."""
+    with path.open("a") as f:
+        f.write(
+            json.dumps(dict(dataclasses.asdict(result), passes=result.passes, eligible=result.eligible))
+            + "\n"
+        )
+
+
+def read_jsonl(path: Path) -> list[UserPathResult]:
+    """Results written by :func:`append_jsonl`."""
+    fields = {f.name for f in dataclasses.fields(UserPathResult)}
+    out = []
+    for line in path.read_text().splitlines():
+        if line.strip():
+            row = json.loads(line)
+            out.append(UserPathResult(**{k: v for k, v in row.items() if k in fields}))
+    return out
+
+
+def layered_python(venv: Path) -> Path:
+    """A venv layered on this one (a .pth file naming this interpreter's site-packages), once."""
+    import subprocess
+
+    python = venv / "bin" / "python"
+    if python.exists():
+        return python
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    site = next((venv / "lib").glob("python*/site-packages"))
+    ours = [p for p in sys.path if p.endswith("site-packages") and Path(p).is_dir()]
+    (site / "_nemo_gym_corpus_layers.pth").write_text("\n".join(ours) + "\n")
+    return python
+
+
+__all__ = ["classify_folder", "UserPathResult", "run_user_path", "user_path_table", "user_path_summary"]
