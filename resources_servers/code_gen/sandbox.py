@@ -10,6 +10,7 @@ once confined. A semaphore bounds how many children run at once across every cal
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import enum
 import json
 import logging
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nemo_gym.sandbox.isolation import kernel_limits
 from nemo_gym.sandbox.isolation.runner import (
     DEFAULT_READ_ROOTS,
     Confinement,
@@ -91,6 +93,7 @@ class SandboxLimits:
     processes: int = 64
     max_output_bytes: int = 16 * 1024 * 1024
     disk_mb: int = 64  # all files of one run together (each file is also capped by file_size_mb)
+    files: int = 4096  # files and directories of one run together
 
     @property
     def wall_deadline_s(self) -> float:
@@ -109,6 +112,7 @@ class SandboxLimits:
             processes=self.processes,
             max_output_bytes=self.max_output_bytes,
             disk_bytes=self.disk_mb * mib,
+            disk_files=self.files,
             stderr_tail_bytes=_STDERR_TAIL_BYTES,
         )
 
@@ -141,8 +145,10 @@ class CodeSandbox:
     ``nobody`` user if it can reach the interpreter and the work root (every directory on the
     way traversable by others), else the current user (with a warning); ``"keep"``: always the current user; an int:
     that id (its primary group from the password database, else the same number).
-    The files a run writes count against ``limits.disk_mb`` together: the run is killed (status
-    ``output_limit``) within a few milliseconds of passing it.
+    The files a run writes count against ``limits.disk_mb`` and ``limits.files`` together: where
+    the machine allows (``kernel_tmpfs`` and a root server), each run's directory is a tmpfs of
+    that size, so a write past it fails inside the program; otherwise the directory is polled
+    and the run is killed (status ``output_limit``) within a few milliseconds of passing it.
     """
 
     def __init__(
@@ -158,6 +164,7 @@ class CodeSandbox:
         use_seccomp: bool = True,
         require: Sequence[str] = (),
         uid: int | str = "auto",
+        kernel_tmpfs: bool = True,
     ) -> None:
         if max_concurrency < 1:
             raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}")
@@ -173,6 +180,9 @@ class CodeSandbox:
             read_roots=tuple(read_roots(self.python, extra_read_roots)),
         )
         self._semaphore = asyncio.Semaphore(max_concurrency)
+        # Each run's directory a sized tmpfs where the machine allows (a root server on Linux),
+        # else its files are polled every 20 ms against the quota.
+        self._tmpfs = kernel_tmpfs and kernel_limits.machine_support().tmpfs
         self.run_as = resolve_run_as(uid, [self.python, str(HARNESS)], work_root or tempfile.gettempdir())
 
     async def run(
@@ -197,7 +207,7 @@ class CodeSandbox:
             try:
                 return await self._run_child(workdir, mode, fn_name, args)
             finally:
-                await asyncio.to_thread(remove_tree, workdir)
+                await asyncio.to_thread(self._remove, workdir)
 
     async def probe(self) -> dict[str, Any]:
         """Which confinement layers a child gets on this machine (runs one tiny child)."""
@@ -210,6 +220,13 @@ class CodeSandbox:
     # ---- machinery -------------------------------------------------------------------------
     def _prepare(self, code: str, stdin: str) -> str:
         workdir = tempfile.mkdtemp(prefix="ng_code_", dir=self.work_root)
+        if self._tmpfs:
+            # The quota is the kernel's: a tmpfs of disk_mb and `files` inodes for this run.
+            try:
+                kernel_limits.mount_tmpfs(workdir, self.limits.disk_mb << 20, self.limits.files, self.run_as)
+            except OSError:
+                remove_tree(workdir)
+                raise
         Path(workdir, "solution.py").write_text(code, encoding="utf-8")
         Path(workdir, ".stdin").write_text(stdin, encoding="utf-8")
         if self.run_as is not None:
@@ -217,6 +234,11 @@ class CodeSandbox:
             for name in ("", "solution.py", ".stdin"):
                 os.chown(os.path.join(workdir, name), uid, gid)
         return workdir
+
+    def _remove(self, workdir: str) -> None:
+        if self._tmpfs:
+            kernel_limits.unmount(workdir)
+        remove_tree(workdir)
 
     async def _run_child(
         self, workdir: str, mode: str, fn_name: str | None, args: list[Any] | None
@@ -231,11 +253,14 @@ class CodeSandbox:
                 "fn_name": fn_name,
                 "args": args or [],
             }
+        limits = self.limits.process_limits()
+        if self._tmpfs:
+            limits = dataclasses.replace(limits, disk_bytes=None, disk_files=None)
         outcome = await run_confined(
             run,
             workdir=workdir,
             confinement=self.confinement,
-            limits=self.limits.process_limits(),
+            limits=limits,
             python=self.python,
             run_as=self.run_as,
             stdin_path=os.path.join(workdir, ".stdin"),

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from nemo_gym.sandbox.isolation import kernel_limits
 from nemo_gym.sandbox.isolation.runner import resolve_run_as
 from resources_servers.code_gen.sandbox import CodeSandbox, RunStatus, SandboxLimits
 
@@ -31,13 +32,37 @@ def open_work_root():
     shutil.rmtree(root, ignore_errors=True)
 
 
-def test_a_program_that_fills_the_disk_is_stopped_at_the_quota(open_work_root: str):
-    sandbox = CodeSandbox(SandboxLimits(disk_mb=16, file_size_mb=8), work_root=open_work_root)
+def test_a_program_that_fills_the_disk_is_stopped_at_the_quota_by_the_poll(open_work_root: str):
+    limits = SandboxLimits(disk_mb=16, file_size_mb=8)
+    sandbox = CodeSandbox(limits, work_root=open_work_root, kernel_tmpfs=False)
     result = asyncio.run(sandbox.run(WRITE_MANY))
     assert result.status is RunStatus.OUTPUT_LIMIT
     assert "disk quota exceeded (16 MB" in result.message
     assert "wrote everything" not in result.stdout
     assert os.listdir(open_work_root) == []  # the run's files are gone
+
+
+FALLOCATE_MANY = (
+    "import os\nmade = 0\nfor i in range(64):\n    fd = os.open(f'f{i}', os.O_CREAT | os.O_WRONLY)\n"
+    "    try:\n        os.posix_fallocate(fd, 0, 8 << 20); made += 1\n    except OSError as exc:\n"
+    "        print('refused:', exc.strerror); break\n    finally:\n        os.close(fd)\n"
+    "print('allocated', made)\n"
+)
+
+
+@pytest.mark.skipif(
+    not kernel_limits.machine_support().tmpfs, reason="sized tmpfs needs a root server on Linux"
+)
+def test_fallocate_of_many_files_cannot_pass_a_kernel_quota(open_work_root: str):
+    # 64 files of 8 MB allocated at once: a poll every 20 ms would let most land (64 x 8 MB).
+    sandbox = CodeSandbox(SandboxLimits(disk_mb=16, file_size_mb=8), work_root=open_work_root)
+    result = asyncio.run(sandbox.run(FALLOCATE_MANY))
+    assert result.ok, result.message
+    assert "refused: No space left on device" in result.stdout
+    assert int(result.stdout.split("allocated")[1]) <= 2  # 16 MB hold two 8 MB files at most
+    result = asyncio.run(sandbox.run(WRITE_MANY))
+    assert result.status is RunStatus.RUNTIME_ERROR and "No space left on device" in result.message
+    assert os.listdir(open_work_root) == []  # unmounted and removed
 
 
 def test_a_program_under_the_quota_runs(open_work_root: str):
