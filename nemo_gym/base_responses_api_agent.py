@@ -45,7 +45,7 @@ from nemo_gym.serving.server import (
     json_response,
     validation_error_body,
 )
-from nemo_gym.serving.server_client import ServerCallError
+from nemo_gym.serving.server_client import Rollout, ServerCallError
 from nemo_gym.tool_access import ToolAccess
 
 __all__ = [
@@ -220,6 +220,17 @@ class SimpleResponsesAPIAgent(BaseServer):
         if not self._capture_correlation_enabled():
             return None
         return maybe_rollout_id_from_run_body(body)
+
+    def rollout_client(self, body: Any = None) -> Rollout:
+        """This ``/run``'s per-rollout client (cookie jars, rollout prefix on every call).
+
+        With training-token capture on for this agent, its calls carry the rollout id the run's
+        body names (``<task>-<rollout>``, what a trainer looks the capture up by) and the
+        ``/training-token-capture`` segment; otherwise the id this request came with.
+        """
+        capture = self._token_id_capture_enabled()
+        rollout_id = (self.rollout_id_from_run(body) if capture else None) or self.rollout_id
+        return self.server_client.rollout(rollout_id, token_capture=capture)
 
     def url_path_for_run(self, url_path: str, body: Any) -> str:
         """``url_path`` with this run's rollout prefix (unchanged without a rollout id)."""

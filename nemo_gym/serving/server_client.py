@@ -30,7 +30,13 @@ from nemo_gym.failure_classes import (
     CallErrorKind,
 )
 from nemo_gym.serving import hop_client, local_socket
-from nemo_gym.serving.protocol import ENV_HEAD_URL, ROLLOUT_PREFIX, SESSION_COOKIE, auth_headers
+from nemo_gym.serving.protocol import (
+    ENV_HEAD_URL,
+    ROLLOUT_PREFIX,
+    SESSION_COOKIE,
+    TOKEN_CAPTURE_PATH_SEGMENT,
+    auth_headers,
+)
 
 # The transport's names, re-exported: callers import them from here.
 from nemo_gym.serving.transport import (  # noqa: F401
@@ -273,16 +279,18 @@ class ServerClient:
         timeout_s: float | None = None,
         rollout_id: str | None = None,
         replica: str | None = None,
+        token_capture: bool = False,
     ) -> ServerResponse:
         """Send one request to a named server and read the whole answer.
 
         ``replica`` (a base URL) sends it to that replica only: a rollout holding session state
-        on it must not move (when it is gone the call fails ``unreachable``).
+        on it must not move (when it is gone the call fails ``unreachable``). ``token_capture``
+        adds NeMo Gym's training-token capture segment after the rollout prefix.
         Raises :class:`ServerCallError` of kind ``unreachable``, ``timeout`` or ``not_found``;
         an HTTP error status is returned, not raised (see :meth:`post_json`).
         """
         base = replica or await self.base_url(server_name, affinity=rollout_id)
-        path = self._path(base, url_path, rollout_id)
+        path = self._path(base, url_path, rollout_id, token_capture)
         try:
             return await self._send(
                 method, server_name, base, path, json, cookies, timeout_s or self.timeout_s
@@ -297,15 +305,16 @@ class ServerClient:
             if base in fresh and len(fresh) == 1:
                 raise
             base = await self.base_url(server_name, affinity=rollout_id)
-            path = self._path(base, url_path, rollout_id)
+            path = self._path(base, url_path, rollout_id, token_capture)
             return await self._send(
                 method, server_name, base, path, json, cookies, timeout_s or self.timeout_s
             )
 
-    def _path(self, base: str, url_path: str, rollout_id: str | None) -> str:
+    def _path(self, base: str, url_path: str, rollout_id: str | None, token_capture: bool = False) -> str:
         # The rollout prefix is ours: an external endpoint (a trainer's engine or proxy) gets the plain path.
         if rollout_id and base not in self._external:
-            return f"{ROLLOUT_PREFIX}{rollout_id}{url_path}"
+            capture = f"/{TOKEN_CAPTURE_PATH_SEGMENT}" if token_capture else ""
+            return f"{ROLLOUT_PREFIX}{rollout_id}{capture}{url_path}"
         return url_path
 
     async def post(self, server_name: str, url_path: str, json: Any = None, **kwargs: Any) -> ServerResponse:
@@ -321,9 +330,10 @@ class ServerClient:
         resp = await self.request("POST", server_name, url_path, json, **kwargs)
         return raise_for_status(resp, server_name, url_path)
 
-    def rollout(self, rollout_id: str | None = None) -> Rollout:
-        """A per-rollout view of this client with its own cookie jars (see :class:`Rollout`)."""
-        return Rollout(self, rollout_id or uuid.uuid4().hex)
+    def rollout(self, rollout_id: str | None = None, *, token_capture: bool = False) -> Rollout:
+        """A per-rollout view of this client with its own cookie jars (see :class:`Rollout`);
+        ``token_capture``: its calls ask for NeMo Gym's training-token capture."""
+        return Rollout(self, rollout_id or uuid.uuid4().hex, token_capture=token_capture)
 
     async def _send(
         self,
@@ -473,9 +483,10 @@ class Rollout:
     cookies, and two rollouts never share a session.
     """
 
-    def __init__(self, client: ServerClient, rollout_id: str) -> None:
+    def __init__(self, client: ServerClient, rollout_id: str, *, token_capture: bool = False) -> None:
         self.client = client
         self.rollout_id = rollout_id
+        self.token_capture = token_capture
         self.cookies: dict[str, dict[str, str]] = {}
         # Servers that gave this rollout a session: later calls stay on the replica holding it.
         self.replicas: dict[str, str] = {}
@@ -493,6 +504,7 @@ class Rollout:
             cookies=jar,
             rollout_id=self.rollout_id,
             replica=self.replicas.get(server_name),
+            token_capture=self.token_capture,
             **kwargs,
         )
         if resp.cookies:

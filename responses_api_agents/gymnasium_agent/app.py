@@ -73,7 +73,7 @@ class GymnasiumAgent(SimpleResponsesAPIAgent):
         the episode finished, hit ``max_steps``, failed or ran out of time.
         """
         params = row_create_params(body)
-        rollout = self.server_client.rollout(self.rollout_id)
+        rollout = self.rollout_client(body)
         env = self.config.resources_server.name
         closable = False
         try:
@@ -96,7 +96,7 @@ class GymnasiumAgent(SimpleResponsesAPIAgent):
 
     async def responses(self, body: dict[str, Any]) -> dict[str, Any]:
         """One model call passed through (an episode needs a row: use ``/run``)."""
-        rollout = self.server_client.rollout(self.rollout_id)
+        rollout = self.rollout_client()
         return await call_model(
             rollout, self.config.model_server.name, body, timeout_s=self.config.hop_timeout_s
         )

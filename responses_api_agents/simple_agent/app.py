@@ -75,7 +75,7 @@ class SimpleAgent(SimpleResponsesAPIAgent):
     async def run(self, body: dict[str, Any]) -> dict[str, Any]:
         """One rollout: seed the session, run the loop, return the verify answer."""
         params = row_create_params(body)
-        rollout = self.server_client.rollout(self.rollout_id)
+        rollout = self.rollout_client(body)
         resources = self.config.resources_server.name
         hop = self.config.hop_timeout_s
         async with rollout_deadline(self.config.rollout_timeout_s, self.name):
@@ -92,7 +92,7 @@ class SimpleAgent(SimpleResponsesAPIAgent):
         if errors:
             raise HTTPError(422, "invalid body: " + "; ".join(errors[:5]))
         async with rollout_deadline(self.config.rollout_timeout_s, self.name):
-            rollout = self.server_client.rollout(self.rollout_id)
+            rollout = self.rollout_client()
             async with self.mcp_toolbox(rollout, body, None) as toolbox:
                 return await self.loop(rollout, body, toolbox)
 

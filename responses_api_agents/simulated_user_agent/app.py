@@ -89,7 +89,7 @@ class SimulatedUserAgent(SimpleAgent):
         """
         params = row_create_params(body)
         instructions = self._user_instructions(body)
-        rollout = self.server_client.rollout(self.rollout_id)
+        rollout = self.rollout_client(body)
         resources = self.config.resources_server.name
         hop = self.config.hop_timeout_s
         async with rollout_deadline(self.config.rollout_timeout_s, self.name):

@@ -1,0 +1,386 @@
+"""nemo_gym.token_id_capture in pieces: store, lineage, capture context, builder, staging, middleware.
+
+Real files (the store and the file ledger in a temporary directory), a real ASGI app behind the
+capture middleware; the end-to-end run through ``ng_run`` is tests/test_token_id_capture_stack.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+from starlette.testclient import TestClient
+
+from nemo_gym.token_id_capture import (
+    FileLineageStore,
+    InMemoryLineageStore,
+    ParentResolutionStatus,
+    TokenCaptureStore,
+    TokenEntry,
+    assistant_fingerprint,
+    compute_digest,
+    current_capture_context,
+    prefix_merging,
+    stamp_continuation,
+    stamp_lineage,
+    token_id_capture_config,
+    trajectories_from_source,
+)
+from nemo_gym.token_id_capture.conformance import ConformanceError, run_conformance
+from nemo_gym.token_id_capture.middleware import TokenCaptureMiddleware
+from nemo_gym.token_id_capture.request_items import request_messages
+from nemo_gym.token_id_capture.sink import capture_tokens, resolve_parent
+from nemo_gym.token_id_capture.staging import (
+    CaptureAdmission,
+    ReceiptVerificationError,
+    RolloutReceipt,
+    RolloutTokenCapture,
+    StagedCallBaseSnapshot,
+    StageResult,
+    select_terminal_call,
+    verify_and_linearize,
+)
+from nemo_gym.token_id_capture.staging.records import CallRecord
+
+USER = {"role": "user", "content": "weather in Oslo?"}
+
+
+def _entry(
+    call_id: str,
+    prompt: list[int],
+    generation: list[int],
+    request: list[dict],
+    text: str,
+    parent: TokenEntry | None = None,
+) -> TokenEntry:
+    entry = TokenEntry(
+        rollout_id="r",
+        model_call_id=call_id,
+        prompt_token_ids=prompt,
+        generation_token_ids=generation,
+        generation_log_probs=[-0.5] * len(generation),
+        output_items=[
+            {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]}
+        ],
+        token_item_index=0,
+    )
+    stamp_continuation(entry, request)
+    status = ParentResolutionStatus.RESOLVED if parent else ParentResolutionStatus.ROOT
+    return stamp_lineage(entry, parent.model_call_id if parent else None, parent_resolution=status)
+
+
+def test_fingerprints_agree_across_dialects_and_ignore_token_fields() -> None:
+    chat = [
+        USER,
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "f", "arguments": '{"b": 1, "a": 2}'}}
+            ],
+        },
+    ]
+    responses = [
+        USER,
+        {
+            "type": "function_call",
+            "call_id": "c1",
+            "name": "f",
+            "arguments": '{"a":2,"b":1}',
+            "prompt_token_ids": [1],
+        },
+    ]
+    anthropic = [
+        USER,
+        {
+            "role": "assistant",
+            "content": [{"type": "tool_use", "id": "c1", "name": "f", "input": {"a": 2, "b": 1}}],
+        },
+    ]
+    assert (
+        assistant_fingerprint(chat)
+        == assistant_fingerprint(responses)
+        == assistant_fingerprint(anthropic)
+        != ""
+    )
+    assert assistant_fingerprint([USER]) == ""
+    with pytest.raises(ValueError, match="cannot be fingerprinted"):
+        assistant_fingerprint([USER, "not an object"])  # type: ignore[list-item]
+
+
+def test_store_is_durable_idempotent_fenced_and_retires_only_the_snapshot_consumed(tmp_path: Path) -> None:
+    store = TokenCaptureStore(tmp_path)
+    first = _entry("c1", [1, 2], [3], [USER], "a")
+    asyncio.run(store.put(first))
+    asyncio.run(store.put(TokenEntry.model_validate(first.model_dump(mode="json"))))  # a retry: no-op
+    with pytest.raises(ValueError, match="reused with a different payload"):
+        asyncio.run(store.put(_entry("c1", [1, 2], [4], [USER], "b")))
+    snapshot = store.freeze_now("r")
+    assert [e.model_call_id for e in snapshot.entries] == [
+        "c1"
+    ] and snapshot.incomplete  # the conflict masks it
+    assert store.freeze_now("r").snapshot_id == snapshot.snapshot_id
+    with pytest.raises(RuntimeError, match="already frozen"):
+        asyncio.run(store.put(_entry("c2", [1, 2, 3, 5], [6], [USER], "c")))
+    assert not asyncio.run(store.drop("r", snapshot_id=snapshot.snapshot_id, version=snapshot.version + 1))
+    assert asyncio.run(store.drop("r", snapshot_id=snapshot.snapshot_id, version=snapshot.version))
+    assert not store.path_for("r").exists()
+    with pytest.raises(ValueError, match="invalid rollout id"):
+        store.path_for("../escape")
+
+
+def test_a_torn_last_line_is_cut_and_the_rest_recovered(tmp_path: Path) -> None:
+    store = TokenCaptureStore(tmp_path)
+    asyncio.run(store.put(_entry("c1", [1, 2], [3], [USER], "a")))
+    store.state_path_for("r").unlink()  # the writer stopped before its state write
+    with store.path_for("r").open("ab") as handle:
+        handle.write(b'{"rollout_id": "r", "model_ca')
+    snapshot = store.freeze_now("r")
+    assert [e.model_call_id for e in snapshot.entries] == ["c1"]
+
+
+def test_lineage_resolves_only_a_faithful_continuation(tmp_path: Path) -> None:
+    store, lineage = TokenCaptureStore(tmp_path), FileLineageStore(tmp_path)
+    first = _entry("c1", [1, 2], [3, 4], [USER], "sunny")
+    asyncio.run(store.put(first))
+    follow = [USER, *first.output_items, {"role": "user", "content": "and tomorrow?"}]
+    resolution = asyncio.run(lineage.resolve("r", follow))
+    assert resolution.status == ParentResolutionStatus.RESOLVED
+    assert resolution.match is not None and list(resolution.match.cumulative_token_ids) == [1, 2, 3, 4]
+    summarized = [{"role": "user", "content": "(summary)"}, *first.output_items]
+    assert asyncio.run(lineage.resolve("r", summarized)).status == ParentResolutionStatus.UNRESOLVED
+    assert asyncio.run(lineage.resolve("r", [USER])).status == ParentResolutionStatus.ROOT
+    # Two calls with the same output but different tokens: never a guess.
+    asyncio.run(store.put(_entry("c9", [1, 7], [3, 4], [USER], "sunny")))
+    ambiguous = asyncio.run(FileLineageStore(tmp_path).resolve("r", follow))
+    assert ambiguous.status == ParentResolutionStatus.UNRESOLVED and ambiguous.reason == "ambiguous"
+
+
+def test_builder_joins_verified_links_and_masks_what_it_cannot_prove() -> None:
+    root = _entry("c1", [1, 2], [3], [USER], "a")
+    child = _entry("c2", [1, 2, 3, 9], [4, 5], [USER], "b", parent=root)
+    out = prefix_merging([child, root])
+    (chain,) = out.chains
+    assert chain.chain_id == "main" and [link.entry.model_call_id for link in chain.links] == ["c1", "c2"]
+    assert chain.links[1].interstitial == [9] and out.notes.delivered_fraction == 1.0
+    # A child whose prompt does not begin with its parent's tokens is cut off from it.
+    liar = _entry("c3", [1, 2, 8, 9], [4], [USER], "c", parent=root)
+    out = prefix_merging([root, liar])
+    assert out.notes.parent_link_failures == {"parent_digest_mismatch": 1} and out.notes.roots == 2
+
+
+def test_consumer_reads_a_capture_back_as_one_contiguous_sequence(tmp_path: Path) -> None:
+    store = TokenCaptureStore(tmp_path)
+    root = _entry("c1", [1, 2], [3], [USER], "a")
+    asyncio.run(store.put(root))
+    asyncio.run(store.put(_entry("c2", [1, 2, 3, 9], [4, 5], [USER], "b", parent=root)))
+    built = asyncio.run(trajectories_from_source("r", store))
+    assert built is not None and built["mask_sample"] is False
+    tokens = [(i["prompt_token_ids"], i["generation_token_ids"]) for i in built["rebuilt_response"]["output"]]
+    assert tokens == [([1, 2], [3]), ([1, 2, 3, 9], [4, 5])]
+    asyncio.run(store.mark_incomplete("r", "c3"))  # a lost call after freeze still masks the sample
+    assert asyncio.run(trajectories_from_source("r", TokenCaptureStore(tmp_path)))["mask_sample"] is True
+
+
+def test_the_file_store_passes_the_conformance_suite_and_a_lossy_transport_fails_it(tmp_path: Path) -> None:
+    passed = asyncio.run(
+        run_conformance(
+            lambda: TokenCaptureStore(tmp_path),
+            lambda: TokenCaptureStore(tmp_path),
+            lambda: FileLineageStore(tmp_path),
+        )
+    )
+    assert "fresh_client_lineage_visibility" in passed and "begin_call_custody" in passed
+
+    class ForgetfulSink:  # drops the incomplete marker: the silent-loss case
+        def __init__(self) -> None:
+            self.store = TokenCaptureStore(tmp_path / "forgetful")
+
+        async def put(self, entry: TokenEntry) -> None:
+            await self.store.put(entry)
+
+        async def mark_incomplete(self, rollout_id: str, model_call_id: str = "") -> None:
+            return None
+
+        async def close(self) -> None:
+            return None
+
+    with pytest.raises(ConformanceError) as failure:
+        asyncio.run(run_conformance(ForgetfulSink, lambda: TokenCaptureStore(tmp_path / "forgetful")))
+    assert failure.value.check_name == "mark_incomplete_durability"
+
+
+def test_capture_config_errors_name_the_field(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="absolute"):
+        token_id_capture_config({"token_id_capture": {"enabled": True, "dir": "relative"}})
+    with pytest.raises(ValueError, match="lineage_store"):
+        token_id_capture_config(
+            {
+                "token_id_capture": {
+                    "enabled": True,
+                    "sink": "nemo_gym.token_id_capture.store:TokenCaptureStore",
+                }
+            }
+        )
+    with pytest.raises(ValueError, match="rebuild_response=false"):
+        token_id_capture_config({"token_id_capture": {"enabled": True, "external_staging": True}})
+    config = token_id_capture_config(
+        {
+            "token_id_capture": {
+                "enabled": True,
+                "sink": "nemo_gym.token_id_capture.lineage:InMemoryLineageStore",
+                "allow_unresolved_continuations": True,
+            }
+        }
+    )
+    with pytest.raises(ValueError, match="is not a TokenSink: it lacks mark_incomplete"):
+        config.build_sink()
+
+
+def _model_app(answers: list[dict[str, Any]]) -> Starlette:
+    """A model server whose handler resolves, answers with token IDs, and captures (as the base does)."""
+
+    async def responses(request: Request) -> JSONResponse:
+        body = await request.json()
+        messages = request_messages(body)
+        await resolve_parent(messages)
+        answer = answers.pop(0)
+        await capture_tokens(answer, request_messages=messages)
+        return JSONResponse(answer)
+
+    async def metadata(request: Request) -> JSONResponse:
+        assert current_capture_context() is None
+        return JSONResponse({"weights": 7})
+
+    return Starlette(
+        routes=[Route("/v1/responses", responses, methods=["POST"]), Route("/metadata", metadata)]
+    )
+
+
+def _answer(text: str, prompt: list[int], generation: list[int]) -> dict[str, Any]:
+    item = {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]}
+    return {
+        "id": f"resp-{text}",
+        "output": [
+            {
+                **item,
+                "prompt_token_ids": prompt,
+                "generation_token_ids": generation,
+                "generation_log_probs": [-1.0] * len(generation),
+            }
+        ],
+    }
+
+
+def test_middleware_captures_a_two_turn_rollout_and_flags_unclassified_routes(tmp_path: Path) -> None:
+    store = TokenCaptureStore(tmp_path)
+    app = TokenCaptureMiddleware(
+        _model_app([_answer("one", [1, 2], [3]), _answer("two", [1, 2, 3, 4], [5]), _answer("3", [1], [2])]),
+        store=None, token_store=store, lineage_store=FileLineageStore(tmp_path), token_capture_enabled=True,
+    )  # fmt: skip
+    prefix = "/ng-rollout/r7/training-token-capture"
+    with TestClient(app) as client:
+        first = client.post(f"{prefix}/v1/responses", json={"input": [USER]}).json()
+        echoed = [USER, *first["output"], {"role": "user", "content": "more"}]
+        client.post(f"{prefix}/v1/responses", json={"input": echoed})
+        # Without the capture segment the call is served, not captured.
+        assert client.post("/ng-rollout/r8/v1/responses", json={"input": [USER]}).status_code == 200
+    entries = sorted(store.read_entries("r7"), key=lambda e: len(e.prompt_token_ids))
+    assert [e.parent_resolution for e in entries] == [
+        ParentResolutionStatus.ROOT,
+        ParentResolutionStatus.RESOLVED,
+    ]
+    assert entries[1].parent_call_id == entries[0].model_call_id and entries[1].digest == compute_digest(
+        [1, 2, 3, 4, 5]
+    )
+    assert not store.freeze_now("r7").incomplete and store.read_entries("r8") == []
+    with TestClient(app) as client:
+        assert client.get("/ng-rollout/r9/training-token-capture/metadata").json() == {"weights": 7}
+    assert store.is_incomplete("r9")  # an unclassified route's answer may carry generated text
+    declared = TokenCaptureMiddleware(
+        _model_app([]), store=None, token_store=store, non_generating_requests={("GET", "/metadata")}
+    )
+    with TestClient(declared) as client:
+        client.get("/ng-rollout/r10/training-token-capture/metadata")
+    assert not store.is_incomplete("r10")
+
+
+class _Staging:
+    def __init__(self) -> None:
+        self.records: dict[str, Any] = {}
+
+    def stage(self, record: Any, *, attachments: Any = None) -> StageResult:
+        self.records[record.staging_key] = record
+        return StageResult(ok=True, staging_key=record.staging_key)
+
+
+def test_worker_staging_verifies_and_linearizes_and_refuses_a_tampered_delta() -> None:
+    sink = _Staging()
+    capture = RolloutTokenCapture(sink=sink, weight_version_fn=lambda: 3)
+    root = CaptureAdmission(rollout_id="r", model_call_id="a", mode="text")
+    a = capture.complete_call(
+        capture.begin_call(root), prompt_token_ids=[10], generated_token_ids=[11], generated_logprobs=[-0.5]
+    )
+    child = CaptureAdmission(
+        rollout_id="r",
+        model_call_id="b",
+        mode="token_in",
+        parent_call_id="a",
+        prev_len=2,
+        staging_chain=[a.staging_key],
+        parent_chain_hash=a.chain_hash,
+    )
+    b = capture.complete_call(
+        capture.begin_call(child, prefix_token_ids=[10, 11]),
+        prompt_token_ids=[10, 11, 20],
+        generated_token_ids=[21],
+        generated_logprobs=[-0.25],
+    )
+    manifest = [
+        CallRecord(**c.model_dump(exclude={"rollout_id", "disposition", "schema_version"}), mode=m, response_id=f"resp-{c.model_call_id}")
+        for c, m in ((a, "text"), (b, "token_in"))
+    ]  # fmt: skip
+    receipt = RolloutReceipt(
+        rollout_id="r", manifest=manifest, terminal_model_call_id="b", terminal_selection="declared"
+    )
+    snapshots = [
+        StagedCallBaseSnapshot.model_validate(sink.records[r.staging_key].model_dump(exclude={"extras"}))
+        for r in manifest
+    ]
+    row = verify_and_linearize(receipt, snapshots)
+    assert (row.token_ids, row.token_mask, row.logprobs) == (
+        [10, 11, 20, 21],
+        [0.0, 1.0, 0.0, 1.0],
+        [0.0, -0.5, 0.0, -0.25],
+    )
+    assert select_terminal_call(manifest).terminal_model_call_id == "b"
+    forged = snapshots[1].model_dump()
+    forged["token_ids_delta"] = [20, 22]
+    with pytest.raises(ValueError, match="digest does not match"):
+        StagedCallBaseSnapshot.model_validate(forged)
+    with pytest.raises(ReceiptVerificationError, match="row_count_mismatch"):
+        verify_and_linearize(receipt, snapshots[:1])
+    # A generation whose prompt does not begin with the admitted prefix is never staged.
+    bad = capture.begin_call(child.model_copy(update={"model_call_id": "c"}), prefix_token_ids=[10, 11])
+    failed = capture.complete_call(
+        bad, prompt_token_ids=[10, 99, 20], generated_token_ids=[21], generated_logprobs=[-0.1]
+    )
+    assert failed.disposition == "capture_failed" and "r/c" not in sink.records
+
+
+def test_in_memory_ledger_admits_children_of_recorded_calls_only() -> None:
+    ledger = InMemoryLineageStore()
+    assert asyncio.run(ledger.manifest("r")) == {
+        "rollout_id": "r",
+        "records": [],
+        "failures": [],
+        "schema_version": 2,
+    }
+    asyncio.run(ledger.record_failure("r", "x", "unresolved_parent"))
+    assert asyncio.run(ledger.has_rows("r"))
