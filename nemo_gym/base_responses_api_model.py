@@ -33,6 +33,15 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp
 
+from nemo_gym.models.conversation_store import (
+    KEPT_HEADER,
+    KEPT_VALUE,
+    NOT_FOUND_CODE,
+    ConversationStore,
+    KeptConversation,
+    reset_current_conversation,
+    set_current_conversation,
+)
 from nemo_gym.models.fastapi_dispatch import (
     as_json,
     call_handler,
@@ -44,7 +53,8 @@ from nemo_gym.models.fastapi_dispatch import (
 from nemo_gym.models.openai_errors import OpenAIErrorBodies
 from nemo_gym.models.openai_request_checks import check_chat_request, check_responses_request
 from nemo_gym.models.streaming import SSE_KEEPALIVE, stream_chat_completion, stream_responses
-from nemo_gym.serving.server import BaseServer, BaseServerConfig, HTTPError
+from nemo_gym.serving.process_hooks import LIVENESS_METRICS
+from nemo_gym.serving.server import BaseServer, BaseServerConfig, HTTPError, json_response
 from nemo_gym.token_id_capture.non_generating import NonGeneratingRequest
 
 if TYPE_CHECKING:
@@ -132,6 +142,10 @@ class BaseResponsesAPIModelConfig(BaseServerConfig):
     # Routes of this server that never return generated text (NeMo Gym's training-token capture
     # declares them; read for config compatibility).
     token_id_capture_non_generating_requests: list[NonGeneratingRequest] = Field(default_factory=list)
+    # Conversations kept for ``store: true`` requests (see nemo_gym.models.conversation_store).
+    kept_conversations_max: int = Field(default=8192, ge=0)
+    kept_conversations_max_bytes: int = Field(default=256 * 2**20, ge=0)
+    kept_conversations_ttl_s: float = Field(default=1800.0, gt=0)
 
 
 class SimpleResponsesAPIModel(BaseServer):
@@ -169,8 +183,24 @@ class SimpleResponsesAPIModel(BaseServer):
         ]
         return {"object": "list", "data": data}
 
+    @property
+    def conversations(self) -> ConversationStore:
+        """The conversations this server keeps for ``store: true`` requests (created on first use)."""
+        found: ConversationStore | None = self.__dict__.get("_ng_conversations")
+        if found is None:
+            config = self.config
+            found = ConversationStore(
+                config.kept_conversations_max,
+                config.kept_conversations_max_bytes,
+                config.kept_conversations_ttl_s,
+            )
+            object.__setattr__(self, "_ng_conversations", found)
+            LIVENESS_METRICS["kept_conversations"] = found.stats
+        return found
+
     def routes(self) -> list[Route]:
-        """Liveness (``GET``/``HEAD /``), ``/v1/responses``, ``/v1/chat/completions``, ``/v1/models``,
+        """Liveness (``GET``/``HEAD /``), ``/v1/responses`` (and ``DELETE /v1/responses/{id}``),
+        ``/v1/chat/completions``, ``/v1/models``,
         and the Anthropic Messages and Gemini dialects over :meth:`responses`
         (:class:`~nemo_gym.models.dialect_routes.DialectRoutes`)."""
         from nemo_gym.models.dialect_routes import DialectRoutes
@@ -179,6 +209,7 @@ class SimpleResponsesAPIModel(BaseServer):
             super().routes()
             + [
                 self.route("/v1/responses", self._serve_responses, body_model_of=self.responses),
+                Route("/v1/responses/{response_id}", self._delete_response, methods=["DELETE"]),
                 self.route(
                     "/v1/chat/completions", self._serve_chat_completions, body_model_of=self.chat_completions
                 ),
@@ -223,9 +254,84 @@ class SimpleResponsesAPIModel(BaseServer):
 
     async def _serve_responses(self, body: Any) -> dict[str, Any] | Response:
         check_responses_request(body)
+        if body.get("previous_response_id") is not None or body.get("store") is True:
+            return await self._serve_kept(body)
         if body.get("stream") is True:
             return await self.responses_stream(body)
         return await _captured(self.responses, body, body)
+
+    async def _serve_kept(self, body: dict[str, Any]) -> dict[str, Any] | Response:
+        """A request that continues a kept conversation (``previous_response_id``) or asks for its
+        own to be kept (``store: true``): see :mod:`nemo_gym.models.conversation_store`.
+
+        The handler gets the whole input (kept items, then the new ones) and the request's other
+        fields unchanged, without ``previous_response_id`` and ``store``: exactly the request the
+        full history makes. A streamed answer is not kept.
+        """
+        store, rollout = self.conversations, self.rollout_id
+        previous = body.get("previous_response_id")
+        conversation: KeptConversation | None = None
+        if previous is not None:
+            if not isinstance(previous, str):
+                raise HTTPError(400, f"previous_response_id must be a string, got {type(previous).__name__}")
+            conversation = store.take(rollout, previous)
+            if conversation is None:
+                raise HTTPError(
+                    400,
+                    f"previous_response_id {previous!r}: {self.name} keeps no conversation under that id "
+                    "(it was never kept with store: true, was deleted, expired or was dropped to stay "
+                    "within the server's bounds); send the whole input instead",
+                    code=NOT_FOUND_CODE,
+                    param="previous_response_id",
+                )
+        keep = body.get("store") is True and body.get("stream") is not True
+        if conversation is None:
+            if not keep:
+                return await _captured(self.responses, body, body)
+            conversation = KeptConversation()
+        new_items = body["input"]
+        if isinstance(new_items, str):
+            new_items = [{"role": "user", "content": new_items}]
+        mark = (len(conversation.items), conversation.nbytes)
+        conversation.extend(new_items)
+        request = {key: value for key, value in body.items() if key not in ("previous_response_id", "store")}
+        request["input"] = list(conversation.items) if previous is not None else body["input"]
+        token = set_current_conversation(conversation)
+        try:
+            if request.get("stream") is True:
+                answer: Any = await self.responses_stream(request)
+            else:
+                answer = await _captured(self.responses, request, request)
+        except BaseException:
+            if previous is not None:  # undone: the same continuation may be tried again
+                conversation.truncate(*mark)
+                store.put(rollout, previous, conversation)
+            raise
+        finally:
+            reset_current_conversation(token)
+        answer_id = answer.get("id") if isinstance(answer, dict) else None
+        output = answer.get("output") if isinstance(answer, dict) else None
+        if not keep or not isinstance(answer_id, str) or not isinstance(output, list):
+            return answer  # type: ignore[no-any-return]
+        conversation.extend(output, round_trip=True)
+        if not store.put(rollout, answer_id, conversation):
+            return answer  # type: ignore[no-any-return]
+        response = json_response(answer)
+        response.headers[KEPT_HEADER] = KEPT_VALUE
+        return response
+
+    async def _delete_response(self, request: Any) -> Response:
+        """``DELETE /v1/responses/{id}``: forget the conversation kept under that id."""
+        response_id = request.path_params["response_id"]
+        if not self.conversations.drop(self.rollout_id, response_id):
+            return json_response(
+                {
+                    "error": f"{self.name} keeps no conversation under response id {response_id!r}",
+                    "server": self.name,
+                },
+                404,
+            )
+        return json_response({"id": response_id, "object": "response", "deleted": True})
 
     async def _serve_chat_completions(self, body: Any) -> dict[str, Any] | Response:
         check_chat_request(body)

@@ -28,7 +28,7 @@ from nemo_gym.collection.row_keys import (
 )
 from nemo_gym.collection.row_materializer import RowMaterializer
 from nemo_gym.launch.config import ConfigError
-from nemo_gym.serving.request_guard import MAX_JSON_DEPTH, json_nesting_depth
+from nemo_gym.serving.request_guard import MAX_JSON_DEPTH, nesting_over
 
 MAX_REPORTED_BAD_LINES = 10
 
@@ -104,8 +104,8 @@ def materialize_input(
                 if not stripped:
                     continue
                 try:
-                    depth = json_nesting_depth(stripped)
-                    if depth > MAX_JSON_DEPTH:
+                    depth = nesting_over(stripped, MAX_JSON_DEPTH)
+                    if depth is not None:
                         raise ValueError(f"nested {depth} levels deep; at most {MAX_JSON_DEPTH} are accepted")
                     try:
                         parsed = orjson.loads(stripped)

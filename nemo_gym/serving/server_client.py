@@ -16,7 +16,7 @@ import time
 import urllib.parse
 import uuid
 import zlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -112,6 +112,16 @@ class ServerResponse:
     body: bytes
     cookies: dict[str, str]
     base_url: str = ""  # the replica that answered
+    raw_headers: Sequence[tuple[bytes, bytes]] = ()
+
+    def header(self, name: str) -> str | None:
+        """The value of the answer's header ``name`` (any case; the last if repeated), else None."""
+        wanted = name.lower().encode("latin-1")
+        found = None
+        for key, value in self.raw_headers:
+            if key.lower() == wanted:
+                found = value
+        return found.decode("latin-1") if found is not None else None
 
     def json(self) -> Any:
         """The body parsed as JSON."""
@@ -385,9 +395,8 @@ class ServerClient:
                     timeout=aiohttp.ClientTimeout(total=remaining),
                 ) as resp:
                     body = await resp.read()
-                    return ServerResponse(
-                        resp.status, body, {k: m.value for k, m in resp.cookies.items()}, base
-                    )
+                    cookies = {k: m.value for k, m in resp.cookies.items()}
+                    return ServerResponse(resp.status, body, cookies, base, resp.raw_headers)
             except (aiohttp.ClientError, TimeoutError) as exc:
                 raise aiohttp_failure(exc, timeout_s) from exc
 
@@ -446,7 +455,7 @@ class ServerClient:
                         max_answer_bytes=self.max_answer_bytes,
                         unix_path=unix_path,
                     )
-                    return ServerResponse(resp.status, resp.body, resp.cookies, base)
+                    return ServerResponse(resp.status, resp.body, resp.cookies, base, resp.raw_headers)
                 except hop_client.HopConnectError as exc:
                     if unix_path is None:
                         raise NotConnected(exc) from exc

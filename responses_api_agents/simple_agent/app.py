@@ -14,13 +14,13 @@ from pydantic import Field
 
 from nemo_gym.agents.agent_hops import (
     call_json,
-    call_model,
     execute_tool_call,
     execute_tool_calls,
     offered_tools,
     rollout_deadline,
 )
 from nemo_gym.agents.mcp_tools import MCPServerConfig, MCPToolbox, close_stdio
+from nemo_gym.agents.model_conversation import ModelConversation
 from nemo_gym.base_responses_api_agent import (
     BaseResponsesAPIAgentConfig,
     SimpleResponsesAPIAgent,
@@ -141,7 +141,7 @@ class SimpleAgent(SimpleResponsesAPIAgent):
         The returned response carries every item produced in the rollout (model outputs and
         tool outputs, token-ID fields untouched) and the usage summed over all model calls.
         """
-        history = input_items(params)
+        items = list(input_items(params))  # the whole conversation, only ever appended to
         produced: list[dict[str, Any]] = []
         usage: dict[str, Any] | None = None
         last: dict[str, Any] = {}
@@ -149,21 +149,23 @@ class SimpleAgent(SimpleResponsesAPIAgent):
         steps = 0
         if toolbox is not None:
             params = {**params, "tools": list(params.get("tools") or []) + toolbox.function_tools()}
-        while self.config.max_steps is None or steps < self.config.max_steps:
-            steps += 1
-            last = await call_model(
-                rollout,
-                self.config.model_server.name,
-                {**params, "input": history + produced},
-                timeout_s=self.config.hop_timeout_s,
-            )
-            output = last.get("output") or []
-            produced.extend(output)
-            usage = add_usage(usage, last.get("usage"))
-            calls = function_calls(output)
-            if not calls or last.get("status") == "incomplete" or not self.config.execute_tool_calls:
-                break
-            produced.extend(await self.run_tool_calls(rollout, calls, toolbox, tools))
+        # Long rollouts send the model server only what is new each turn (see ModelConversation).
+        async with ModelConversation(
+            rollout, self.config.model_server.name, timeout_s=self.config.hop_timeout_s
+        ) as conversation:
+            while self.config.max_steps is None or steps < self.config.max_steps:
+                steps += 1
+                last = await conversation.call(params, items)
+                output = last.get("output") or []
+                produced.extend(output)
+                items.extend(output)
+                usage = add_usage(usage, last.get("usage"))
+                calls = function_calls(output)
+                if not calls or last.get("status") == "incomplete" or not self.config.execute_tool_calls:
+                    break
+                outputs = await self.run_tool_calls(rollout, calls, toolbox, tools)
+                produced.extend(outputs)
+                items.extend(outputs)
         return {**last, "output": produced, "usage": usage}
 
     async def run_tool_calls(

@@ -15,12 +15,14 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import orjson
 from pydantic import Field
 from starlette.responses import Response
 
 from nemo_gym.agents.hop_faults import chat_completion_problem, responses_object_problem, status_failure_class
 from nemo_gym.base_responses_api_model import BaseResponsesAPIModelConfig, SimpleResponsesAPIModel
 from nemo_gym.failure_classes import BAD_UPSTREAM_BODY, TIMEOUT
+from nemo_gym.models.conversation_store import KeptConversation, current_conversation
 from nemo_gym.models.conversion import TOKEN_ID_FIELDS
 from nemo_gym.models.streaming import stream_chat_completion, stream_responses
 from nemo_gym.serving.server import HTTPError
@@ -35,6 +37,8 @@ from nemo_gym.serving.upstream import (
 RETRY_STATUSES = (408, 409, 429, 500, 502, 503, 504)
 # Fields nemo_gym adds to items for RL; OpenAI answers 400 on unknown item fields.
 _NEMO_GYM_ITEM_FIELDS = (*TOKEN_ID_FIELDS, "token_ids_contiguous")
+# Where a kept conversation holds its input as encoded for the upstream.
+_ENCODED_INPUT = "openai_model.encoded_input"
 
 
 class OpenAIModelConfig(BaseResponsesAPIModelConfig):
@@ -211,9 +215,29 @@ class _NoLimit:
 
 def _responses_request(body: dict[str, Any]) -> dict[str, Any]:
     request = dict(body)
-    if isinstance(request.get("input"), list):
+    conversation = current_conversation()
+    if conversation is not None and request.get("input") is not None:
+        # A kept conversation: its input was encoded for the upstream on earlier turns.
+        request["input"] = orjson.Fragment(_encoded_input(conversation))
+    elif isinstance(request.get("input"), list):
         request["input"] = [strip_nemo_gym_fields(item) for item in request["input"]]
     return request
+
+
+def _encoded_input(conversation: KeptConversation) -> bytes:
+    """The conversation's items without nemo_gym's fields, as a JSON array, encoding only the
+    items added since the last turn (the rest is kept with the conversation)."""
+    cached = conversation.derived.get(_ENCODED_INPUT)
+    if cached is None:
+        cached = conversation.derived[_ENCODED_INPUT] = [0, bytearray(b"[")]
+    items = conversation.items
+    count, encoded = cached
+    for item in items[count:]:
+        if len(encoded) > 1:
+            encoded += b","
+        encoded += orjson.dumps(strip_nemo_gym_fields(item))
+    cached[0] = len(items)
+    return bytes(encoded) + b"]"
 
 
 def _chat_request(body: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,252 @@
+"""Kept conversations: a long rollout sends only what is new, and the engine sees exactly the same requests.
+
+Real servers on loopback: simple_agent, a resources server, openai_model, and a fake OpenAI
+Responses endpoint (aiohttp, in a thread) that records the raw bytes of every request. The same
+rollout is run with conversations kept (the default) and with the model server keeping none
+(``kept_conversations_max: 0``, so every call carries the whole history): the upstream must get
+byte-identical requests either way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+import pytest
+from aiohttp import web
+
+from nemo_gym.base_resources_server import (
+    BaseResourcesServerConfig,
+    BaseVerifyRequest,
+    BaseVerifyResponse,
+    SimpleResourcesServer,
+    tool,
+)
+from nemo_gym.launch.launcher import free_port
+from nemo_gym.models.conversation_store import ConversationStore, KeptConversation
+from nemo_gym.testing import SyncClient, running_agent, running_server
+from responses_api_models.openai_model.app import OpenAIModel
+
+TOOL = {"type": "function", "name": "lookup", "parameters": {"type": "object", "properties": {}}}
+
+
+class Env(SimpleResourcesServer):
+    config: BaseResourcesServerConfig
+
+    @tool
+    async def lookup(self, body: dict) -> dict:
+        return {"found": "x" * 50}
+
+    async def verify(self, body: BaseVerifyRequest) -> BaseVerifyResponse:
+        return BaseVerifyResponse(**body.model_dump(), reward=1.0)
+
+
+class Recorder:
+    """A fake OpenAI Responses endpoint: ``turns`` tool calls (with token-ID fields), then an answer."""
+
+    def __init__(self, turns: int) -> None:
+        self.turns = turns
+        self.raw: list[bytes] = []
+        self.url = ""
+
+    def answer(self, body: dict[str, Any]) -> dict[str, Any]:
+        n = len(self.raw)
+        done = sum(1 for item in body["input"] if item.get("type") == "function_call_output")
+        if done >= self.turns:
+            output = [
+                {
+                    "type": "message",
+                    "id": f"msg_{n}",
+                    "role": "assistant",
+                    "status": "completed",
+                    "content": [{"type": "output_text", "text": "done", "annotations": []}],
+                }
+            ]
+        else:
+            output = [
+                {
+                    "type": "message",
+                    "id": f"msg_{n}",
+                    "role": "assistant",
+                    "status": "completed",
+                    "content": [{"type": "output_text", "text": f"turn {done} " * 20, "annotations": []}],
+                },
+                {
+                    "type": "function_call",
+                    "id": f"fc_{n}",
+                    "call_id": f"call_{n}",
+                    "name": "lookup",
+                    "arguments": "{}",
+                    "status": "completed",
+                    "prompt_token_ids": [1, 2, n],
+                    "generation_token_ids": [3, n],
+                    "generation_log_probs": [-0.5, -0.25],
+                },
+            ]
+        return {
+            "id": f"resp_{n}",
+            "object": "response",
+            "created_at": 0,
+            "model": body.get("model") or "m",
+            "status": "completed",
+            "output": output,
+            "parallel_tool_calls": True,
+            "tool_choice": "auto",
+            "tools": body.get("tools") or [],
+            "error": None,
+            "incomplete_details": None,
+            "instructions": None,
+            "metadata": {},
+            "usage": {"input_tokens": 1, "output_tokens": 1, "total_tokens": 2},
+        }
+
+
+@contextlib.contextmanager
+def recording_upstream(turns: int) -> Iterator[Recorder]:
+    state = Recorder(turns)
+
+    async def responses(request: web.Request) -> web.Response:
+        raw = await request.read()
+        answer = state.answer(orjson.loads(raw))
+        state.raw.append(raw)
+        return web.Response(body=orjson.dumps(answer), content_type="application/json")
+
+    app = web.Application(client_max_size=2**26)
+    app.router.add_post("/v1/responses", responses)
+    loop = asyncio.new_event_loop()
+    runner = web.AppRunner(app)
+    port = free_port()
+    loop.run_until_complete(runner.setup())
+    loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", port).start())
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    state.url = f"http://127.0.0.1:{port}/v1"
+    try:
+        yield state
+    finally:
+        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
+
+
+class RecordingModel(OpenAIModel):
+    """openai_model, noting how many input items each request carried and what it continued."""
+
+    def model_post_init(self, context: Any) -> None:
+        super().model_post_init(context)
+        object.__setattr__(self, "requests", [])
+
+    async def _serve_responses(self, body: Any) -> Any:
+        self.requests.append((len(body["input"]), body.get("previous_response_id")))
+        return await super()._serve_responses(body)
+
+
+def run_rollout(turns: int, **model_fields: Any) -> tuple[list[bytes], dict[str, Any], RecordingModel]:
+    row = {
+        "responses_create_params": {
+            "input": [{"role": "user", "content": "look it up"}],
+            "tools": [TOOL],
+            "temperature": 0.5,
+        }
+    }
+    with recording_upstream(turns) as upstream:
+        model = RecordingModel({"name": "model", "openai_base_url": upstream.url, **model_fields})
+        with (
+            running_agent(Env({"name": "env"}), model, max_steps=turns + 5) as agent_url,
+            SyncClient() as http,
+        ):
+            status, body = http.post(agent_url + "/run", row)
+        assert status == 200, body
+        return upstream.raw, body, model
+
+
+@pytest.mark.parametrize("turns", [1, 2, 12])
+def test_the_upstream_gets_the_same_bytes_with_and_without_kept_conversations(turns: int) -> None:
+    kept_raw, kept_body, kept_model = run_rollout(turns)
+    full_raw, full_body, full_model = run_rollout(turns, kept_conversations_max=0)
+    assert len(kept_raw) == turns + 1
+    assert kept_raw == full_raw
+    assert kept_body["response"]["output"] == full_body["response"]["output"]
+    # The third call asks to keep the conversation; each later one sends only the tool's output.
+    continued = [n for n, previous in kept_model.requests if previous is not None]
+    assert continued == [1] * max(0, turns - 2)
+    assert all(previous is None for _, previous in full_model.requests)
+    # Token-ID fields reach the agent's result but never the upstream (openai_model strips them).
+    assert kept_body["response"]["output"][1]["prompt_token_ids"] == [1, 2, 0]
+    assert all(b"prompt_token_ids" not in raw for raw in kept_raw)
+    # The rollout's kept conversation was deleted when it ended.
+    assert kept_model.conversations.stats() == {"conversations": 0, "bytes": 0}
+    assert full_model.conversations.stats() == {"conversations": 0, "bytes": 0}
+
+
+def test_a_lost_conversation_falls_back_to_the_whole_history() -> None:
+    # Every kept conversation expires at once: each continuation is answered 400
+    # previous_response_not_found, and the agent sends the whole history again.
+    kept_raw, kept_body, model = run_rollout(6, kept_conversations_ttl_s=1e-9)
+    full_raw, full_body, _ = run_rollout(6, kept_conversations_max=0)
+    assert kept_raw == full_raw
+    assert kept_body["reward"] == full_body["reward"] == 1.0
+
+
+def test_continuations_send_only_new_items_and_unknown_ids_are_a_400() -> None:
+    with recording_upstream(turns=3) as upstream:
+        model = OpenAIModel({"name": "model", "openai_base_url": upstream.url})
+        with running_server(model) as url, SyncClient() as http:
+            first = {"input": [{"role": "user", "content": "hi"}], "tools": [TOOL], "store": True}
+            status, answer = http.post(url + "/ng-rollout/r1/v1/responses", first)
+            assert status == 200, answer
+            assert model.conversations.stats()["conversations"] == 1
+            call = answer["output"][-1]
+            new = [{"type": "function_call_output", "call_id": call["call_id"], "output": "ok"}]
+            second = {"input": new, "tools": [TOOL], "previous_response_id": answer["id"], "store": True}
+            # Another rollout cannot continue it.
+            status, refused = http.post(url + "/ng-rollout/r2/v1/responses", second)
+            assert status == 400
+            assert refused["error"]["code"] == "previous_response_not_found"
+            assert refused["error"]["param"] == "previous_response_id"
+            status, answer2 = http.post(url + "/ng-rollout/r1/v1/responses", second)
+            assert status == 200, answer2
+            sent = orjson.loads(upstream.raw[-1])
+            assert "previous_response_id" not in sent and "store" not in sent
+            assert sent["input"] == [first["input"][0], *_stripped(answer["output"]), *new]
+            # The conversation moved to the new answer's id: the old one is gone.
+            status, _ = http.post(url + "/ng-rollout/r1/v1/responses", second)
+            assert status == 400
+            status, deleted = http.request("DELETE", url + f"/ng-rollout/r1/v1/responses/{answer2['id']}")
+            assert status == 200 and deleted["deleted"] is True
+            status, _ = http.request("DELETE", url + f"/ng-rollout/r1/v1/responses/{answer2['id']}")
+            assert status == 404
+            assert model.conversations.stats() == {"conversations": 0, "bytes": 0}
+
+
+def _stripped(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    drop = ("prompt_token_ids", "generation_token_ids", "generation_log_probs")
+    return [{k: v for k, v in item.items() if k not in drop} for item in items]
+
+
+def _conversation(nbytes_items: int) -> KeptConversation:
+    conversation = KeptConversation()
+    conversation.extend([{"text": "x" * nbytes_items}])
+    return conversation
+
+
+def test_the_store_is_bounded_by_count_bytes_and_age() -> None:
+    store = ConversationStore(max_conversations=3, max_bytes=10_000, ttl_s=60)
+    for i in range(5):
+        assert store.put("r", f"id{i}", _conversation(100))
+    assert len(store) == 3 and store.take("r", "id0") is None and store.take("r", "id4") is not None
+    assert store.put("r", "big", _conversation(6_000))
+    assert store.put("r", "big2", _conversation(6_000))  # pushes out everything older
+    assert store.stats()["conversations"] == 1 and store.stats()["bytes"] <= 10_000
+    assert not store.put("r", "huge", _conversation(20_000))  # over the bound alone: not kept
+    assert store.put("r", "big2", _conversation(10)) is False  # the id is taken
+    aged = ConversationStore(ttl_s=0.05)
+    aged.put("r", "a", _conversation(10))
+    time.sleep(0.1)
+    assert aged.take("r", "a") is None and aged.stats() == {"conversations": 0, "bytes": 0}
