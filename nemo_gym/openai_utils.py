@@ -527,6 +527,26 @@ class NeMoGymResponse(_FieldAccess, Response):
     tools: list[Any] = Field(default_factory=list)  # type: ignore[assignment]
     usage: NeMoGymResponseUsage | None = None
 
+    @property
+    def output_text(self) -> str:
+        """Every ``output_text`` part of the assistant's messages, joined (the SDK's property,
+        which may assume every output message is the assistant's: here one of another role, a
+        user message a harness put in the output, adds nothing)."""
+        texts = []
+        for item in self.output:
+            item_type = item.get("type") if isinstance(item, dict) else getattr(item, "type", None)
+            role = item.get("role") if isinstance(item, dict) else getattr(item, "role", None)
+            content = item.get("content") if isinstance(item, dict) else getattr(item, "content", None)
+            if item_type != "message" or role != "assistant" or not isinstance(content, list):
+                continue
+            for part in content:
+                part_type = part.get("type") if isinstance(part, dict) else getattr(part, "type", None)
+                if part_type == "output_text":
+                    texts.append(
+                        (part.get("text") if isinstance(part, dict) else getattr(part, "text", "")) or ""
+                    )
+        return "".join(texts)
+
 
 # ---- Chat Completions ----------------------------------------------------------------------
 

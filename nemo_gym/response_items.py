@@ -128,24 +128,31 @@ def content_text(content: Any) -> str:
 
 
 def output_text(response: dict[str, Any]) -> str:
-    """The text of the last assistant message in a response's output ('' if none)."""
+    """The text of the last assistant message in a response's output ('' if none).
+
+    Only messages with ``role: assistant`` count: a message without a role, or with another
+    one, is not the model's answer.
+    """
     for item in reversed(response.get("output") or []):
-        if item.get("type") == "message" and item.get("role", "assistant") == "assistant":
+        if item.get("type") == "message" and item.get("role") == "assistant":
             return content_text(item.get("content"))
     return ""
 
 
 def all_output_text(response: dict[str, Any]) -> str:
-    """Every ``output_text`` part of every message in a response's output, joined with nothing.
+    """Every ``output_text`` part of every assistant message in a response's output, joined.
 
-    This is the OpenAI SDK's ``Response.output_text`` (what NeMo Gym environments read): text
-    split over several messages is rejoined; reasoning items, tool calls and refusal parts add
+    This is the OpenAI SDK's ``Response.output_text`` (what NeMo Gym environments read; the SDK's
+    output messages are always the assistant's): text split over several messages is rejoined;
+    reasoning items, tool calls, refusal parts and messages of any other role (or none) add
     nothing.
     """
     return "".join(
         part.get("text") or ""
         for item in response.get("output") or []
-        if item.get("type") == "message" and isinstance(item.get("content"), list)
+        if item.get("type") == "message"
+        and item.get("role") == "assistant"
+        and isinstance(item.get("content"), list)
         for part in item["content"]
         if isinstance(part, dict) and part.get("type") == "output_text"
     )

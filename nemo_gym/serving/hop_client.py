@@ -28,11 +28,18 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import os
+import socket
+import struct
 import urllib.parse
 from collections.abc import AsyncIterator, Iterable
 from http.cookies import CookieError, SimpleCookie
+from typing import Any
 
 import httptools
+
+# struct ucred of SO_PEERCRED: pid, uid, gid.
+_UCRED = struct.Struct("3i")
 
 DEFAULT_MAX_ANSWER_BYTES = 1 << 30
 MAX_HEADER_BYTES = 256 * 1024
@@ -58,6 +65,29 @@ class HopConnectError(HopError):
     def __init__(self, host: str, port: int, os_error: BaseException) -> None:
         super().__init__(host, port, f"cannot connect to {host}:{port}: {os_error}")
         self.os_error = os_error
+
+
+class HopPeerMismatch(OSError):
+    """The process listening on a Unix socket file is not the server registered for it."""
+
+
+def check_unix_peer(sock: Any, path: str, expected_pid: int) -> None:
+    """Raise :class:`HopPeerMismatch` unless the process that listens on the connected Unix
+    socket ``sock`` is ``expected_pid`` running as this user (its kernel-reported peer
+    credentials, ``SO_PEERCRED``). A program of the same user that replaced the socket file
+    with a listener of its own fails here, before anything is sent to it."""
+    if expected_pid <= 0 or sock is None:
+        raise HopPeerMismatch(f"{path}: no registered server process to check the listener against")
+    try:
+        raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size)
+    except (AttributeError, OSError) as exc:
+        raise HopPeerMismatch(f"{path}: cannot read the listener's credentials: {exc}") from exc
+    pid, uid, _ = _UCRED.unpack(raw)
+    if pid != expected_pid or uid != os.getuid():
+        raise HopPeerMismatch(
+            f"{path}: the listener is pid {pid} (uid {uid}), not the registered server pid "
+            f"{expected_pid} (uid {os.getuid()})"
+        )
 
 
 class HopDisconnected(HopError):
@@ -428,9 +458,11 @@ class HopPool:
         connect_timeout_s: float | None,
         fresh: bool = False,
         unix_path: str | None = None,
+        unix_peer_pid: int = 0,
     ) -> _HopConnection:
         """An idle connection to ``host:port`` (through the Unix socket ``unix_path`` when given;
-        unless ``fresh``), else a new one once the cap allows."""
+        unless ``fresh``), else a new one once the cap allows. A new Unix connection is used only
+        when the process listening on it is ``unix_peer_pid`` (see :func:`check_unix_peer`)."""
         key = (host, port) if unix_path is None else (unix_path, 0)
         while True:
             if not fresh:
@@ -438,7 +470,7 @@ class HopPool:
                 if conn is not None:
                     return conn
             if len(self._open) < self.max_connections or self._close_one_idle():
-                return await self._connect(key, deadline, connect_timeout_s)
+                return await self._connect(key, deadline, connect_timeout_s, unix_peer_pid)
             await self._wait_for_room(key, deadline)
 
     def take_idle(self, key: tuple[str, int]) -> _HopConnection | None:
@@ -468,7 +500,7 @@ class HopPool:
                 self._waiters.remove(waiter)
 
     async def _connect(
-        self, key: tuple[str, int], deadline: float, connect_timeout_s: float | None
+        self, key: tuple[str, int], deadline: float, connect_timeout_s: float | None, peer_pid: int = 0
     ) -> _HopConnection:
         conn = _HopConnection(self, key)
         self._open.add(conn)  # counted from the start: a burst must not open more than the cap
@@ -479,7 +511,9 @@ class HopPool:
                 raise TimeoutError
             async with asyncio.timeout(timeout):
                 if key[1] == 0:  # a Unix socket: the key holds its path
-                    await self.loop.create_unix_connection(lambda: conn, key[0])
+                    transport, _ = await self.loop.create_unix_connection(lambda: conn, key[0])
+                    # Before a byte (the token, a session cookie) goes out: is it our server?
+                    check_unix_peer(transport.get_extra_info("socket"), key[0], peer_pid)
                 else:
                     await self.loop.create_connection(lambda: conn, *key)
         except TimeoutError as exc:
@@ -602,10 +636,12 @@ async def request(
     max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
     stream: bool = False,
     unix_path: str | None = None,
+    unix_peer_pid: int = 0,
 ) -> HopResponse:
     """Send one request through ``pool`` and return its answer (read whole unless ``stream``).
 
-    ``unix_path``: connect through that Unix socket (``Host`` still names ``host:port``).
+    ``unix_path``: connect through that Unix socket (``Host`` still names ``host:port``), whose
+    listener must be process ``unix_peer_pid`` (else :class:`HopConnectError`, nothing sent).
 
     ``headers`` comes from :func:`encode_headers` (``Host`` and ``Content-Length`` are added).
 
@@ -617,7 +653,7 @@ async def request(
     data = build_request(method, host, port, path, headers, body)
     fresh = False
     while True:
-        conn = await pool.acquire(host, port, deadline, connect_timeout_s, fresh, unix_path)
+        conn = await pool.acquire(host, port, deadline, connect_timeout_s, fresh, unix_path, unix_peer_pid)
         waiter = conn.send(data, deadline, max_answer_bytes, stream)
         try:
             return await waiter

@@ -7,7 +7,11 @@ binds and registers its TCP port, Host headers still name it, other nodes (and R
 to a node's address) use TCP. The files live in a directory only this user can enter
 (``$TMPDIR/nemo_gym-<uid>-<network namespace>``, mode 0700; each file 0600), so no other user of the machine can
 connect through them. A file left by a killed server refuses connections; the client then uses
-TCP. ``NEMO_GYM_UNIX_SOCKETS=0`` turns both sides off.
+TCP. A program of this same user could still replace a file with a listener of its own, so a
+client sends nothing on a new Unix connection until the kernel says (``SO_PEERCRED``) that the
+process listening is the server registered for that address (:func:`nemo_gym.serving.hop_client.
+check_unix_peer`); otherwise it uses TCP. Untrusted programs the stack runs (harness_agent's)
+do not see these directories at all. ``NEMO_GYM_UNIX_SOCKETS=0`` turns both sides off.
 """
 
 from __future__ import annotations
@@ -47,6 +51,18 @@ def socket_dir() -> str | None:
         return None
     private = stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid() and not info.st_mode & 0o077
     return path if private else None
+
+
+def socket_dirs() -> list[str]:
+    """Every socket directory of this user on this machine (any network namespace, under
+    ``/tmp`` or ``$TMPDIR``): what an untrusted program run by this user must not see."""
+    found = set()
+    for place in {"/tmp", tempfile.gettempdir()}:
+        with contextlib.suppress(OSError):
+            for name in os.listdir(place):
+                if name.startswith(f"nemo_gym-{os.getuid()}-"):
+                    found.add(os.path.join(place, name))
+    return sorted(found)
 
 
 def _network_namespace() -> int:

@@ -11,6 +11,7 @@ on this machine over its Unix socket.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import time
 import urllib.parse
@@ -55,6 +56,8 @@ from nemo_gym.serving.transport import (  # noqa: F401
     hop_failure,
     send_with_retries,
 )
+
+logger = logging.getLogger("nemo_gym")
 
 DEFAULT_TIMEOUT_S = float(os.environ.get("NEMO_GYM_CLIENT_TIMEOUT_S", "1800"))
 DEFAULT_CONNECT_RETRIES = 4
@@ -164,6 +167,9 @@ class ServerClient:
         self._resolved: dict[str, list[str]] = {}
         self._resolved_at = float("-inf")
         self._external: set[str] = set()  # base URLs of endpoints that are not nemo_gym servers
+        # The registered process of each base URL: a Unix socket file is used only when that
+        # process is the one listening on it (serving/local_socket.py).
+        self._pids: dict[str, int] = {}
         self._round_robin = 0
         self._lookups: dict[asyncio.AbstractEventLoop, asyncio.Task[list[ServerInstanceInfo]]] = {}
         self._headers = auth_headers()
@@ -238,6 +244,7 @@ class ServerClient:
         by_name: dict[str, list[str]] = {}
         for info in instances:
             by_name.setdefault(info.name, []).append(info.url)
+            self._pids[info.url] = info.pid
             if info.external:
                 self._external.add(info.url)
         self._resolved = by_name
@@ -414,7 +421,9 @@ class ServerClient:
         url = urllib.parse.urlsplit(base)
         if self._use_hop_client and url.scheme == "http" and url.hostname and not url.query:
             port = url.port or 80
-            target = (url.hostname, port, url.path.rstrip("/"), local_socket.path_for(url.hostname, port))
+            # A socket file only for a registered server (its pid is what the listener must be).
+            unix = local_socket.path_for(url.hostname, port) if self._pids.get(base, 0) > 0 else None
+            target = (url.hostname, port, url.path.rstrip("/"), unix)
         self._hop_targets[base] = target
         return target
 
@@ -454,12 +463,16 @@ class ServerClient:
                         deadline=deadline,
                         max_answer_bytes=self.max_answer_bytes,
                         unix_path=unix_path,
+                        unix_peer_pid=self._pids.get(base, 0),
                     )
                     return ServerResponse(resp.status, resp.body, resp.cookies, base, resp.raw_headers)
                 except hop_client.HopConnectError as exc:
                     if unix_path is None:
                         raise NotConnected(exc) from exc
-                    # A socket file left by a server that is gone: TCP from now on for this base.
+                    # A socket file left by a server that is gone, or one whose listener is not
+                    # the registered server (nothing was sent to it): TCP from now on for this base.
+                    if isinstance(exc.os_error, hop_client.HopPeerMismatch):
+                        logger.warning("not using the Unix socket of %s: %s", server_name, exc.os_error)
                     unix_path = None
                     self._hop_targets[base] = (host, port, prefix, None)
                 except hop_client.HopError as exc:

@@ -4,7 +4,10 @@ One rollout: ``/seed_session`` with the row; the configured ``command`` runs as 
 in a fresh working directory, pointed at a rollout-scoped model URL served by the capture proxy
 (``capture.py``) inside this agent; the proxy forwards every call to the policy model and
 records it with its token IDs and log-probs; when the program exits (or hits its limits) the
-rollout's response is assembled from the captured calls and sent to ``/verify``.
+rollout's response is assembled from the captured calls and sent to ``/verify``: only what the
+policy model produced and the tool outputs the stack itself returned are graded; whatever the
+program wrote on its own (messages, outputs of tools it ran itself) is kept under
+``harness.program_items``, never graded as the policy's.
 
 The program sees, in its environment:
 
@@ -24,8 +27,9 @@ Working directory and limits reuse code_gen's sandbox limits (CPU time, wall tim
 file size, open files, output cap); the directory is deleted afterwards. The program runs in
 its own PID namespace with its own ``/proc`` where the system allows it (``confine.py``): every
 process it started dies with the rollout, ``setsid`` or not, and it cannot read other processes'
-``/proc`` entries; it inherits no descriptor but its stdio, and its output is read only until
-the deadline.
+``/proc`` entries; it sees none of the stack's Unix socket directories and no other rollout's
+working directory, and its ``$TMPDIR`` is its own (``<workdir>/tmp``); it inherits no descriptor
+but its stdio, and its output is read only until the deadline.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from pydantic import Field
 
 from nemo_gym.agents.agent_hops import call_json, offered_tools, rollout_deadline
 from nemo_gym.base_responses_api_agent import SimpleResponsesAPIAgent, row_create_params
+from nemo_gym.serving import local_socket
 from nemo_gym.serving.server import HTTPError
 from resources_servers.code_gen.sandbox import SandboxLimits
 from responses_api_agents.harness_agent.capture import CaptureProxy, RolloutCapture
@@ -89,6 +94,8 @@ class HarnessAgent(SimpleResponsesAPIAgent):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.proxy = CaptureProxy()
+        # Every rollout's working directory lives here; a program sees only its own (confine.py).
+        self.workroot = tempfile.mkdtemp(prefix="ng_harness_")
         self.limits = SandboxLimits(
             cpu_time_s=self.config.cpu_time_s,
             wall_time_s=self.config.wall_time_s,
@@ -99,15 +106,18 @@ class HarnessAgent(SimpleResponsesAPIAgent):
         )
 
     async def on_shutdown(self) -> None:
-        """Stop the capture proxy."""
+        """Stop the capture proxy; remove the working directories' root."""
         await self.proxy.stop()
+        await asyncio.to_thread(shutil.rmtree, self.workroot, True)
 
     async def run(self, body: dict[str, Any]) -> dict[str, Any]:
         """One rollout: seed, run the program against its proxy URL, verify the assembled response.
 
         The verify answer gains ``harness`` (exit status, ``status`` ``ok``/``failed``/``timeout``/
-        ``output_limit``, wall seconds, model and tool call counts, stderr tail). A policy-model or
-        tool fault seen by the proxy fails the rollout with its failure class, never a reward.
+        ``output_limit``, wall seconds, model and tool call counts, stderr tail, and
+        ``program_items``: what the program wrote between model calls on its own, kept for the
+        record and never graded). A policy-model or tool fault seen by the proxy fails the rollout
+        with its failure class, never a reward.
         """
         params = row_create_params(body)  # the row's request must be well formed (a 422 names the field)
         await self.proxy.start()
@@ -135,7 +145,11 @@ class HarnessAgent(SimpleResponsesAPIAgent):
             verified = await call_json(
                 rollout, resources, "/verify", {**body, "response": response}, timeout_s=hop
             )
-        outcome.update(model_calls=len(capture.calls), tool_calls=capture.tool_calls)
+        outcome.update(
+            model_calls=len(capture.calls),
+            tool_calls=capture.tool_calls,
+            program_items=capture.program_items(),
+        )
         return {**verified, "harness": outcome}
 
     def tools_url_extra(self) -> list[str]:
@@ -152,8 +166,9 @@ class HarnessAgent(SimpleResponsesAPIAgent):
     async def run_program(self, url: str, row: dict[str, Any]) -> dict[str, Any]:
         """Run the command once in a fresh working directory; its outcome (never raises for the
         program's own failure)."""
-        workdir = tempfile.mkdtemp(prefix="ng_harness_")
+        workdir = tempfile.mkdtemp(prefix="rollout_", dir=self.workroot)
         try:
+            os.mkdir(Path(workdir, "tmp"))
             task_file = Path(workdir, "task.json")
             task_file.write_bytes(orjson.dumps(self.task_view(row)))
             argv, env = self.program(url, workdir, row)
@@ -173,6 +188,7 @@ class HarnessAgent(SimpleResponsesAPIAgent):
         env = {
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
             "HOME": workdir,
+            "TMPDIR": str(Path(workdir, "tmp")),  # its own, not the stack's
             "LANG": "C.UTF-8",
             "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
             "OPENAI_BASE_URL": f"{url}/v1",
@@ -197,6 +213,8 @@ class HarnessAgent(SimpleResponsesAPIAgent):
                 open_files=child["open_files"],
                 max_output_bytes=self.limits.max_output_bytes,
                 stderr_bytes=_TAIL_BYTES,
+                hide=local_socket.socket_dirs(),
+                private_root=self.workroot,
             )
         except OSError as exc:
             raise HTTPError(500, f"agent {self.name}: cannot start {argv[0]!r}: {exc}") from None

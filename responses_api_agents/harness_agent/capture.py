@@ -44,7 +44,7 @@ from nemo_gym.serving.server import (
     make_uvicorn_server,
     parse_json_object,
 )
-from nemo_gym.serving.server_client import Rollout
+from nemo_gym.serving.server_client import Rollout, ServerCallError
 from responses_api_agents.harness_agent.wire import PROXY_OWNED_FIELDS, DialectError, read_request
 
 CONTIGUITY_FIELD = "token_ids_contiguous"
@@ -78,6 +78,8 @@ class RolloutCapture:
     # Token-ID fields of each model-produced item, by the key an echoed copy can be matched on.
     _tokens: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     _last_sequence: list[int] | None = None
+    # Output texts the resources server returned through the tools URL, by tool name.
+    _stack_outputs: dict[str, list[str]] = field(default_factory=dict)
 
     def restore_token_fields(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """``items`` with our token-ID fields put back on echoed model items that lost them."""
@@ -103,19 +105,62 @@ class RolloutCapture:
             self._tokens[item_key(carrier)] = fields
         self.calls.append(CapturedCall(sent, response))
 
+    def record_tool_output(self, name: str, text: str) -> None:
+        """Keep the output text the resources server returned for one tool call of the program."""
+        self._stack_outputs.setdefault(name, []).append(text)
+
     def assembled_response(self) -> dict[str, Any]:
-        """The rollout's response: every call's output in order, with the items the harness
-        added between calls (tool outputs, its own messages) before each call's output; the
-        usage summed. Empty ``output`` when the harness made no call."""
+        """The rollout's graded response: every call's output in order and, between them, only
+        the tool outputs the stack itself returned (a ``function_call_output`` answering one of
+        the policy's calls with a text the resources server gave for that tool); the usage
+        summed. Everything else the program put between calls (its own messages, outputs of
+        tools it ran itself, edited outputs) is never graded: see :meth:`program_items`. Empty
+        ``output`` when the harness made no call."""
+        return self._assemble()[0]
+
+    def program_items(self) -> list[dict[str, Any]]:
+        """What the program wrote on its own between model calls, for the record: each entry is
+        ``{"before_call": index, "item": item}``. Never part of the graded response."""
+        return self._assemble()[1]
+
+    def _assemble(self) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         output: list[dict[str, Any]] = []
+        own: list[dict[str, Any]] = []
         usage: dict[str, Any] | None = None
+        policy_calls: dict[str, str] = {}  # call_id -> tool name, of the policy's function calls
+        unclaimed = {name: list(texts) for name, texts in self._stack_outputs.items()}
         for index, call in enumerate(self.calls):
             if index:
-                output.extend(items_since_last_model_item(call.input))
-            output.extend(call.response.get("output") or [])
+                for item in items_since_last_model_item(call.input):
+                    if _stack_tool_output(item, policy_calls, unclaimed):
+                        output.append(item)
+                    else:
+                        own.append({"before_call": index, "item": item})
+            produced = call.response.get("output") or []
+            output.extend(produced)
+            for item in produced:
+                if isinstance(item, dict) and item.get("type") == "function_call":
+                    policy_calls[str(item.get("call_id"))] = str(item.get("name"))
             usage = add_usage(usage, call.response.get("usage"))
         last = self.calls[-1].response if self.calls else {"object": "response", "status": "completed"}
-        return {**last, "output": output, "usage": usage}
+        return {**last, "output": output, "usage": usage}, own
+
+
+def _stack_tool_output(
+    item: dict[str, Any], policy_calls: dict[str, str], unclaimed: dict[str, list[str]]
+) -> bool:
+    """Whether ``item`` hands back, for one of the policy's calls, a text the stack returned for
+    that tool (each returned text vouches for one item only)."""
+    if item.get("type") != "function_call_output":
+        return False
+    name = policy_calls.get(str(item.get("call_id")))
+    output = item.get("output")
+    text = output if isinstance(output, str) else content_text(output) if isinstance(output, list) else None
+    texts = unclaimed.get(name or "")
+    if text is None or not texts or text not in texts:
+        return False
+    texts.remove(text)
+    return True
 
 
 def item_key(item: dict[str, Any]) -> tuple[str, str]:
@@ -233,6 +278,11 @@ class CaptureProxy:
         except HopFault as exc:
             capture.fault = exc  # the rollout fails with this class once the harness is done
             return _error(502, str(exc), failure_class=exc.failure_class)
+        except ServerCallError as exc:
+            if exc.kind == "http_error" and exc.status is not None and 400 <= exc.status < 500:
+                # The program's own malformed request (a message without a role, ...): its 4xx.
+                return _error(exc.status, str(exc))
+            raise
         capture.record(sent, response)
         return response
 
@@ -284,4 +334,5 @@ class CaptureProxy:
             capture.fault = exc
             return _error(502, str(exc), failure_class=exc.failure_class)
         capture.tool_calls += 1
+        capture.record_tool_output(call["name"], text)
         return Response(text, media_type="text/plain; charset=utf-8")

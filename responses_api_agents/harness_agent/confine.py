@@ -8,6 +8,13 @@
   runs in its own session and process group, every descendant still in its process tree is
   killed too, and a warning says that processes which left both may survive and ``/proc`` is
   not hidden.
+- **None of the stack's files in sight**: inside that namespace's private mounts, each directory in
+  ``hide`` (the stack's Unix socket directories) is covered by an empty read-only tmpfs, and
+  ``private_root`` (the directory holding every rollout's working directory) by an empty tmpfs
+  with only this program's own working directory bound back: it cannot replace a server's socket
+  file with a listener of its own, nor read another rollout's files. Mounts need the namespace;
+  without one (see above) nothing is hidden, and the clients' check of who listens on a socket
+  file (``SO_PEERCRED``, :mod:`nemo_gym.serving.hop_client`) is what stops an impostor.
 - **No inherited descriptors** but its stdin (``/dev/null``) and the stdout/stderr pipes
   (``close_fds``), whatever event loop the agent runs on.
 - **The deadline holds**: the wall clock is checked while waiting for the exit, and the pipe
@@ -27,7 +34,7 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 logger = logging.getLogger("nemo_gym")
@@ -35,6 +42,26 @@ logger = logging.getLogger("nemo_gym")
 # How long the pipes may stay open after the program ended (a descendant that kept a copy).
 PIPE_GRACE_S = 1.0
 _NAMESPACE_FLAGS = ["--pid", "--fork", "--kill-child", "--mount-proc"]
+# Run inside the namespace before the program: ``sh -c _MOUNTS sh ROOT WORKDIR HIDE... -- ARGV...``.
+# ``--no-canonicalize`` makes ``.`` the working directory itself (the path now names the tmpfs).
+_MOUNTS = r"""
+fail() { echo "nemo_gym: cannot hide $1 from the program" >&2; exit 125; }
+root=$1; work=$2; shift 2
+while [ "$1" != "--" ]; do
+  if [ -d "$1" ]; then
+    mount -t tmpfs -o ro,size=4k,mode=0 nemo_gym_hidden "$1" || fail "$1"
+  fi
+  shift
+done
+shift
+if [ -n "$root" ]; then
+  mount -t tmpfs -o size=64k,mode=0755 nemo_gym_private "$root" || fail "$root"
+  { mkdir -p "$work" && mount --no-canonicalize --bind . "$work" && cd "$work"; } || fail "$root"
+fi
+exec "$@"
+"""
+# The exit status of the mount step when a mount failed (the program never ran).
+MOUNT_FAILED = 125
 
 
 @functools.cache
@@ -56,6 +83,20 @@ def confinement() -> tuple[list[str], str]:
             return prefix, what
         reasons.append(f"{what}: {probe.stderr.decode(errors='replace').strip()[:200]}")
     return [], "; ".join(reasons)
+
+
+@functools.cache
+def can_mount() -> bool:
+    """Whether tmpfs and bind mounts work inside the namespace :func:`confinement` gives."""
+    prefix, _ = confinement()
+    sh, mount = shutil.which("sh"), shutil.which("mount")
+    if not prefix or sh is None or mount is None:
+        return False
+    probe = [*prefix, sh, "-c", "mount -t tmpfs -o ro,size=4k,mode=0 nemo_gym_probe /tmp"]
+    try:
+        return subprocess.run(probe, capture_output=True, timeout=10, check=False).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
 
 
 def _warn_unconfined(reason: str) -> None:
@@ -156,17 +197,29 @@ async def run_confined(
     open_files: int,
     max_output_bytes: int,
     stderr_bytes: int,
+    hide: Sequence[str] = (),
+    private_root: str | None = None,
 ) -> dict[str, Any]:
     """Run ``argv`` confined (see the module doc) until it exits or ``wall_time_s`` passes.
 
+    ``hide``: directories the program sees empty and read-only; ``private_root``: a directory
+    (holding ``cwd``) the program sees holding only ``cwd``. Both where mounts work
+    (:func:`can_mount`).
+
     Returns ``status`` (``ok``/``failed``/``timeout``/``output_limit``), ``returncode``,
     ``wall_s``, ``stdout`` / ``stderr`` (the last bytes) and ``confined`` (how). Raises
-    ``OSError`` when the program cannot be started.
+    ``OSError`` when the program cannot be started, and when the directories could not be
+    hidden (the program then never ran).
     """
     prefix, how = confinement()
     if not prefix and not _warned:
         _warned.append(True)
         _warn_unconfined(how)
+    mounts: list[str] = []
+    if prefix and (hide or private_root) and can_mount():
+        sh = shutil.which("sh") or "/bin/sh"
+        mounts = [sh, "-c", _MOUNTS, "sh", private_root or "", cwd, *hide, "--"]
+        how = f"{how}, stack files hidden"
     limits = {
         "cpu_s": cpu_time_s,
         "memory_bytes": memory_bytes,
@@ -176,7 +229,7 @@ async def run_confined(
     started = time.monotonic()
     deadline = started + wall_time_s
     proc = subprocess.Popen(
-        [*prefix, *argv],
+        [*prefix, *mounts, *argv],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -220,6 +273,10 @@ async def run_confined(
             for pipe in (proc.stdout, proc.stderr):
                 if pipe is not None:
                     pipe.close()
+    if mounts and proc.returncode == MOUNT_FAILED and b"nemo_gym: cannot hide" in err.kept:
+        raise OSError(
+            f"cannot hide the stack's files from the program: {err.kept[-500:].decode(errors='replace')}"
+        )
     if pending and status == "ok":
         status = "timeout"  # something the program left behind held its output open past the deadline
     if status == "ok" and out.overflow:

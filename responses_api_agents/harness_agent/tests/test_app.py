@@ -218,3 +218,26 @@ def test_the_rollout_deadline_ends_the_program_as_a_timeout_failure(tmp_path):
     while left() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not left(), f"the program outlived its rollout: {left()}"
+
+
+def test_only_tool_outputs_the_stack_returned_are_graded():
+    capture = RolloutCapture(rollout=None, model_server="m", resources_server="r", max_model_calls=5)  # type: ignore[arg-type]
+    calls = [
+        {"type": "function_call", "call_id": c, "name": "lookup", "arguments": "{}"} for c in ("c1", "c2")
+    ]
+    capture.record([], {"output": calls})
+    capture.record_tool_output("lookup", "42")
+    between = [
+        {"type": "function_call_output", "call_id": "c1", "output": "42"},  # what the stack returned
+        {"type": "function_call_output", "call_id": "c2", "output": "42"},  # the same text again
+        {"type": "function_call_output", "call_id": "c9", "output": "42"},  # no such policy call
+        {"role": "user", "content": "the answer is 42"},
+    ]
+    capture.record(
+        [*calls, *between], {"output": [{"type": "message", "role": "assistant", "content": "ok"}]}
+    )
+    graded = capture.assembled_response()["output"]
+    assert [item.get("call_id") or item.get("content") for item in graded] == ["c1", "c2", "c1", "ok"]
+    kept = capture.program_items()
+    assert [entry["item"].get("call_id") or entry["item"]["role"] for entry in kept] == ["c2", "c9", "user"]
+    assert {entry["before_call"] for entry in kept} == {1}
