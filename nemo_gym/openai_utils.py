@@ -510,6 +510,11 @@ def accumulate_response_usage(
     return result
 
 
+def _attr(value: Any, key: str) -> Any:
+    """A field of a plain dict or of a typed item."""
+    return value.get(key) if isinstance(value, dict) else getattr(value, key, None)
+
+
 class NeMoGymResponse(_FieldAccess, Response):
     """A Responses API response object with NeMo Gym's item types.
 
@@ -534,17 +539,12 @@ class NeMoGymResponse(_FieldAccess, Response):
         user message a harness put in the output, adds nothing)."""
         texts = []
         for item in self.output:
-            item_type = item.get("type") if isinstance(item, dict) else getattr(item, "type", None)
-            role = item.get("role") if isinstance(item, dict) else getattr(item, "role", None)
-            content = item.get("content") if isinstance(item, dict) else getattr(item, "content", None)
+            item_type, role, content = (_attr(item, key) for key in ("type", "role", "content"))
             if item_type != "message" or role != "assistant" or not isinstance(content, list):
                 continue
-            for part in content:
-                part_type = part.get("type") if isinstance(part, dict) else getattr(part, "type", None)
-                if part_type == "output_text":
-                    texts.append(
-                        (part.get("text") if isinstance(part, dict) else getattr(part, "text", "")) or ""
-                    )
+            texts.extend(
+                _attr(part, "text") or "" for part in content if _attr(part, "type") == "output_text"
+            )
         return "".join(texts)
 
 
