@@ -78,6 +78,11 @@ def _check_parameters(parameters: Any, where: str) -> None:
     properties = parameters.get("properties")
     if properties is not None and not isinstance(properties, dict):
         raise _fail(f"{where}.properties must be an object (name → schema), got {_kind(properties)}")
+    for name, schema in (properties or {}).items():
+        # JSON Schema's true/false schemas too: chat templates and argument builders read each
+        # property's keys, so a non-object is refused here, named, instead of failing there.
+        if not isinstance(schema, dict):
+            raise _fail(f"{where}.properties.{name} must be a JSON schema object, got {_kind(schema)}")
     required = parameters.get("required")
     if required is not None and not (
         isinstance(required, list) and all(isinstance(r, str) for r in required)

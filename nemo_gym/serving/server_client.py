@@ -472,7 +472,7 @@ class ServerClient:
                     # A socket file left by a server that is gone, or one whose listener is not
                     # the registered server (nothing was sent to it): TCP from now on for this base.
                     if isinstance(exc.os_error, hop_client.HopPeerMismatch):
-                        logger.warning("not using the Unix socket of %s: %s", server_name, exc.os_error)
+                        logger.warning("not using the Unix socket of %s: %s", base, exc.os_error)
                     unix_path = None
                     self._hop_targets[base] = (host, port, prefix, None)
                 except hop_client.HopError as exc:
