@@ -537,7 +537,7 @@ class NeMoGymResponse(_FieldAccess, Response):
         """Every ``output_text`` part of the assistant's messages, joined (the SDK's property,
         which may assume every output message is the assistant's: here one of another role, a
         user message a harness put in the output, adds nothing)."""
-        texts = []
+        texts: list[str] = []
         for item in self.output:
             item_type, role, content = (_attr(item, key) for key in ("type", "role", "content"))
             if item_type != "message" or role != "assistant" or not isinstance(content, list):
