@@ -3,18 +3,20 @@
 Used by NeMo Gym environments and adapters to call a judge or policy endpoint directly.
 Unlike NeMo Gym's, retries are always bounded (``max_http_attempts`` tries for the statuses in
 :data:`RETRY_ERROR_CODES`, with backoff and jitter; connection failures likewise), and every
-call has a deadline: an endpoint that keeps failing becomes an error, never a hang.
+call has a deadline: an endpoint that keeps failing becomes an error, never a hang. The HTTP and
+the retries are :class:`~nemo_gym.serving.upstream.UpstreamHTTP`'s (one retry loop in nemo_gym).
 """
 
 from __future__ import annotations
 
-import asyncio
-import random
 from typing import Any
 
 import aiohttp
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+
+from nemo_gym.failure_classes import TIMEOUT
+from nemo_gym.serving.upstream import UpstreamError, UpstreamHTTP
 
 MAX_NUM_TRIES = 3
 RATE_LIMIT_ERROR_CODES = [429, 502, 503, 504, 520]
@@ -47,45 +49,33 @@ class NeMoGymAsyncOpenAI(BaseModel):
     default_headers: dict[str, str] = Field(default_factory=dict)
     timeout_s: float = DEFAULT_TIMEOUT_S
 
-    _sessions: dict[Any, aiohttp.ClientSession] = PrivateAttr(default_factory=dict)
+    _http: UpstreamHTTP | None = PrivateAttr(default=None)
 
-    def _session(self) -> aiohttp.ClientSession:
-        loop = asyncio.get_running_loop()
-        session = self._sessions.get(loop)
-        if session is None or session.closed:
-            session = aiohttp.ClientSession(cookie_jar=aiohttp.DummyCookieJar())
-            self._sessions[loop] = session
-        return session
+    def _client(self) -> UpstreamHTTP:
+        if self._http is None:
+            retries = self.max_connection_retries if self.max_connection_retries is not None else 4
+            self._http = UpstreamHTTP(
+                headers={**self.default_headers, "Authorization": f"Bearer {self.api_key}"},
+                request_timeout_s=self.timeout_s,
+                connect_retries=retries,
+                retry_statuses=RETRY_ERROR_CODES,
+                max_status_retries=self.max_http_attempts - 1,
+                max_retry_delay_s=8.0,
+                first_backoff_s=0.25,
+            )
+        return self._http
 
     async def _call(self, method: str, url: str, body: Any = None) -> Any:
-        headers = {**self.default_headers, "Authorization": f"Bearer {self.api_key}"}
-        data = orjson.dumps(body) if body is not None else None
-        if data is not None:
-            headers["Content-Type"] = "application/json"
-        connect_tries = 1 + (self.max_connection_retries if self.max_connection_retries is not None else 4)
-        http_tries = self.max_http_attempts
-        attempt = 0
-        delay = 0.25
-        while True:
-            attempt += 1
-            try:
-                async with self._session().request(
-                    method,
-                    url,
-                    data=data,
-                    headers=headers,
-                    timeout=aiohttp.ClientTimeout(total=self.timeout_s),
-                ) as resp:
-                    content = await resp.read()
-                    if resp.status < 400:
-                        return orjson.loads(content) if content else None
-                    if resp.status not in RETRY_ERROR_CODES or attempt >= http_tries:
-                        raise OpenAIEndpointError(url, resp.status, content)
-            except (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError):
-                if attempt >= connect_tries:
-                    raise
-            await asyncio.sleep(delay * (0.5 + random.random()))
-            delay = min(delay * 2, 8.0)
+        try:
+            answer = await self._client().request(method, url, body)
+        except UpstreamError as exc:
+            # NeMo Gym's callers catch aiohttp's errors (and asyncio's timeout).
+            if exc.kind == TIMEOUT:
+                raise TimeoutError(str(exc)) from exc
+            raise aiohttp.ClientConnectionError(str(exc)) from exc
+        if answer.status >= 400:
+            raise OpenAIEndpointError(url, answer.status, answer.body)
+        return orjson.loads(answer.body) if answer.body else None
 
     async def create_response(self, **kwargs: Any) -> Any:
         """``POST {base_url}/responses``."""

@@ -143,6 +143,7 @@ class UpstreamHTTP:
         max_status_retries: extra attempts after such a status.
         max_retry_delay_s: cap on one wait between attempts (a longer ``Retry-After`` is capped).
         max_connections: connection pool size (default: safely below the open-file limit).
+        first_backoff_s: the first wait between attempts (doubled each time, with jitter).
     """
 
     def __init__(
@@ -156,6 +157,7 @@ class UpstreamHTTP:
         max_status_retries: int = 0,
         max_retry_delay_s: float = 60.0,
         max_connections: int | None = None,
+        first_backoff_s: float = 0.1,
     ) -> None:
         self.headers = dict(headers or {})
         self.request_timeout_s = request_timeout_s
@@ -164,6 +166,7 @@ class UpstreamHTTP:
         self.retry_statuses = frozenset(retry_statuses)
         self.max_status_retries = max_status_retries
         self.max_retry_delay_s = max_retry_delay_s
+        self.first_backoff_s = first_backoff_s
         self.connections = LoopConnections(max_connections)
         self.max_connections = self.connections.max_connections
         self._hop_targets: dict[str, tuple[str, int, str] | None] = {}
@@ -246,7 +249,7 @@ class UpstreamHTTP:
             send = self._aiohttp_attempt(method, url, data, headers, stream)
         policy = RetryPolicy(
             self.connect_retries if connect_retries is None else connect_retries,
-            first_backoff_s=0.1,
+            first_backoff_s=self.first_backoff_s,
             max_delay_s=self.max_retry_delay_s,
             retry_statuses=self.retry_statuses,
             max_status_retries=self.max_status_retries,
