@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import anthropic
+import openai
 import pytest
 
 from nemo_gym.testing import running_server
@@ -24,6 +25,8 @@ from responses_api_models.local_hf_model.app import LocalHFModel
 from responses_api_models.openai_model.app import OpenAIModel
 from responses_api_models.scripted_model.app import ScriptedModel
 from responses_api_models.vllm_model.app import VLLMModel
+
+pytestmark = pytest.mark.slow
 
 genai = pytest.importorskip("google.genai", reason="google-genai (the dev extra) is not installed")
 from google.genai import types as genai_types  # noqa: E402
@@ -255,3 +258,59 @@ def test_gemini_refusals(urls: dict[str, str]) -> None:
         {"contents": [{"role": "user", "parts": [{"text": "hi"}]}], "tools": [{"googleSearch": {}}]},
     )
     assert status == 400 and b"googleSearch" in body
+
+
+OPENAI_TOOLS = [{"type": "function", "name": "get_weather", "description": "Weather for a city.", "parameters": WEATHER_SCHEMA}]  # fmt: skip
+CHAT_TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather for a city.", "parameters": WEATHER_SCHEMA}}]  # fmt: skip
+
+
+def test_streamed_responses_like_codex_extend_the_token_ids(urls: dict[str, str]) -> None:
+    """Codex: streaming Responses, echoing its items without our fields."""
+    client = openai.OpenAI(base_url=urls["vllm"] + "/ng-rollout/codex/v1", api_key="x", max_retries=0)
+
+    def call(items: list[dict[str, Any]]) -> dict[str, Any]:
+        stream = client.responses.create(model="gpt-5-codex", input=items, tools=OPENAI_TOOLS, stream=True)
+        final = [event for event in stream if event.type == "response.completed"]
+        assert len(final) == 1
+        return final[0].response.model_dump()
+
+    items: list[dict[str, Any]] = [{"role": "user", "content": "What is the weather in Oslo?"}]
+    first = call(items)
+    function_call = first["output"][-1]
+    assert function_call["type"] == "function_call" and function_call["prompt_token_ids"]
+    echoed = {key: function_call[key] for key in ("type", "call_id", "name", "arguments")}
+    items += [echoed, {"type": "function_call_output", "call_id": echoed["call_id"], "output": "sunny"}]
+    second = call(items)
+    assert extends(function_call, second["output"][-1])
+
+
+def test_streamed_chat_like_opencode_extends_the_token_ids(urls: dict[str, str]) -> None:
+    """OpenCode: streaming Chat Completions that asks for no token IDs and echoes plain messages."""
+    client = openai.OpenAI(base_url=urls["vllm"] + "/ng-rollout/opencode/v1", api_key="x", max_retries=0)
+
+    def call(messages: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
+        chunks = list(
+            client.chat.completions.create(
+                model="tiny-chatml", messages=messages, tools=CHAT_TOOLS, stream=True
+            )
+        )
+        last = chunks[-1].model_dump()
+        token_ids = [i for chunk in chunks for choice in chunk.choices for i in (choice.model_extra or {}).get("token_ids") or []]  # fmt: skip
+        prompt = next(
+            c.model_extra["prompt_token_ids"] for c in chunks if (c.model_extra or {}).get("prompt_token_ids")
+        )
+        calls = [tc for chunk in chunks for choice in chunk.choices for tc in choice.delta.tool_calls or []]
+        message = {"role": "assistant", "content": None,
+                   "tool_calls": [{"id": calls[0].id, "type": "function", "function": {"name": calls[0].function.name, "arguments": calls[0].function.arguments}}]} if calls else {}  # fmt: skip
+        assert last["choices"] == [] or last["choices"][0]["finish_reason"]
+        return message, {"prompt_token_ids": prompt, "generation_token_ids": token_ids}
+
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "What is the weather in Oslo?"}]
+    assistant, first = call(messages)
+    assert assistant["tool_calls"][0]["function"]["name"] == "get_weather"
+    messages += [
+        assistant,
+        {"role": "tool", "tool_call_id": assistant["tool_calls"][0]["id"], "content": "sunny"},
+    ]
+    _, second = call(messages)
+    assert extends(first, second)

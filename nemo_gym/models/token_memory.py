@@ -90,9 +90,56 @@ class TokenIdMemory:
                 restored[index] = {**item, **fields}
         return restored
 
+    def remember_chat(self, scope: str, completion: dict[str, Any]) -> None:
+        """Keep the token-ID fields of a vLLM-flavoured chat completion (``prompt_token_ids``,
+        ``choices[0].token_ids`` and its logprobs), by its assistant message's key."""
+        choices = completion.get("choices") or [{}]
+        choice = choices[0]
+        prompt = completion.get("prompt_token_ids") or choice.get("prompt_token_ids")
+        generated = choice.get("token_ids")
+        entries = (choice.get("logprobs") or {}).get("content")
+        if prompt is None or generated is None or entries is None or len(entries) != len(generated):
+            return
+        carrier = {
+            **_chat_message_item(choice.get("message") or {}),
+            "prompt_token_ids": list(prompt),
+            "generation_token_ids": list(generated),
+            "generation_log_probs": [entry.get("logprob") for entry in entries],
+        }
+        if completion.get(CONTIGUITY_FIELD) is False:
+            carrier[CONTIGUITY_FIELD] = False
+        self.remember(scope, {"output": [carrier]})
+
+    def restore_chat(self, scope: str, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Chat ``messages`` with remembered token-ID fields put back on assistant messages that lost them."""
+        known = self._scopes.get(scope)
+        if not known:
+            return messages
+        restored = []
+        for message in messages:
+            if (
+                isinstance(message, dict)
+                and message.get("role") == "assistant"
+                and "prompt_token_ids" not in message
+            ):
+                fields = known.get(item_key(_chat_message_item(message)))
+                if fields:
+                    message = {**message, **{k: v for k, v in fields.items() if k != CONTIGUITY_FIELD}}
+            restored.append(message)
+        return restored
+
     def forget(self, scope: str) -> None:
         """Drop one scope's memory (a finished rollout)."""
         self._scopes.pop(scope, None)
 
     def __len__(self) -> int:
         return len(self._scopes)
+
+
+def _chat_message_item(message: dict[str, Any]) -> dict[str, Any]:
+    """A chat assistant message as the Responses item :func:`item_key` recognises: its last tool
+    call (the call id is the same on both paths), else its text."""
+    calls = message.get("tool_calls") or []
+    if calls:
+        return {"type": "function_call", "call_id": calls[-1].get("id")}
+    return {"type": "message", "role": "assistant", "content": message.get("content") or ""}

@@ -47,6 +47,7 @@ from nemo_gym.models.chat_backend import (
 from nemo_gym.models.chat_stream import ChatCompletionAccumulator, ResponsesEventStream
 from nemo_gym.models.media import MediaLimitError, MediaLimits, check_chat_media
 from nemo_gym.models.streaming import stream_chat_completion, stream_responses
+from nemo_gym.models.token_memory import TokenIdMemory
 from nemo_gym.serving.server import HTTPError, ServerRef
 from nemo_gym.serving.sse import EventStreamResponse, SSEParser, relay_events, sse_bytes
 from nemo_gym.serving.upstream import (
@@ -182,6 +183,8 @@ class VLLMModel(SimpleResponsesAPIModel):
             extra_body=dict(config.extra_body or {}),
             limit_mm_per_prompt=config.limit_mm_per_prompt,
         )
+        # Token IDs of this server's answers, put back for clients that drop them (Codex, OpenCode).
+        self.token_memory = TokenIdMemory()
         headers = dict(config.default_headers or {})
         if config.api_key:
             headers["Authorization"] = f"Bearer {config.api_key}"
@@ -201,8 +204,20 @@ class VLLMModel(SimpleResponsesAPIModel):
         await self.http.close()
 
     # ---- routes --------------------------------------------------------------------------
+    def restored(self, body: dict[str, Any]) -> dict[str, Any]:
+        """``body`` with the token-ID fields a client dropped put back on its echoed items."""
+        if not self.config.return_token_id_information or not isinstance(body.get("input"), list):
+            return body
+        return {**body, "input": self.token_memory.restore(self.memory_scope(), body["input"])}
+
     async def responses(self, body: dict[str, Any]) -> dict[str, Any]:
         """Answer a Responses create request through the rollout's backend replica."""
+        response = await self._responses(self.restored(body))
+        if self.config.return_token_id_information:
+            self.token_memory.remember(self.memory_scope(), response)
+        return response
+
+    async def _responses(self, body: dict[str, Any]) -> dict[str, Any]:
         chat_request = self.bridge.chat_request(body)
         answer, base = await self.post_backend("/chat/completions", chat_request)
         if not answer.ok:
@@ -225,7 +240,18 @@ class VLLMModel(SimpleResponsesAPIModel):
         request = dict(body)
         if self.config.model and not request.get("model"):
             request["model"] = self.config.model
+        if self.config.return_token_id_information:
+            # A client that does not ask (OpenCode) still gets each call's token IDs, and the
+            # ones it dropped from the history are put back so that the engine splices.
+            request.setdefault("return_token_ids", True)
+            request["logprobs"] = True
+            if isinstance(request.get("messages"), list):
+                request["messages"] = self.token_memory.restore_chat(self.memory_scope(), request["messages"])
         return request
+
+    def memory_scope(self) -> str:
+        """The conversation a Chat call belongs to (as the dialect routes scope theirs)."""
+        return f"rollout:{self.rollout_id}" if self.rollout_id else "server"
 
     async def chat_completions(self, body: dict[str, Any]) -> dict[str, Any]:
         """Pass a Chat Completions request through to the rollout's backend replica."""
@@ -233,7 +259,10 @@ class VLLMModel(SimpleResponsesAPIModel):
         answer, base = await self.post_backend("/chat/completions", request)
         if not answer.ok:
             raise backend_http_error(answer, base, error_message(answer), keep_status=True)
-        return parse_completion(answer, base)
+        completion = parse_completion(answer, base)
+        if self.config.return_token_id_information:
+            self.token_memory.remember_chat(self.memory_scope(), completion)
+        return completion
 
     async def chat_completions_stream(self, body: dict[str, Any]) -> Response:
         """The backend's chat completion chunks, passed on as they arrive (token IDs and logprobs
@@ -245,12 +274,31 @@ class VLLMModel(SimpleResponsesAPIModel):
         if not answer.is_event_stream:
             include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
             return stream_chat_completion(parse_completion(await _read(answer, base), base), include_usage)
-        return EventStreamResponse(relay_events(answer, responses_api=False), answer.close)
+        events = relay_events(answer, responses_api=False)
+        if self.config.return_token_id_information:
+            events = self._remembered(events, self.memory_scope())
+        return EventStreamResponse(events, answer.close)
+
+    async def _remembered(self, events: AsyncIterator[bytes], scope: str) -> AsyncIterator[bytes]:
+        """Relayed chunks, folded on the way so the call's token IDs are remembered at the end."""
+        folded = ChatCompletionAccumulator()
+        parser = SSEParser()
+        async for event in events:
+            yield event
+            for parsed in parser.feed(event):
+                if parsed.data.strip() != "[DONE]":
+                    try:
+                        chunk = parsed.json()
+                    except ValueError:
+                        continue
+                    if isinstance(chunk, dict) and "choices" in chunk:
+                        folded.add(chunk)
+        self.token_memory.remember_chat(scope, folded.completion())
 
     async def responses_stream(self, body: dict[str, Any]) -> Response:
         """Responses events sent as the backend's chunks arrive; the last event carries the
         response converted from the whole completion (token IDs and logprobs included)."""
-        params = without_stream(body)
+        params = self.restored(without_stream(body))
         chat_request = self.bridge.chat_request(params)
         chat_request.update(stream=True, stream_options={"include_usage": True})
         answer, base = await self.post_backend("/chat/completions", chat_request, stream=True)
@@ -278,6 +326,7 @@ class VLLMModel(SimpleResponsesAPIModel):
         events: ResponsesEventStream,
     ) -> AsyncIterator[bytes]:
         yield b"".join(sse_bytes(event, named=True) for event in events.start())
+        scope = self.memory_scope()
         folded = ChatCompletionAccumulator()
         parser = SSEParser()
         try:
@@ -303,7 +352,10 @@ class VLLMModel(SimpleResponsesAPIModel):
                 raise HTTPError(502, f"backend {base} streamed {problem}", failure_class=BAD_UPSTREAM_BODY)
             if self.config.return_token_id_information:
                 await self.fill_missing_token_ids(completion, chat_request, base)
-            closing = events.finish(self.bridge.response(completion, params))
+            response = self.bridge.response(completion, params)
+            if self.config.return_token_id_information:
+                self.token_memory.remember(scope, response)
+            closing = events.finish(response)
         except UpstreamError as exc:
             closing = events.fail(f"backend {base} stream failed: {exc}", exc.kind)
         except HTTPError as exc:
