@@ -1,7 +1,7 @@
 """[HARNESS] The npm coding-agent CLIs as agents of the stack, on the CPU engine, certified.
 
 Each CLI (Claude Code over Anthropic Messages, Codex over Responses, OpenCode over Chat
-Completions, all streaming) runs through its agent folder inside harness_agent's confinement,
+Completions, Gemini CLI over the Gemini API, all streaming) runs through its agent folder inside harness_agent's confinement,
 pointed at the capture proxy. The engine emits a scripted coding trajectory (write ``sol.py``
 with the CLI's shell tool, run it, answer with the program) with the tiny model's real token IDs
 and log-probs; code_gen verifies the answer against the row's unit tests in its sandbox.
@@ -42,6 +42,13 @@ CLIS: dict[str, tuple[str, str, str, str, dict[str, Any]]] = {
     "claude": ("claude_code_agent", "claude", "Bash", "command", {"tools": "Bash", "max_turns": 6}),
     "codex": ("codex_agent", "codex", "exec_command", "cmd", {}),
     "opencode": ("opencode_agent", "opencode", "bash", "command", {}),
+    "gemini": (
+        "gemini_cli_agent",
+        "gemini",
+        "run_shell_command",
+        "command",
+        {"settings": {"tools": {"core": ["run_shell_command"]}}, "system_prompt": "You are a coding agent."},
+    ),
 }
 
 

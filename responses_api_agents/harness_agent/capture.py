@@ -211,6 +211,7 @@ class CaptureProxy:
                     Route("/r/{token}/v1/responses", self._responses, methods=["POST"]),
                     Route("/r/{token}/v1/chat/completions", self._chat, methods=["POST"]),
                     Route("/r/{token}/v1/messages", self._messages, methods=["POST"]),
+                    Route("/r/{token}/v1beta/models/{target}", self._gemini, methods=["POST"]),
                     Route("/r/{token}", self._root, methods=["GET", "HEAD"]),
                     Route("/r/{token}/", self._root, methods=["GET", "HEAD"]),
                     Route("/r/{token}/tools/{name}", self._tool, methods=["POST"]),
@@ -291,9 +292,12 @@ class CaptureProxy:
         if problem is not None or capture is None:
             return problem or _error(404, "no rollout")
         try:
-            call = read_request(dialect, body)
+            call = read_request(dialect, body, str(request.path_params.get("target") or ""))
         except DialectError as exc:
             return _error(400, str(exc))
+        local = call.answer_locally()
+        if local is not None:
+            return local
         answer = await self._forward(capture, call.params)
         if isinstance(answer, Response):
             return answer
@@ -310,6 +314,9 @@ class CaptureProxy:
 
     async def _messages(self, request: Request) -> Response:
         return await self._model_call(request, "messages")
+
+    async def _gemini(self, request: Request) -> Response:
+        return await self._model_call(request, "gemini")
 
     async def _root(self, request: Request) -> Response:
         # Clients probe their base URL before the first call (Claude Code sends HEAD /).

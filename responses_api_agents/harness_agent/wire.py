@@ -10,6 +10,11 @@ client's answer, whole or as that API's server-sent events. The mappings themsel
 | ``responses`` | ``POST /v1/responses`` | Codex, the ``openai`` client |
 | ``chat`` | ``POST /v1/chat/completions`` | OpenCode, the ``openai`` client |
 | ``messages`` | ``POST /v1/messages`` | Claude Code |
+| ``gemini`` | ``POST /v1beta/models/<model>:generateContent`` / ``:streamGenerateContent`` | Gemini CLI |
+
+Gemini CLI's own bookkeeping requests (JSON under a response schema: its routing and
+next-speaker checks) are not turns of the agent: they are answered here with the schema's
+default instance, as the model servers do (:mod:`nemo_gym.models.gemini_api`), and not forwarded.
 
 A streaming answer is sent once the policy's answer is complete (the proxy must see the whole
 call to record it), as the event sequence that API sends for the same answer.
@@ -20,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
 from starlette.responses import Response
 
 from nemo_gym.models.anthropic_messages import (
@@ -29,6 +35,15 @@ from nemo_gym.models.anthropic_messages import (
 )
 from nemo_gym.models.chat_tools import ConversionUnsupported
 from nemo_gym.models.conversion import chat_request_to_responses_params, response_to_chat_completion
+from nemo_gym.models.dialect_routes import GEMINI_ACTIONS
+from nemo_gym.models.gemini_api import (
+    gemini_request_to_responses_params,
+    gemini_stream_chunks,
+    json_answer,
+    json_schema_request,
+    response_to_gemini_response,
+    schema_default_instance,
+)
 from nemo_gym.models.stream_requests import (
     CHAT_REQUEST_FIELDS,
     RESPONSES_REQUEST_FIELDS,
@@ -60,6 +75,8 @@ class DialectCall:
     model: str = ""
     include_usage: bool = False
     namespaces: NamespaceMap = field(default_factory=dict)
+    local_answer: dict[str, Any] | None = None
+    """An answer the proxy gives itself (a client's bookkeeping request), not forwarded."""
 
     def answer(self, response: dict[str, Any]) -> Response:
         """The client's answer for the policy's Responses ``response``, whole or streamed."""
@@ -68,6 +85,8 @@ class DialectCall:
                 return self._responses(response)
             if self.dialect == "chat":
                 return self._chat(response)
+            if self.dialect == "gemini":
+                return self._gemini(response_to_gemini_response(response, model=self.model))
             return self._messages(response)
         except (ConversionUnsupported, ValueError) as exc:
             raise DialectError(f"the policy's answer has no {self.dialect} form: {exc}") from None
@@ -93,11 +112,25 @@ class DialectCall:
             return sse_response(sse_body(events, named=True, done_marker=False))
         return _json(answer)
 
+    def _gemini(self, answer: dict[str, Any]) -> Response:
+        if self.stream:
+            return sse_response(
+                b"".join(b"data: " + _dumps(chunk) + b"\n\n" for chunk in gemini_stream_chunks(answer))
+            )
+        return _json(answer)
 
-def read_request(dialect: str, body: dict[str, Any]) -> DialectCall:
-    """Read a client's request body in ``dialect``; raises :class:`DialectError` naming what is wrong."""
+    def answer_locally(self) -> Response | None:
+        """The answer to a bookkeeping request the proxy answers itself (None: forward it)."""
+        return None if self.local_answer is None else self._gemini(self.local_answer)
+
+
+def read_request(dialect: str, body: dict[str, Any], target: str = "") -> DialectCall:
+    """Read a client's request body in ``dialect`` (``target``: Gemini's ``<model>:<action>``);
+    raises :class:`DialectError` naming what is wrong."""
     stream = body.get("stream") is True
     model = str(body.get("model") or "")
+    if dialect == "gemini":
+        return _read_gemini(body, target)
     try:
         if dialect == "responses":
             params, namespaces = sanitize_responses_body(body, _RESPONSES_FIELDS)
@@ -113,7 +146,27 @@ def read_request(dialect: str, body: dict[str, Any]) -> DialectCall:
     raise DialectError(f"unknown dialect {dialect!r}")
 
 
-def _json(body: dict[str, Any]) -> Response:
-    import orjson
+def _read_gemini(body: dict[str, Any], target: str) -> DialectCall:
+    model, _, action = target.rpartition(":")
+    if action not in GEMINI_ACTIONS or not model:
+        raise DialectError(
+            f"no Gemini action {target!r}: the proxy answers models/<model>:{{{','.join(GEMINI_ACTIONS)}}}"
+        )
+    stream = action == "streamGenerateContent"
+    schema = json_schema_request(body)
+    if schema is not None:
+        answer = json_answer(schema_default_instance(schema), model=model)
+        return DialectCall("gemini", {}, stream, model, local_answer=answer)
+    try:
+        params = gemini_request_to_responses_params(body)
+    except (ConversionUnsupported, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise DialectError(f"cannot read the generateContent request: {type(exc).__name__}: {exc}") from None
+    return DialectCall("gemini", params, stream, model)
 
-    return Response(orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY), media_type="application/json")
+
+def _dumps(body: dict[str, Any]) -> bytes:
+    return orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY)
+
+
+def _json(body: dict[str, Any]) -> Response:
+    return Response(_dumps(body), media_type="application/json")
