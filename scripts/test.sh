@@ -14,6 +14,14 @@ if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt
   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) >/dev/null 2>&1 \
     || echo "note: could not install chromium; the viewer's browser tests will skip" >&2
 fi
+# A real container engine for the docker/podman sandbox providers' tests (tests/test_sandbox_podman.py):
+# Debian's podman serving the Docker Engine API, runc, and busybox-static for an offline image.
+# Without them (not root, no apt) those tests skip and say why.
+if { ! command -v podman >/dev/null 2>&1 || ! command -v runc >/dev/null 2>&1 || [ ! -x /bin/busybox ]; } \
+  && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq podman runc busybox-static) \
+    >/dev/null 2>&1 || echo "note: could not install podman; the container sandbox tests will skip" >&2
+fi
 # The coding-agent CLIs that tests/test_agent_clis_e2e.py runs as agents, from npm, once: they
 # stay cached in $NEMO_GYM_AGENT_CLI_DIR (default ~/.cache/nemo_gym/agent_clis) between runs.
 # Without npm (or the registry) those tests skip and say why.

@@ -253,7 +253,9 @@ class DockerProvider:
         timeout = float(timeout_s if timeout_s is not None else self._default_timeout_s)
         # The shell notes its pid, so that a deadline can kill it (and the group it leads).
         pid_file = f"/tmp/.nemo_gym_exec_{uuid.uuid4().hex[:12]}"
-        argv = [self._shell, "-c", f'echo $$ > {pid_file}; exec {self._shell} -c "$0"', command]
+        # An image may lack /tmp (a bare root file system): made if it can be, silent otherwise.
+        note = f"{{ [ -d /tmp ] || mkdir -p /tmp; echo $$ > {pid_file}; }} 2>/dev/null"
+        argv = [self._shell, "-c", f'{note}; exec {self._shell} -c "$0"', command]
         result = await self._run(handle.sandbox_id, argv, cwd, env, timeout, user, pid_file)
         return result
 
