@@ -26,7 +26,7 @@ from nemo_gym.tools.env_pull_needs import classify_folder, folder_needs
 
 SCRIPTED = "responses_api_models/scripted_model/configs/scripted_model.yaml"
 # What a clone of this repository holds besides nemo_gym/ that a pull and a test run read.
-PROJECT_TREES = ("resources_servers", "responses_api_agents", "responses_api_models")
+PROJECT_TREES = ("resources_servers", "responses_api_agents", "responses_api_models", "benchmarks")
 PROJECT_FILES = ("conftest.py", "pyproject.toml")
 
 
@@ -86,7 +86,14 @@ def fresh_project(dest: Path) -> Path:
 
 
 def _error_line(text: str) -> str:
-    lines = [re.sub(r"^(E\s+|ng_\w+: )", "", ln.strip()) for ln in text.splitlines() if ln.strip()]
+    lines = [
+        re.sub(r"^(E\s+|ng_\w+: )", "", ln.strip())
+        for ln in text.splitlines()
+        if ln.strip() and not ln.startswith("(run '")
+    ]
+    problems = [ln for ln in lines if ln.startswith("[") and "FAILED" not in ln and "] ok" not in ln]
+    if problems:  # ng_test's own findings: "[name] what is wrong"
+        return problems[0][:200]
     for ln in reversed(lines):
         if re.match(r"^[A-Za-z_.]*(Error|Exception|Exit)\b", ln) or "timed out" in ln:
             return ln[:200]
@@ -132,8 +139,9 @@ def run_user_path(
                 result.run_note = f"not run: needs a data step ({result.needs['data_step']})"
             else:
                 output = scratch / f"{kind}__{name}.rollouts.jsonl"
+                models = _scripted_stand_ins(config, scratch / f"{kind}__{name}.models.yaml")
                 code, out = run_bounded(
-                    [*gym, "eval", "run", f"+config_paths=[{config},{SCRIPTED}]", f"+input_jsonl_fpath={rows}",
+                    [*gym, "eval", "run", f"+config_paths=[{config},{SCRIPTED}{models}]", f"+input_jsonl_fpath={rows}",
                      f"+output_jsonl_fpath={output}", "+limit=2", "head_server.port=0", *_script_for(rows)],
                     project, env, timeout,
                 )  # fmt: skip
@@ -157,6 +165,40 @@ def _script_for(rows: Path) -> list[str]:
     except (IndexError, ValueError):
         return []
     return [] if (first.get("responses_create_params") or {}).get("tools") else [TEXT_ONLY]
+
+
+def _scripted_stand_ins(config: Path, dest: Path) -> str:
+    """Model servers the config refers to besides ``policy_model`` (a judge), declared as scripted
+    models in ``dest``; ``",<dest>"`` to add to ``+config_paths``, or ``""`` when there are none."""
+    import yaml
+
+    try:
+        text = yaml.safe_load(config.read_text())
+    except yaml.YAMLError:
+        return ""
+    found: set[str] = set()
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            if node.get("type") == "responses_api_models" and isinstance(node.get("name"), str):
+                found.add(node["name"])
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(text)
+    declared = set(text) if isinstance(text, dict) else set()
+    names = sorted(found - declared - {"policy_model"})
+    if not names:
+        return ""
+    dest.write_text(
+        yaml.safe_dump(
+            {n: {"responses_api_models": {"scripted_model": {"entrypoint": "app.py"}}} for n in names}
+        )
+    )
+    return f",{dest}"
 
 
 def _pull_summary(out: str) -> str:

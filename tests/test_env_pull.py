@@ -230,6 +230,43 @@ def test_requirement_lines_of_a_nemo_gym_folder(tmp_path: Path) -> None:
         unmet_requirements(reqs)[-1] == f"-e {folder / 'vendored'}[fast]"
     )  # a local project: always installed
     assert pip_arguments(reqs)[-2:] == ["-e", f"{folder / 'vendored'}[fast]"]
+    # A fresh project without nemo_gym/ beside it (nemo_gym installed): "../../" is still NeMo Gym.
+    (tmp_path / "nemo_gym").rmdir()
+    assert read_requirements(folder / "requirements.txt") == reqs
+
+
+def test_closure_brings_helpers_and_benchmarks_and_names_a_clash(tmp_path: Path) -> None:
+    """What a pull copies besides the folder, what it leaves to the project, and a clash named
+    name by name when the project's folder of a needed name lacks what the pulled code imports."""
+    from nemo_gym.tools.env_pull_closure import clashes, folder_closure
+
+    wheel, project = tmp_path / "wheel", tmp_path / "project"
+    files = {
+        wheel / "resources_servers/game/app.py": "from resources_servers.helper import Base\n"
+        "from resources_servers.judge.app import JudgeServer, judge_helper\n",
+        wheel / "resources_servers/game/tests/test_app.py": 'CONFIG = "benchmarks/game_bench/config.yaml"\n',
+        wheel / "resources_servers/helper/__init__.py": "from resources_servers.helper.base import Base\n",
+        wheel / "resources_servers/helper/base.py": "class Base: ...\n",
+        wheel / "resources_servers/judge/app.py": "class JudgeServer: ...\ndef judge_helper(): ...\n",
+        wheel / "benchmarks/game_bench/config.yaml": "x: 1\n",
+        project / "resources_servers/judge/app.py": "class JudgeServer: ...\n",
+    }
+    for path, text in files.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    copied, kept = folder_closure(wheel, "resources_servers", "game", project)
+    assert copied == [("resources_servers", "helper"), ("benchmarks", "game_bench")]
+    assert kept == [("resources_servers", "judge")]
+    found = clashes([wheel / "resources_servers/game"], project, kept)
+    assert [(c.name, c.missing) for c in found] == [
+        ("judge", {"resources_servers.judge.app": ["judge_helper"]})
+    ]
+    (project / "resources_servers/judge/app.py").write_text("class JudgeServer: ...\njudge_helper = None\n")
+    assert clashes([wheel / "resources_servers/game"], project, kept) == []
+    replaced, _ = folder_closure(
+        wheel, "resources_servers", "game", project, frozenset({"resources_servers/judge"})
+    )
+    assert ("resources_servers", "judge") in replaced
 
 
 def test_a_folder_with_only_a_pyproject_toml(tmp_path: Path) -> None:

@@ -78,7 +78,7 @@ def _layered_python(root: Path) -> Path:
 
 def _fresh_project(dest: Path) -> Path:
     """What a user's clone holds besides nemo_gym/: the bundled folders, the lint and test settings."""
-    for name in ("resources_servers", "responses_api_agents", "responses_api_models"):
+    for name in ("resources_servers", "responses_api_agents", "responses_api_models", "benchmarks"):
         shutil.copytree(project_root() / name, dest / name, ignore=shutil.ignore_patterns("__pycache__"))
     for name in ("conftest.py", "pyproject.toml"):
         shutil.copy2(project_root() / name, dest / name)

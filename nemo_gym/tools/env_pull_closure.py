@@ -19,7 +19,10 @@ from pathlib import Path
 from nemo_gym.tools.env_pull_wheel import KINDS
 
 SOURCE_RECORD = ".nemo_gym_source.json"
-_FOLDER_REFERENCE = re.compile(r"\b(resources_servers|responses_api_agents|responses_api_models)[./](\w+)")
+# The wheel's trees whose folders another folder may import or name: the three server kinds and
+# the benchmarks (a benchmark's config.yaml, read by an environment's tests).
+TREES = (*KINDS, "benchmarks")
+_FOLDER_REFERENCE = re.compile(rf"\b({'|'.join(TREES)})[./](\w+)")
 _SCANNED = (".py", ".yaml", ".yml")
 
 
@@ -59,7 +62,7 @@ def folder_closure(
             else:
                 copied.add(ref)
                 todo.append(ref)
-    order = lambda ref: (KINDS.index(ref[0]), ref[1])  # noqa: E731
+    order = lambda ref: (TREES.index(ref[0]), ref[1])  # noqa: E731
     return sorted(copied, key=order), sorted(kept, key=order)
 
 
@@ -173,7 +176,7 @@ def project_users(project: Path, kind: str, name: str, skip: set[Path]) -> list[
     """Files of the project outside ``kind/name`` (and ``skip``) that import or name it."""
     pattern = re.compile(rf"\b{kind}[./]{name}\b")
     users = []
-    for top in ("nemo_gym", "tests", "benchmarks", "scripts", *KINDS):
+    for top in ("nemo_gym", "tests", "scripts", *TREES):
         base = project / top
         if not base.is_dir():
             continue

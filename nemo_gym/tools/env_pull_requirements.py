@@ -51,7 +51,12 @@ def read_requirements(path: Path) -> list[str]:
             if line.startswith((".", "/")):
                 where, bracket, extras = line.partition("[")
                 target = (path.parent / where).resolve()
-                if not target.is_dir() or (target / "nemo_gym").is_dir():
+                # ../../ from a folder is its project root: NeMo Gym itself, as is a path holding nemo_gym/.
+                if (
+                    not target.is_dir()
+                    or (target / "nemo_gym").is_dir()
+                    or target == path.parent.parent.parent
+                ):
                     continue
                 out.append(("-e " if editable else "") + f"{target}{bracket}{extras}")
             elif not line.startswith("-"):
@@ -86,7 +91,7 @@ def read_pyproject_requirements(path: Path) -> list[str]:
             out.append(f"{name} @ {source['url']}")
         elif source.get("path"):
             target = (path.parent / source["path"]).resolve()
-            if target.is_dir() and not (target / "nemo_gym").is_dir():
+            if target.is_dir() and not (target / "nemo_gym").is_dir() and target != path.parent.parent.parent:
                 out.append(("-e " if source.get("editable") else "") + str(target))
         else:
             out.append(dep)
