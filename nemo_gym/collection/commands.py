@@ -98,6 +98,7 @@ def prepared_split(argv: list[str], settings: E2ERolloutCollectionConfig) -> Pat
 def e2e_command(argv: list[str]) -> int:
     """``ng_e2e_collect_rollouts``: start the stack from ``config_paths``, collect, stop it."""
     from nemo_gym.launch.launcher import StackHandle
+    from nemo_gym.launch.ray_backend import default_backend
 
     config = load_config(argv)
     if config.get("split") is not None and not config.get("input_jsonl_fpath"):
@@ -111,7 +112,8 @@ def e2e_command(argv: list[str]) -> int:
     head = dict(config.get("head_server") or {})
     head.setdefault("port", 0)  # a one-shot stack takes a free port unless told otherwise
     config["head_server"] = head
-    handle = StackHandle.start(config)
+    # The same backend choice as ng_run: a config that asks for Ray places its servers on Ray.
+    handle = StackHandle.start(config, backend=default_backend(config))
     try:
         config["head_server"] = handle.head_server_config
         summary = run_async(RolloutCollectionHelper().run_from_config(config))

@@ -37,6 +37,8 @@ class Subcommand:
     """What a bare positional argument means: ``entrypoint`` (an environment name)."""
     keys: tuple[tuple[str, str], ...] = ()
     """Flags whose override key differs for this command (``ng_viewer`` reads ``+input``)."""
+    raw: bool = False
+    """The command parses its own arguments (and ``--help``): they pass through untranslated."""
 
 
 @dataclass(frozen=True)
@@ -152,6 +154,29 @@ GROUPS: dict[str, tuple[str, tuple[Subcommand, ...]]] = {
                 "nemo_gym.tools.benchmarks:ng_prepare_benchmark",
                 "ng_prepare_benchmark",
                 "write a benchmark's rows to disk",
+            ),
+            Subcommand(
+                "submit",
+                "nemo_gym.orchestration.commands:eval_submit",
+                "",
+                "submit a collection to Slurm (--config PATH [--dry-run])",
+                raw=True,
+            ),
+            Subcommand(
+                "status", "nemo_gym.orchestration.commands:eval_status", "", "a submission's jobs", raw=True
+            ),
+            Subcommand(
+                "logs", "nemo_gym.orchestration.commands:eval_logs", "", "a submission's logs", raw=True
+            ),
+            Subcommand(
+                "cancel", "nemo_gym.orchestration.commands:eval_cancel", "", "scancel a submission", raw=True
+            ),
+            Subcommand(
+                "resume",
+                "nemo_gym.orchestration.commands:eval_resume",
+                "",
+                "submit again what ended unfinished",
+                raw=True,
             ),
         ),
     ),
@@ -357,6 +382,16 @@ def _main(args: list[str]) -> int:
         command = commands[names.index(rest[0])]
         prog = f"gym {group} {command.name}"
         rest = rest[1:]
+    if command.raw:
+        raw_entry = _load(command.target)
+        if raw_entry is None:
+            sys.stderr.write(f"{prog}: {command.target} is not part of this installation\n")
+            return 2
+        try:
+            raw_entry(rest)
+        except SystemExit as done:
+            return int(done.code or 0) if not isinstance(done.code, str) else 1
+        return 0
     if wants_help(rest):
         entry = _load(command.target)
         listing = group == "list"
