@@ -163,61 +163,10 @@ def test_dry_run_prints_the_batch_script_and_a_bad_config_names_its_field(tmp_pa
     assert bad.returncode == 2 and "compute.local.node_pools.cpu.nodez" in bad.stderr, bad.stderr
 
 
-@pytest.mark.slow
-def test_submit_spreads_the_stack_over_two_nodes_and_loses_nothing_across_requeue_cancel_resume(
-    slurm: SlurmCluster, tmp_path: Path
-):
-    repeats = 400
-    total = ROWS * repeats
-    configs = [
-        f"resources_servers/{ENV}/configs/{ENV}.yaml",
-        "responses_api_models/scripted_model/configs/scripted_model.yaml",
-    ]
-    submitted = gym(slurm, "eval", "submit", "--config", str(_submit_config(tmp_path, configs, repeats)))
-    assert "Slurm job" in submitted.stdout
-    record = record_of(tmp_path / "runs")
-    logs = Path(record.benchmarks[0].job_dir) / "logs"
-    job = record.benchmarks[0].job_id
-    assert job is not None
-
-    wait_for("the first 60 rollouts", lambda: len(results(record)) >= 60, 240, logs)
-    # The stack's servers run on both nodes (each node is its own network namespace).
-    on_nodes = [server_processes(slurm, 0), server_processes(slurm, 1)]
-    assert on_nodes[0] and on_nodes[1], on_nodes
-
-    subprocess.run(["scontrol", "requeue", job], check=True, env=slurm.env)
-    wait_for("the requeued job to run again", lambda: state(slurm, job) == "RUNNING/1", 120, logs)
-    before = len(results(record))
-    wait_for("progress after the requeue", lambda: len(results(record)) >= before + 60, 240, logs)
-
-    cancelled = gym(slurm, "eval", "cancel", record.gym_job_id)
-    assert job in cancelled.stdout
-    wait_for("the cancel", lambda: state(slurm, job).startswith("CANCELLED"), 60, logs)
-    assert len(results(record)) < total
-    status = gym(slurm, "eval", "status", record.gym_job_id).stdout
-    assert "CANCELLED" in status
-
-    resumed = gym(slurm, "eval", "resume", record.gym_job_id)
-    assert "Slurm job" in resumed.stdout
-    record = record_of(tmp_path / "runs")
-    assert record.benchmarks[0].previous_job_ids == [job]
-    final = gym(slurm, "eval", "status", record.gym_job_id, "--wait", "300").stdout
-    assert "COMPLETED" in final, final + "\n" + gym(slurm, "eval", "logs", record.gym_job_id).stdout
-
-    rows = results(record)
-    keys = [(r["_ng_task_index"], r["_ng_rollout_index"]) for r in rows]
-    assert len(keys) == len(set(keys)) == total  # nothing lost, nothing twice
-    assert all(r["reward"] == 1.0 for r in rows)
-    driver_logs = gym(slurm, "eval", "logs", record.gym_job_id, "--tail", "0").stdout
-    assert driver_logs.count("==> ") == 2  # the first job's (its requeued run appended) and the resumed job's
-    job_log = gym(slurm, "eval", "logs", record.gym_job_id, "--service", "job", "--tail", "0").stdout
-    assert f"gym: job {job} (restart 1)" in job_log
-
-
-@pytest.mark.slow
-def test_a_resume_after_the_environment_changed_is_refused_naming_the_file(
-    slurm: SlurmCluster, tmp_path: Path
-):
+@pytest.fixture
+def probe_env(tmp_path: Path) -> Iterator[tuple[Path, str]]:
+    """A copy of the example environment under a folder name of its own (so the test may edit its
+    code), and a config that runs it; removed afterwards."""
     probe = f"_lock_probe_{uuid.uuid4().hex[:6]}"
     folder = ROOT / "resources_servers" / probe
     shutil.copytree(
@@ -230,28 +179,72 @@ def test_a_resume_after_the_environment_changed_is_refused_naming_the_file(
         env_config[ENV]["resources_servers"] = {probe: env_config[ENV]["resources_servers"][ENV]}
         config_path = tmp_path / "env.yaml"
         config_path.write_text(yaml.safe_dump(env_config))
-        configs = [str(config_path), "responses_api_models/scripted_model/configs/scripted_model.yaml"]
-        gym(slurm, "eval", "submit", "--config", str(_submit_config(tmp_path, configs, 200, "probe")))
-        record = record_of(tmp_path / "runs")
-        logs = Path(record.benchmarks[0].job_dir) / "logs"
-        wait_for("20 rollouts", lambda: len(results(record)) >= 20, 240, logs)
-        gym(slurm, "eval", "cancel", record.gym_job_id)
-        job = record.benchmarks[0].job_id
-        assert job is not None
-        wait_for("the cancel", lambda: state(slurm, job).startswith("CANCELLED"), 60, logs)
-        kept = len(results(record))
-
-        app = folder / "app.py"
-        app.write_text(app.read_text() + "\n# changed after the run started\n")
-        gym(slurm, "eval", "resume", record.gym_job_id)
-        record = record_of(tmp_path / "runs")
-        final = gym(slurm, "eval", "status", record.gym_job_id, "--wait", "240").stdout
-        assert "FAILED" in final, final
-        driver = "\n".join(p.read_text() for p in sorted(logs.glob("driver-*.log")))
-        assert "refusing to resume" in driver and f"file resources_servers/{probe}/app.py: changed" in driver
-        assert len(results(record)) == kept  # nothing was added from the changed environment
+        yield folder, str(config_path)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_a_submitted_collection_spreads_over_two_nodes_and_survives_requeue_cancel_and_a_refused_resume(
+    slurm: SlurmCluster, tmp_path: Path, probe_env: tuple[Path, str]
+):
+    folder, env_config = probe_env
+    repeats = 400
+    total = ROWS * repeats
+    configs = [env_config, "responses_api_models/scripted_model/configs/scripted_model.yaml"]
+    submitted = gym(slurm, "eval", "submit", "--config", str(_submit_config(tmp_path, configs, repeats)))
+    assert "Slurm job" in submitted.stdout
+    record = record_of(tmp_path / "runs")
+    logs = Path(record.benchmarks[0].job_dir) / "logs"
+    first = record.benchmarks[0].job_id
+    assert first is not None
+
+    wait_for("the first 60 rollouts", lambda: len(results(record)) >= 60, 240, logs)
+    # The stack's servers run on both nodes (each node is its own network namespace).
+    on_nodes = [server_processes(slurm, 0), server_processes(slurm, 1)]
+    assert on_nodes[0] and on_nodes[1], on_nodes
+
+    # Preempted: Slurm requeues the job, which runs again and continues from its results.
+    subprocess.run(["scontrol", "requeue", first], check=True, env=slurm.env)
+    wait_for("the requeued job to run again", lambda: state(slurm, first) == "RUNNING/1", 120, logs)
+    before = len(results(record))
+    wait_for("progress after the requeue", lambda: len(results(record)) >= before + 60, 240, logs)
+
+    cancelled = gym(slurm, "eval", "cancel", record.gym_job_id)
+    assert first in cancelled.stdout
+    wait_for("the cancel", lambda: state(slurm, first).startswith("CANCELLED"), 60, logs)
+    kept = len(results(record))
+    assert kept < total
+    assert "CANCELLED" in gym(slurm, "eval", "status", record.gym_job_id).stdout
+
+    # The environment's code changed since: the resumed job refuses, naming the file, adds nothing.
+    app = folder / "app.py"
+    original = app.read_text()
+    app.write_text(original + "\n# changed after the run started\n")
+    gym(slurm, "eval", "resume", record.gym_job_id)
+    record = record_of(tmp_path / "runs")
+    second = record.benchmarks[0].job_id
+    refused = gym(slurm, "eval", "status", record.gym_job_id, "--wait", "240").stdout
+    assert "FAILED" in refused, refused
+    driver = (logs / f"driver-{second}.log").read_text()
+    assert (
+        "refusing to resume" in driver and f"file resources_servers/{folder.name}/app.py: changed" in driver
+    )
+    assert len(results(record)) == kept
+
+    # Restored: the resume finishes the run with every rollout exactly once.
+    app.write_text(original)
+    assert "Slurm job" in gym(slurm, "eval", "resume", record.gym_job_id).stdout
+    record = record_of(tmp_path / "runs")
+    assert record.benchmarks[0].previous_job_ids == [first, second]
+    final = gym(slurm, "eval", "status", record.gym_job_id, "--wait", "300").stdout
+    assert "COMPLETED" in final, final + "\n" + gym(slurm, "eval", "logs", record.gym_job_id).stdout
+    rows = results(record)
+    keys = [(r["_ng_task_index"], r["_ng_rollout_index"]) for r in rows]
+    assert len(keys) == len(set(keys)) == total  # nothing lost, nothing twice
+    assert all(r["reward"] == 1.0 for r in rows)
+    job_log = gym(slurm, "eval", "logs", record.gym_job_id, "--service", "job", "--tail", "0").stdout
+    assert f"gym: job {first} (restart 1)" in job_log
 
 
 def test_slurm_clients_missing_is_a_clear_error(tmp_path: Path):
