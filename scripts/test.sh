@@ -22,6 +22,13 @@ if { ! command -v podman >/dev/null 2>&1 || ! command -v runc >/dev/null 2>&1 ||
   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq podman runc busybox-static) \
     >/dev/null 2>&1 || echo "note: could not install podman; the container sandbox tests will skip" >&2
 fi
+# tests/slurm runs a real two-node Slurm cluster (Debian's slurmctld, slurmd, munge; a network
+# namespace per node): installed here as root when missing, quietly. Otherwise those tests skip.
+if ! command -v slurmctld >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+    slurmctld slurmd slurm-client munge) >/dev/null 2>&1 \
+    || echo "note: could not install Slurm; tests/slurm will skip" >&2
+fi
 # The coding-agent CLIs that tests/test_agent_clis_e2e.py runs as agents, from npm, once: they
 # stay cached in $NEMO_GYM_AGENT_CLI_DIR (default ~/.cache/nemo_gym/agent_clis) between runs.
 # Without npm (or the registry) those tests skip and say why.
