@@ -596,9 +596,9 @@ def encode_headers(headers: Iterable[tuple[str, str]]) -> bytes:
 
 
 def build_request(
-    method: str, host: str, port: int, path: str, headers: bytes, body: bytes | None
+    method: str, host: str, port: int, path: str, headers: bytes, body: bytes | list[bytes] | None
 ) -> bytes | list[bytes]:
-    """The bytes of one HTTP/1.1 request (a list of two for a large body: no copy of it)."""
+    """The bytes of one HTTP/1.1 request (a list for a large body or one in pieces: no copy of it)."""
     if not path.isascii() or " " in path or "\r" in path or "\n" in path:
         path = urllib.parse.quote(path, safe="/?#&=%:@!$'()*+,;~-._")  # never a line break on the wire
     if body is None:
@@ -615,8 +615,10 @@ def build_request(
         host.encode(),
         port,
         headers,
-        len(body),
+        len(body) if isinstance(body, bytes) else sum(map(len, body)),
     )
+    if not isinstance(body, bytes):
+        return [head, *body]
     if len(body) < 65536:
         return head + body
     return [head, body]
@@ -629,7 +631,7 @@ async def request(
     port: int,
     path: str,
     headers: bytes,
-    body: bytes | None,
+    body: bytes | list[bytes] | None,
     *,
     deadline: float,
     connect_timeout_s: float | None = None,

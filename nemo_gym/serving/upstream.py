@@ -34,7 +34,22 @@ from nemo_gym.serving.transport import (
     send_with_retries,
 )
 
-__all__ = ["UpstreamError", "UpstreamHTTP", "UpstreamResponse", "error_message", "retry_after_seconds"]
+__all__ = [
+    "EncodedJSON",
+    "UpstreamError",
+    "UpstreamHTTP",
+    "UpstreamResponse",
+    "error_message",
+    "retry_after_seconds",
+]
+
+
+@dataclass(frozen=True)
+class EncodedJSON:
+    """A JSON body already encoded, in pieces sent one after the other as they are (no copy
+    joins them on the plain-HTTP path): a long conversation's items encoded on earlier turns."""
+
+    chunks: list[bytes]
 
 
 class UpstreamError(Exception):
@@ -238,7 +253,11 @@ class UpstreamHTTP:
         *,
         stream: bool,
     ) -> UpstreamResponse:
-        data = orjson.dumps(body) if body is not None else None
+        data: bytes | list[bytes] | None
+        if isinstance(body, EncodedJSON):
+            data = body.chunks
+        else:
+            data = orjson.dumps(body) if body is not None else None
         headers = {**self.headers, **(extra_headers or {})}
         if data is not None:
             headers["Content-Type"] = "application/json"
@@ -260,9 +279,16 @@ class UpstreamHTTP:
             raise UpstreamError(failure.kind, url, failure.describe()) from (failure.__cause__ or failure)
 
     def _aiohttp_attempt(
-        self, method: str, url: str, data: bytes | None, headers: Mapping[str, str], stream: bool
+        self,
+        method: str,
+        url: str,
+        data: bytes | list[bytes] | None,
+        headers: Mapping[str, str],
+        stream: bool,
     ) -> Callable[[float, int], Awaitable[UpstreamResponse]]:
         """One try through aiohttp (TLS, proxies, or ``NEMO_GYM_HOP_CLIENT=aiohttp``)."""
+        if isinstance(data, list):
+            data = b"".join(data)
 
         async def attempt(remaining: float, attempts: int) -> UpstreamResponse:
             timeout = aiohttp.ClientTimeout(total=remaining, connect=min(self.connect_timeout_s, remaining))
@@ -284,7 +310,7 @@ class UpstreamHTTP:
         method: str,
         url: str,
         target: tuple[str, int, str],
-        data: bytes | None,
+        data: bytes | list[bytes] | None,
         headers: Mapping[str, str],
         stream: bool,
     ) -> Callable[[float, int], Awaitable[UpstreamResponse]]:

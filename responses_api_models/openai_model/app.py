@@ -28,6 +28,7 @@ from nemo_gym.models.streaming import stream_chat_completion, stream_responses
 from nemo_gym.serving.server import HTTPError
 from nemo_gym.serving.sse import EventStreamResponse, relay_events
 from nemo_gym.serving.upstream import (
+    EncodedJSON,
     UpstreamError,
     UpstreamHTTP,
     UpstreamResponse,
@@ -107,7 +108,7 @@ class OpenAIModel(SimpleResponsesAPIModel):
         url = self.base_url + path
         try:
             async with self._limit():
-                answer = await self.http.request("POST", url, request)
+                answer = await self.http.request("POST", url, _payload(request))
         except UpstreamError as exc:
             raise _upstream_failure(url, exc) from exc
         return self._checked(path, self._result(answer, url), url)
@@ -121,7 +122,7 @@ class OpenAIModel(SimpleResponsesAPIModel):
         limit = self._limit()
         await limit.acquire()
         try:
-            answer = await self.http.open_stream("POST", url, request)
+            answer = await self.http.open_stream("POST", url, _payload(request))
         except UpstreamError as exc:
             limit.release()
             raise _upstream_failure(url, exc) from exc
@@ -218,26 +219,43 @@ def _responses_request(body: dict[str, Any]) -> dict[str, Any]:
     conversation = current_conversation()
     if conversation is not None and request.get("input") is not None:
         # A kept conversation: its input was encoded for the upstream on earlier turns.
-        request["input"] = orjson.Fragment(_encoded_input(conversation))
+        request["input"] = _EncodedInput(_encoded_items(conversation))
     elif isinstance(request.get("input"), list):
         request["input"] = [strip_nemo_gym_fields(item) for item in request["input"]]
     return request
 
 
-def _encoded_input(conversation: KeptConversation) -> bytes:
-    """The conversation's items without nemo_gym's fields, as a JSON array, encoding only the
-    items added since the last turn (the rest is kept with the conversation)."""
+class _EncodedInput:
+    """A request's ``input`` already encoded: the items' JSON, the first bare, the rest after a comma."""
+
+    __slots__ = ("chunks",)
+
+    def __init__(self, chunks: list[bytes]) -> None:
+        self.chunks = chunks
+
+
+def _payload(request: dict[str, Any]) -> dict[str, Any] | EncodedJSON:
+    """What goes to the upstream: the request as is, or, when its input is already encoded, the
+    request's JSON in pieces with the input's pieces in place (the same bytes, not copied)."""
+    encoded = request.get("input")
+    if not isinstance(encoded, _EncodedInput):
+        return request
+    # A NUL byte never appears in orjson's output (it escapes it inside strings): it marks the spot.
+    head, _, tail = orjson.dumps({**request, "input": orjson.Fragment(b"\x00")}).partition(b"\x00")
+    return EncodedJSON([head + b"[", *encoded.chunks, b"]" + tail])
+
+
+def _encoded_items(conversation: KeptConversation) -> list[bytes]:
+    """The conversation's items without nemo_gym's fields, each encoded once: the items added
+    since the last turn are encoded now, the rest is kept with the conversation."""
     cached = conversation.derived.get(_ENCODED_INPUT)
     if cached is None:
-        cached = conversation.derived[_ENCODED_INPUT] = [0, bytearray(b"[")]
+        cached = conversation.derived[_ENCODED_INPUT] = []
     items = conversation.items
-    count, encoded = cached
-    for item in items[count:]:
-        if len(encoded) > 1:
-            encoded += b","
-        encoded += orjson.dumps(strip_nemo_gym_fields(item))
-    cached[0] = len(items)
-    return bytes(encoded) + b"]"
+    for item in items[len(cached) :]:
+        encoded = orjson.dumps(strip_nemo_gym_fields(item))
+        cached.append(b"," + encoded if cached else encoded)
+    return cached
 
 
 def _chat_request(body: dict[str, Any]) -> dict[str, Any]:
