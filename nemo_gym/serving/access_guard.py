@@ -18,6 +18,10 @@ the viewer and harness_agent's capture proxy it refuses, before any route runs:
   it cannot send ``application/json``.
 
 Every refusal is a JSON body ``{"error": ..., "server": ...}`` naming what was wrong.
+
+A WebSocket handshake is refused (closed before it is accepted: the client sees 403) unless the
+server opts in with ``websocket=True``; then the same Host, Origin and token checks hold for it
+(the JSON rule is for request bodies only). Any other scope but ``lifespan`` is refused too.
 """
 
 from __future__ import annotations
@@ -100,6 +104,7 @@ class AccessGuard:
     ``hosts``: the host names this server is bound to or configured with; ``allowed_hosts``:
     more names (``"*"``: any). ``token``: the shared auth token (None: no token needed).
     ``json_only``: refuse request bodies that are not JSON (off for a server with non-JSON routes).
+    ``websocket``: serve WebSocket handshakes that pass the same checks (refused otherwise).
     """
 
     def __init__(
@@ -111,6 +116,7 @@ class AccessGuard:
         hosts: Iterable[str | None] = (),
         allowed_hosts: Iterable[str] = (),
         json_only: bool = True,
+        websocket: bool = False,
     ) -> None:
         self.app = app
         self.server_name = server_name
@@ -118,20 +124,25 @@ class AccessGuard:
         self.allowed = allowed_host_names(hosts, allowed_hosts)
         self.any_host = "*" in self.allowed
         self.json_only = json_only
+        self.websocket = websocket
 
     def host_allowed(self, name: str) -> bool:
         """Whether a Host/Origin host name is one this server answers to."""
         return self.any_host or name in self.allowed or is_ip_literal(name)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        kind = scope["type"]
+        if kind == "lifespan":
             await self.app(scope, receive, send)
             return
         headers: dict[bytes, bytes] = {}
         for key, value in scope.get("headers") or ():
             if key in _READ and key not in headers:
                 headers[key] = value
-        problem = self._problem(scope, headers)
+        if kind == "websocket":
+            await self._websocket(scope, receive, send, headers)
+            return
+        problem = self._problem(scope, headers) if kind == "http" else (400, f"{kind} is not served here")
         if problem is None:
             await self.app(scope, receive, send)
             return
@@ -142,6 +153,20 @@ class AccessGuard:
         answer.append((b"connection", b"close"))
         await send({"type": "http.response.start", "status": status, "headers": answer})
         await send({"type": "http.response.body", "body": body, "more_body": False})
+
+    async def _websocket(
+        self, scope: Scope, receive: Receive, send: Send, headers: dict[bytes, bytes]
+    ) -> None:
+        if not self.websocket:
+            problem: tuple[int, str] | None = (403, "WebSocket connections are not served here")
+        else:
+            problem = self._problem(scope, headers)
+        if problem is None:
+            await self.app(scope, receive, send)
+            return
+        await receive()  # websocket.connect
+        # Closed before accept: the server answers the handshake with 403 and nothing reaches the app.
+        await send({"type": "websocket.close", "code": 1008, "reason": problem[1][:120]})
 
     def _problem(self, scope: Scope, headers: dict[bytes, bytes]) -> tuple[int, str] | None:
         host_header = headers.get(b"host")

@@ -184,6 +184,9 @@ class BaseServer(BaseModel):
     plain_bodies: ClassVar[bool] = True
     # NeMo Gym's switch for starting Ray in the server process; the launcher decides here.
     ray_enabled: ClassVar[bool | None] = None
+    # WebSocket handshakes are refused unless a server sets this (then Host, Origin and the
+    # token are checked for them as for HTTP: serving/access_guard.py).
+    serves_websocket: ClassVar[bool] = False
     config: BaseServerConfig
     server_client: Any = None
     if typing.TYPE_CHECKING:
@@ -423,6 +426,7 @@ class BaseServer(BaseModel):
             token=auth_token(),
             hosts=[self.config.host, getattr(self, "bound_host", None)],
             allowed_hosts=self.config.allowed_hosts,
+            websocket=self.serves_websocket,
         )
 
     # ---- process entry -------------------------------------------------------------------

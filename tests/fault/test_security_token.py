@@ -4,14 +4,17 @@
 to its children on stdin; their environment never has it). The attacks, from this process over
 loopback: every route of the model, agent and resources servers without the token (401), with a
 wrong one (401), with it (works); a DNS-rebinding Host (400), a cross-site Origin (403) and a
-``text/plain`` body (415) on every server and the head; and the token read from the launcher's
+``text/plain`` body (415) on every server and the head; a WebSocket handshake (refused, 403,
+whatever its Origin and token: no server opts in); and the token read from the launcher's
 ``/proc/<pid>/environ``.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import os
+import socket
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -145,6 +148,67 @@ def test_dns_rebinding_cross_site_and_text_plain_are_refused_everywhere(stack):
         raw=json.dumps(ROW).encode(),
     )
     assert status == 200
+
+
+def websocket_handshake(url: str, headers: dict[str, str]) -> str:
+    """The status line a server answers a WebSocket handshake on ``url`` with."""
+    parts = urlsplit(url)
+    key = base64.b64encode(os.urandom(16)).decode()
+    lines = [
+        f"GET {parts.path or '/'} HTTP/1.1",
+        f"Host: {parts.netloc}",
+        "Upgrade: websocket",
+        "Connection: Upgrade",
+        f"Sec-WebSocket-Key: {key}",
+        "Sec-WebSocket-Version: 13",
+        *(f"{k}: {v}" for k, v in headers.items()),
+    ]
+    with socket.create_connection((parts.hostname, parts.port), timeout=10) as conn:
+        conn.sendall(("\r\n".join(lines) + "\r\n\r\n").encode())
+        answer = b""
+        while b"\r\n" not in answer:
+            chunk = conn.recv(4096)
+            if not chunk:
+                break
+            answer += chunk
+    return answer.split(b"\r\n", 1)[0].decode()
+
+
+def test_websocket_handshakes_are_refused_everywhere(stack):
+    _, head_url, urls = stack
+    for url in [head_url + "/"] + [urls[n] + "/" for n in (AGENT, RESOURCES, MODEL)]:
+        for headers in (
+            {"Origin": "http://attacker.example"},  # a web page, no token
+            {},  # no token
+            {"Authorization": f"Bearer {TOKEN}"},  # even with the token: no server serves WebSockets
+        ):
+            status_line = websocket_handshake(url, headers)
+            assert status_line.split()[1:2] == ["403"], (url, headers, status_line)
+        assert call(url, token=TOKEN)[0] == 200  # and the server goes on serving
+
+
+def test_websockets_are_refused_unless_opted_in_and_then_checked_like_http():
+    from starlette.applications import Starlette
+    from starlette.routing import WebSocketRoute
+
+    from nemo_gym.serving.access_guard import AccessGuard
+    from nemo_gym.testing import running_app
+
+    async def echo(websocket):
+        await websocket.accept()
+        await websocket.close()
+
+    app = Starlette(routes=[WebSocketRoute("/ws", echo)])
+    # A route that accepts WebSockets, on a server that did not opt in: refused before the app.
+    with running_app(AccessGuard(app, "ws_server", token=TOKEN, hosts=["127.0.0.1"])) as url:
+        for headers in ({"Origin": "http://attacker.example"}, {"Authorization": f"Bearer {TOKEN}"}):
+            assert websocket_handshake(url + "/ws", headers).split()[1] == "403"
+    guarded = AccessGuard(app, "ws_server", token=TOKEN, hosts=["127.0.0.1"], websocket=True)
+    with running_app(guarded) as url:
+        assert websocket_handshake(url + "/ws", {}).split()[1] == "403"
+        foreign = {"Authorization": f"Bearer {TOKEN}", "Origin": "http://attacker.example"}
+        assert websocket_handshake(url + "/ws", foreign).split()[1] == "403"
+        assert websocket_handshake(url + "/ws", {"Authorization": f"Bearer {TOKEN}"}).split()[1] == "101"
 
 
 def test_every_server_the_ray_backend_starts_requires_the_token(tmp_path):
