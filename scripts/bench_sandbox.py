@@ -2,6 +2,8 @@
 
     python scripts/bench_sandbox.py                 # start-up + exec round trip, local (and docker if a daemon answers)
     python scripts/bench_sandbox.py --rollouts 1000 # + 1,000 sandboxed rollouts with a kill -9 in the middle
+    python scripts/bench_sandbox.py --kernel-limits off          # local with polled quotas (the fallback)
+    python scripts/bench_sandbox.py --provider podman --private-engine  # a private podman engine, offline image
 
 Start-up: sandboxes started and stopped per second (one at a time, and ``--concurrency`` at
 once), and the round trip of ``exec("true")`` (p50/p90) in a started sandbox.
@@ -167,6 +169,17 @@ def main() -> None:
     parser.add_argument(
         "--rollouts", type=int, default=0, help="run this many rollouts with a kill -9 midway"
     )
+    parser.add_argument(
+        "--kernel-limits",
+        default="auto",
+        choices=["auto", "required", "off"],
+        help="local: tmpfs + pids cgroup per sandbox (auto/required) or polled quotas (off)",
+    )
+    parser.add_argument(
+        "--private-engine",
+        action="store_true",
+        help="docker/podman: start a private podman engine with an offline busybox image (needs root, podman, runc, busybox-static)",
+    )
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -174,6 +187,16 @@ def main() -> None:
         asyncio.run(worker(job["config"], job["todo"], Path(job["progress"]), args.concurrency))
         return
     config: dict = {args.provider: {}}
+    if args.provider == "local":
+        config["local"]["kernel_limits"] = args.kernel_limits
+    elif args.private_engine:
+        from nemo_gym.testing.podman_engine import podman_engine
+
+        with podman_engine(tempfile.mkdtemp(prefix="ng_bench_podman_", dir="/var/tmp")) as engine:
+            config[args.provider] = {"socket": engine.socket, "pull": "never"}
+            numbers = asyncio.run(startup(config, args.count, args.concurrency, args.image or engine.image))
+            print(json.dumps({"provider": args.provider, "engine": "private podman", **numbers}))
+        return
     if args.provider != "local":
         path = socket_path(podman=args.provider == "podman")
         try:
@@ -182,7 +205,8 @@ def main() -> None:
             print(json.dumps({"provider": args.provider, "skipped": f"no engine answers at {path}: {exc}"}))
             return
     numbers = asyncio.run(startup(config, args.count, args.concurrency, args.image))
-    print(json.dumps({"provider": args.provider, **numbers}))
+    extra = {"kernel_limits": args.kernel_limits} if args.provider == "local" else {}
+    print(json.dumps({"provider": args.provider, **extra, **numbers}))
     if args.rollouts:
         print(json.dumps({"provider": args.provider, **rollouts(args, config)}))
 
