@@ -21,6 +21,7 @@ import contextlib
 import ctypes
 import errno
 import functools
+import logging
 import os
 import signal
 import sys
@@ -28,6 +29,10 @@ import time
 from dataclasses import dataclass, field
 
 CGROUP_DIR_NAME = "nemo_gym_sandboxes"
+FALLBACKS = {
+    "tmpfs": "each tree's size and file count are polled every 20 ms instead (a burst of writes can overshoot)",
+    "pids_cgroup": "processes are counted by RLIMIT_NPROC per user instead (sandboxes sharing a user share it)",
+}
 MNT_DETACH = 2
 MS_NOSUID, MS_NODEV = 0x2, 0x4
 
@@ -73,8 +78,13 @@ def probe(cgroup_root: str | None = None) -> KernelSupport:
 
 @functools.cache
 def machine_support() -> KernelSupport:
-    """:func:`probe` once per process (providers are often built once per sandbox)."""
-    return probe()
+    """:func:`probe` once per process (providers are often built once per sandbox); what is
+    missing is logged once, with the fallback used instead."""
+    support = probe()
+    for name, why in support.why_not.items():
+        fallback = FALLBACKS.get(name, "")
+        logging.getLogger("nemo_gym.sandbox").warning("sandbox %s unavailable (%s): %s", name, why, fallback)
+    return support
 
 
 def _pids_parent() -> str | None:
@@ -102,13 +112,14 @@ def _pids_parent() -> str | None:
         if v1_mount and "pids" in controllers.split(","):
             return os.path.join(v1_mount, path.lstrip("/"))
     if v2_mount:
-        for entry in own:
-            if len(entry) == 3 and entry[0] == "0":
-                here = os.path.join(v2_mount, entry[2].lstrip("/"))
-                with contextlib.suppress(OSError):
-                    with open(os.path.join(here, "cgroup.subtree_control"), encoding="utf-8") as f:
-                        if "pids" in f.read().split():
-                            return here
+        # This process's own cgroup when pids is delegated there, else (root) the hierarchy's
+        # root, where systemd and container runtimes usually enable it.
+        own_v2 = [os.path.join(v2_mount, e[2].lstrip("/")) for e in own if len(e) == 3 and e[0] == "0"]
+        for here in (*own_v2, v2_mount):
+            with contextlib.suppress(OSError):
+                with open(os.path.join(here, "cgroup.subtree_control"), encoding="utf-8") as f:
+                    if "pids" in f.read().split():
+                        return here
     return None
 
 
