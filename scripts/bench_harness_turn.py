@@ -26,7 +26,9 @@ N = int(sys.argv[1])
 def post(url, body):
     request = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(request, timeout=60) as answer:
-        answer.read()
+        data = answer.read()
+    # Every answer must be a whole one: a completed response, a [DONE] chat stream, message_stop.
+    assert any(m in data for m in (b'"completed"', b"[DONE]", b"message_stop")), data[:300]
 def timed(url, body):
     times = []
     for _ in range(N):
