@@ -21,6 +21,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from nemo_gym.sandbox.isolation import kernel_limits
+
 ROOT = Path(__file__).resolve().parents[2]
 
 SERVER = """
@@ -61,6 +63,9 @@ def dirs() -> Iterator[tuple[Path, Path]]:
     base.chmod(0o755)
     yield base / "state", base / "trees"
     shutil.rmtree(base, ignore_errors=True)
+
+
+SUPPORT = kernel_limits.machine_support()
 
 
 def start_server(tmp: Path, state: Path, trees: Path, marker: str) -> tuple[subprocess.Popen[bytes], str]:
@@ -129,13 +134,20 @@ def test_kill_9_of_the_server_mid_exec_leaves_nothing_after_a_restart(
     proc, url = start_server(tmp_path, state, trees, marker)
     try:
         tree = post(url, "/start_work", {})["tree"]
-        assert len(sandbox_processes(marker)) == 3 and os.path.isdir(tree)  # bash and its two sleeps
+        assert wait_until(lambda: len(sandbox_processes(marker)) == 3) and os.path.isdir(
+            tree
+        )  # bash and its two sleeps
         assert get(url)["sandboxes"] == {"started": 1, "stopped": 0, "swept": 0, "active": 1}
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
         # The confined group dies with its owner (parent-death signal), before any restart.
         assert wait_until(lambda: not sandbox_processes(marker)), sandbox_processes(marker)
         assert os.path.isdir(tree)  # the tree waits for the sweep
+        sandbox_id = Path(tree).name
+        if SUPPORT.tmpfs:  # its tmpfs stays mounted (holding memory) until the sweep
+            assert os.path.ismount(os.path.join(tree, "work"))
+        if SUPPORT.pids_root:  # and its pids cgroup, emptied by the kill, stays until the sweep
+            assert os.path.isdir(os.path.join(SUPPORT.pids_root, sandbox_id))
     finally:
         proc.kill()
     restarted, url = start_server(tmp_path, state, trees, marker)
@@ -144,6 +156,9 @@ def test_kill_9_of_the_server_mid_exec_leaves_nothing_after_a_restart(
         counts = get(url)["sandboxes"]
         assert counts["swept"] == 1 and counts["started"] == 1
         assert not os.path.exists(tree)
+        assert sandbox_id not in Path("/proc/self/mounts").read_text()  # unmounted by the sweep
+        if SUPPORT.pids_root:
+            assert not os.path.exists(os.path.join(SUPPORT.pids_root, sandbox_id))
         restarted.send_signal(signal.SIGTERM)  # as ng_run stops a server
         restarted.wait(20)
     finally:
