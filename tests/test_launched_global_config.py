@@ -84,7 +84,24 @@ probe_b:
       api_key: other-secret-bbbb-2222
       openai_default_headers:
         X-Other: other-header-cccc-3333
+      mcp_servers:
+        - command: npx
+          args: [mcp-server, --api-key, argv-secret-dddd-4444]
+          env: {SERVICE_CONFIG: env-secret-eeee-5555}
+      judge_url: https://judge.example/v1?api-key=query-secret-ffff-6666&model=m
+      harness_command: "codex --hf-token=flag-secret-gggg-7777 --max-tokens 512"
+      note: uses hf_0123456789abcdefghijklmn for downloads
+      upstream_auth: Bearer sh0rt
 """
+# Secrets of probe_b found by their shape, not by their key's name.
+SHAPED = [
+    "argv-secret-dddd-4444",
+    "env-secret-eeee-5555",
+    "query-secret-ffff-6666",
+    "flag-secret-gggg-7777",
+    "hf_0123456789abcdefghijklmn",
+    "sh0rt",
+]
 
 
 def test_each_block_but_the_servers_own_is_redacted() -> None:
@@ -162,6 +179,29 @@ def test_a_nemo_gym_style_server_under_ng_run_reads_the_runs_config(tmp_path: Pa
     assert other["entrypoint"] == "app.py"
     text = json.dumps(answer)
     assert "other-secret-bbbb-2222" not in text and "other-header-cccc-3333" not in text
+    for secret in SHAPED:
+        assert secret not in text, secret
+    # What is not a secret stays readable.
+    assert other["mcp_servers"][0]["args"][:2] == ["mcp-server", "--api-key"]
+    assert other["harness_command"].endswith("--max-tokens 512")
+    assert other["judge_url"].endswith("&model=m")
+    # And ng_dump_config shows none of them either.
+    shown = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from nemo_gym.cli import ng_dump_config; ng_dump_config()",
+            "+config_paths=[probe.yaml]",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "mcp-server" in shown and "judge.example" in shown
+    for secret in [*SHAPED, "other-secret-bbbb-2222", "own-secret-aaaa-1111"]:
+        assert secret not in shown, secret
 
 
 class _RecordingBackend:

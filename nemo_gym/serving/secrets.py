@@ -5,8 +5,15 @@ A value is hidden when
 - its key names a secret (contains ``key``, ``token``, ``secret``, ``password``, ``authorization``,
   ``cookie``, ``credential``; only string values: ``max_tokens: 512`` is a setting);
 - it sits in a mapping of HTTP headers (a key ending in ``headers``: ``openai_default_headers``);
-- it is a credential inside a URL (``http://user:pass@host`` → ``http://***REDACTED***@host``) or a
-  ``Bearer``/``Basic`` credential;
+- it is a value in an ``env`` map (``env``, ``environment``, ``env_vars``: an MCP stdio server's or
+  a harness's environment, where API keys go under any name);
+- it has a credential's shape, whatever its key: a credential inside a URL
+  (``http://user:pass@host`` → ``http://***REDACTED***@host``), a URL query parameter named like
+  one (``?key=``, ``&api-key=``, ``access_token=``, ``sig=``), a ``Bearer``/``Basic`` credential of
+  any length, the value after a command-line flag named like one (``--api-key X``,
+  ``--hf-token=X``; in an argv list, the next item), or a token with a known prefix (``sk-``,
+  ``hf_``, ``ghp_``/``gho_``/``ghs_``/``github_pat_``, ``nvapi-``, ``glpat-``, ``xox?-``, ``AKIA``,
+  ``AIza``);
 - or it equals a secret value seen anywhere else: :func:`secret_values` collects them from a
   config and :func:`remember_secret_values` makes every later :func:`redact`/:func:`redact_text`
   in this process hide them too, wherever they turn up (an upstream's error echoing the API key,
@@ -26,8 +33,24 @@ SECRET_KEY_PARTS = ("key", "token", "secret", "password", "passwd", "authorizati
 MIN_SECRET_LENGTH = 6
 
 _URL_CREDENTIALS = re.compile(r"(?P<scheme>\b[a-zA-Z][a-zA-Z0-9+.\-]*://)(?P<cred>[^/\s@\"'<>]+)@")
-_AUTH_SCHEME = re.compile(r"\b(?P<scheme>Bearer|Basic)\s+(?P<cred>[A-Za-z0-9._~+/=\-]{6,})")
-_OPENAI_STYLE_KEY = re.compile(r"\bsk-[A-Za-z0-9_\-]{16,}")
+_AUTH_SCHEME = re.compile(r"\b(?P<scheme>Bearer|Basic)\s+(?P<cred>[A-Za-z0-9._~+/=\-]+)")
+# Tokens whose prefix says what they are (OpenAI, Hugging Face, GitHub, NVIDIA, GitLab, Slack,
+# AWS access key ids, Google API keys).
+_PREFIXED_TOKEN = re.compile(
+    r"(?<![A-Za-z0-9])(?:sk-[A-Za-z0-9_\-]{16,}|hf_[A-Za-z0-9]{16,}|gh[pousr]_[A-Za-z0-9]{20,}"
+    r"|github_pat_[A-Za-z0-9_]{20,}|nvapi-[A-Za-z0-9_\-]{16,}|glpat-[A-Za-z0-9_\-]{16,}"
+    r"|xox[abposr]-[A-Za-z0-9\-]{10,}|AKIA[0-9A-Z]{16}|AIza[0-9A-Za-z_\-]{30,})"
+)
+_PREFIXES = ("sk-", "hf_", "gh", "github_pat_", "nvapi-", "glpat-", "xox", "AKIA", "AIza")
+# A name (of a flag or a query parameter) with one of these as a whole word is a credential's.
+_SECRET_WORD = r"(?:api[-_]?key|key|apikey|token|secret|password|passwd|pwd|credentials?|auth|sig|signature)"
+_NAMED = rf"(?:[A-Za-z0-9]+[-_.])*{_SECRET_WORD}(?:[-_.][A-Za-z0-9]+)*"
+_QUERY_CREDENTIAL = re.compile(rf"(?P<name>[?&;]{_NAMED}=)(?P<cred>[^&#\s\"'<>]+)", re.IGNORECASE)
+_FLAG_CREDENTIAL = re.compile(
+    rf"(?P<name>(?<![\w-])--?{_NAMED}(?:=|\s+))(?P<cred>[^\s\"'&|;]+)", re.IGNORECASE
+)
+_SECRET_FLAG = re.compile(rf"--?{_NAMED}", re.IGNORECASE)
+ENV_KEYS = frozenset({"env", "environment", "env_vars", "envs", "extra_env", "environment_variables"})
 
 # Secret values this process learnt (its config's keys, its auth token, its registration secret).
 _remembered: set[str] = set()
@@ -37,6 +60,34 @@ def is_secret_key(key: str) -> bool:
     """Whether a config key names a secret (contains key, token, secret, password, ...)."""
     lowered = key.lower()
     return any(part in lowered for part in SECRET_KEY_PARTS)
+
+
+def is_env_key(key: str) -> bool:
+    """Whether a config key holds a program's environment (``env`` of an MCP server or harness)."""
+    return key.lower() in ENV_KEYS
+
+
+def is_secret_flag(item: Any) -> bool:
+    """Whether an argv item is a flag naming a credential, its value in the next item
+    (``--api-key``, ``--hf-token``, ``-password``; not ``--max-tokens`` or ``--tokenizer``)."""
+    return isinstance(item, str) and _SECRET_FLAG.fullmatch(item) is not None
+
+
+def _hidden_key(key: Any) -> bool:
+    key = str(key)
+    return is_secret_key(key) or is_headers_key(key) or is_env_key(key)
+
+
+def shaped_secrets(text: str) -> list[str]:
+    """The credentials ``text`` holds by their shape (URL, query, flag, auth scheme, prefix)."""
+    found = []
+    for match in _URL_CREDENTIALS.finditer(text):
+        cred = match.group("cred")
+        found += [cred, cred.partition(":")[2]]
+    for pattern in (_QUERY_CREDENTIAL, _FLAG_CREDENTIAL, _AUTH_SCHEME):
+        found += [match.group("cred") for match in pattern.finditer(text)]
+    found += _PREFIXED_TOKEN.findall(text)
+    return [value for value in found if value]
 
 
 def is_headers_key(key: str) -> bool:
@@ -61,21 +112,16 @@ def secret_values(config: Any) -> set[str]:
     def walk(value: Any, secret: bool) -> None:
         if isinstance(value, Mapping):
             for key, child in value.items():
+                # Not every value of an env map: hiding "/usr/bin:/bin" in every log line helps
+                # nobody; its secrets are named like secrets or shaped like them.
                 walk(child, secret or is_secret_key(str(key)) or is_headers_key(str(key)))
         elif isinstance(value, list | tuple):
-            for child in value:
-                walk(child, secret)
+            for index, child in enumerate(value):
+                walk(child, secret or (index > 0 and is_secret_flag(value[index - 1])))
         elif isinstance(value, str):
             if secret and len(value) >= MIN_SECRET_LENGTH:
                 found.add(value)
-            for match in _URL_CREDENTIALS.finditer(value):
-                cred = match.group("cred")
-                found.add(cred)
-                password = cred.partition(":")[2]
-                if len(password) >= MIN_SECRET_LENGTH:
-                    found.add(password)
-            for match in _AUTH_SCHEME.finditer(value):
-                found.add(match.group("cred"))
+            found.update(shaped_secrets(value))
 
     walk(config, False)
     return {v for v in found if len(v) >= MIN_SECRET_LENGTH}
@@ -91,8 +137,12 @@ def redact_text(text: str, extra_values: Iterable[str] = ()) -> str:
         text = _URL_CREDENTIALS.sub(lambda m: m.group("scheme") + REDACTED + "@", text)
     if "Bearer" in text or "Basic" in text:
         text = _AUTH_SCHEME.sub(lambda m: m.group("scheme") + " " + REDACTED, text)
-    if "sk-" in text:
-        text = _OPENAI_STYLE_KEY.sub(REDACTED, text)
+    if "=" in text and ("?" in text or "&" in text or ";" in text):
+        text = _QUERY_CREDENTIAL.sub(lambda m: m.group("name") + REDACTED, text)
+    if "-" in text:
+        text = _FLAG_CREDENTIAL.sub(lambda m: m.group("name") + REDACTED, text)
+    if any(prefix in text for prefix in _PREFIXES):
+        text = _PREFIXED_TOKEN.sub(REDACTED, text)
     return text
 
 
@@ -102,11 +152,12 @@ def redact(value: Any, extra_values: Iterable[str] = ()) -> Any:
 
     def walk(item: Any, secret: bool) -> Any:
         if isinstance(item, Mapping):
-            return {
-                k: walk(v, secret or is_secret_key(str(k)) or is_headers_key(str(k))) for k, v in item.items()
-            }
+            return {k: walk(v, secret or _hidden_key(k)) for k, v in item.items()}
         if isinstance(item, list):
-            return [walk(v, secret) for v in item]
+            return [
+                walk(v, secret or (index > 0 and is_secret_flag(item[index - 1])))
+                for index, v in enumerate(item)
+            ]
         if isinstance(item, str):
             if secret and item:
                 return REDACTED

@@ -69,6 +69,44 @@ def test_redact_by_key_by_value_headers_and_url_credentials():
     )
 
 
+def test_redact_by_shape_whatever_the_key():
+    config = {
+        "mcp": {
+            "args": ["srv", "--api-key", "argv-value-1", "--max-tokens", "512", "--tokenizer", "gpt2"],
+            "env": {"ANYTHING": "env-value-2"},
+        },
+        "url": "https://h.example/v1?key=query-value-3&model=m&api-key=query-value-4",
+        "command": "agent --hf-token=flag-value-5 --token flag-value-6 --max-tokens 7",
+        "tokens": "hf_abcdefghijklmnopqrstu ghp_abcdefghijklmnopqrstuvwxyz nvapi-abcdefghijklmnopqr",
+        "header": "Authorization: Bearer ab",
+    }
+    hidden = redact(config)
+    text = json.dumps(hidden)
+    for value in ("argv-value-1", "env-value-2", "query-value-3", "query-value-4", "flag-value-5"):
+        assert value not in text, value
+    assert (
+        "flag-value-6" not in text
+        and "hf_abc" not in text
+        and "ghp_abc" not in text
+        and "nvapi-abc" not in text
+    )
+    assert hidden["mcp"]["args"] == [
+        "srv",
+        "--api-key",
+        REDACTED,
+        "--max-tokens",
+        "512",
+        "--tokenizer",
+        "gpt2",
+    ]
+    assert hidden["url"] == f"https://h.example/v1?key={REDACTED}&model=m&api-key={REDACTED}"
+    assert hidden["command"].endswith("--max-tokens 7")
+    assert hidden["header"] == f"Authorization: Bearer {REDACTED}"
+    # Remembered (hidden in every later log line): the shaped ones, not every env value.
+    found = secret_values({**config, "env": {"PATH": "/usr/bin:/bin"}})
+    assert {"argv-value-1", "query-value-3", "flag-value-5"} <= found and "/usr/bin:/bin" not in found
+
+
 def echo_credentials_upstream() -> Starlette:
     async def refuse(request: Request) -> JSONResponse:
         seen = {k: v for k, v in request.headers.items() if k.lower().startswith(("authorization", "x-"))}
