@@ -256,3 +256,23 @@ def test_every_backend_is_handed_the_redacted_config_per_server(tmp_path: Path) 
             backend.payloads[own]["server_config"]["api_key"]
             == config[own]["resources_servers"]["gc_probe"]["api_key"]
         )
+
+
+def test_the_launch_payload_is_one_type_written_and_read_with_its_keys_checked() -> None:
+    from nemo_gym.serving.launch_payload import LaunchPayload
+
+    payload = LaunchPayload({"name": "env", "port": 0}, "token", "secret", {"env": {}})
+    assert LaunchPayload.from_json(payload.to_json()) == payload
+    assert b"global_config" not in LaunchPayload({"name": "env"}).to_json()
+    # The Ray backend's adjustment: the node's address only where the config names no host.
+    assert payload.on_host("10.0.0.2").server_config["host"] == "10.0.0.2"
+    assert LaunchPayload({"host": "127.0.0.1"}).on_host("10.0.0.2").server_config["host"] == "127.0.0.1"
+    for raw, message in (
+        (b"[1]", "must be a JSON object"),
+        (b"{", "not JSON"),
+        (b'{"server_config": {}, "secrets": 1}', "unknown keys ['secrets']"),
+        (b'{"server_config": []}', "server_config must be a JSON object"),
+        (b'{"auth_token": 3}', "auth_token must be a string"),
+    ):
+        with pytest.raises(RuntimeError, match=re.escape(message)):
+            LaunchPayload.from_json(raw)

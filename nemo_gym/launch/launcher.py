@@ -33,7 +33,6 @@ from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 import aiohttp
-import orjson
 
 from nemo_gym.launch.config import (
     ConfigError,
@@ -50,6 +49,7 @@ from nemo_gym.launch.launch_hooks import (
     current_launch,
     server_command,
 )
+from nemo_gym.serving.launch_payload import LaunchPayload
 from nemo_gym.serving.secrets import redact_other_servers, remember_secret_values, secret_values
 from nemo_gym.serving.server import (
     ENV_AUTH_TOKEN,
@@ -282,15 +282,12 @@ def launch_payload(
 ) -> bytes:
     """What a launched server reads on stdin: its config, the auth token, the registration secret
     and the run's global config (other servers' secrets already redacted: :meth:`Stack.global_config_for`)."""
-    payload: dict[str, Any] = {
-        "server_config": {**instance.fields, "name": instance.name},
-        "auth_token": auth_token(),
-        "registration_secret": registration_secret,
-    }
-    if global_config is not None:
-        payload["global_config"] = global_config
-    # default=str: a config value that is not JSON (a Path from a trainer's dict) travels as text.
-    return orjson.dumps(payload, default=str)
+    return LaunchPayload(
+        server_config={**instance.fields, "name": instance.name},
+        auth_token=auth_token(),
+        registration_secret=registration_secret,
+        global_config=dict(global_config) if global_config is not None else None,
+    ).to_json()
 
 
 def num_workers(instance: ServerInstance) -> int:

@@ -38,12 +38,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
-import orjson
 
 from nemo_gym.launch.config import RAY_HEAD_NODE_ADDRESS_KEY_NAME, ConfigError, server_instances
 from nemo_gym.launch.head_server import Registry
 from nemo_gym.launch.launch_hooks import DEFAULT_HOOKS, LaunchHooks, die_with_parent
 from nemo_gym.launch.launcher import LaunchSpec, LocalProcessBackend, ProcessBackend, ServerProcess
+from nemo_gym.serving.launch_payload import LaunchPayload
 from nemo_gym.serving.protocol import ENV_NODE_ID, ENV_NODE_IP
 
 BACKEND_KEY = "server_backend"
@@ -150,11 +150,8 @@ class ServerHost:
         env = {**self.env, ENV_NODE_ID: node_id, ENV_NODE_IP: node_ip}
         payload = self.payload
         if payload is not None:
-            data = orjson.loads(payload)
-            config = data.get("server_config")
-            if isinstance(config, dict) and not config.get("host"):
-                config["host"] = node_ip  # reachable from the other nodes
-            payload = orjson.dumps(data)
+            # A server whose config names no host listens on the node's address: reachable from the others.
+            payload = LaunchPayload.from_json(payload).on_host(node_ip).to_json()
         self.process = subprocess.Popen(
             self.command,
             env=env,

@@ -43,7 +43,7 @@ from nemo_gym.serving.error_answers import (  # noqa: F401 - part of this module
     validation_error_body,
 )
 from nemo_gym.serving.gc_tuning import tune_gc_for_serving
-from nemo_gym.serving.launch_payload import LAUNCH_PAYLOAD_WAIT_S, read_launch_payload  # noqa: F401
+from nemo_gym.serving.launch_payload import LAUNCH_PAYLOAD_WAIT_S, LaunchPayload, read_launch_payload  # noqa: F401
 from nemo_gym.serving.launched_config import install_launched_global_config
 from nemo_gym.serving.process_hooks import LIVENESS_METRICS, SHUTDOWN_CLEANUPS  # noqa: F401
 
@@ -441,13 +441,12 @@ class BaseServer(BaseModel):
         """
         if os.environ.get(ENV_LAUNCH_PAYLOAD) == "stdin":
             payload = read_launch_payload()
-            config = payload.get("server_config") or {}
-            set_process_secrets(payload.get("auth_token"), payload.get("registration_secret"))
-            global_config = payload.get("global_config")
-            if isinstance(global_config, dict):
+            config = payload.server_config
+            set_process_secrets(payload.auth_token, payload.registration_secret)
+            if payload.global_config is not None:
                 # The run's config (other servers' secrets redacted by the launcher): what
                 # get_global_config_dict() and server_client.global_config_dict answer here.
-                install_launched_global_config(global_config)
+                install_launched_global_config(payload.global_config)
         else:
             raw = os.environ.get(ENV_SERVER_CONFIG)
             config = orjson.loads(raw) if raw else {}
