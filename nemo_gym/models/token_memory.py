@@ -9,12 +9,10 @@ by (:func:`item_key`: a function call by its call id, reasoning and messages by 
 puts them back on the echoed items before the engine renders the prompt.
 
 Memories are kept per conversation scope: the rollout id of an ``/ng-rollout/<id>`` call, else a
-client's session header, else one scope for the server. Both bounds are least-recently-used:
-``max_scopes`` conversations, ``max_items`` answers each. Function calls are keyed by call ids
-the server made unique, so they cannot be confused across conversations; two conversations of
-one scope whose model wrote the very same text are the only way a text key can match the wrong
-answer, which is why callers should send a rollout id (the splice then still refuses IDs whose
-turn count does not fit the history).
+client's session header, else one scope for the server. The bounds drop the least recently used:
+``max_scopes`` conversations, ``max_items`` answers each (only the latest answer a history
+echoes is ever needed; the one before covers a retried call), ``max_tokens`` token IDs in all (the default 8 million, kept as tuples that share the answer's
+own numbers: at most about 300 MB).
 """
 
 from __future__ import annotations
@@ -46,10 +44,12 @@ def item_key(item: dict[str, Any]) -> tuple[str, str]:
 class TokenIdMemory:
     """Token-ID fields of a server's answers, per conversation scope (see the module docstring)."""
 
-    def __init__(self, max_scopes: int = 4096, max_items: int = 1024) -> None:
+    def __init__(self, max_scopes: int = 4096, max_items: int = 2, max_tokens: int = 8_000_000) -> None:
         self.max_scopes = max_scopes
         self.max_items = max_items
+        self.max_tokens = max_tokens
         self._scopes: OrderedDict[str, OrderedDict[tuple[str, str], dict[str, Any]]] = OrderedDict()
+        self._tokens = 0
 
     def remember(self, scope: str, response: dict[str, Any]) -> None:
         """Keep the token-ID fields of ``response``'s last output item that carries them."""
@@ -57,38 +57,50 @@ class TokenIdMemory:
         carrier = next((item for item in reversed(output) if "prompt_token_ids" in item), None)
         if carrier is None:
             return
-        fields = {key: carrier[key] for key in _KEPT_FIELDS if key in carrier}
+        try:
+            fields = _packed(carrier)
+        except (TypeError, ValueError, OverflowError):
+            return  # not lists of numbers: nothing the splice could use
         items = self._scopes.get(scope)
         if items is None:
             items = self._scopes[scope] = OrderedDict()
-            if len(self._scopes) > self.max_scopes:
-                self._scopes.popitem(last=False)
         else:
             self._scopes.move_to_end(scope)
         key = item_key(carrier)
+        if key in items:
+            self._tokens -= _size(items.pop(key))
         items[key] = fields
-        items.move_to_end(key)
+        self._tokens += _size(fields)
         if len(items) > self.max_items:
-            items.popitem(last=False)
+            self._tokens -= _size(items.popitem(last=False)[1])
+        while self._scopes and (len(self._scopes) > self.max_scopes or self._tokens > self.max_tokens):
+            _, dropped = self._scopes.popitem(last=False)
+            self._tokens -= sum(_size(entry) for entry in dropped.values())
 
     def restore(self, scope: str, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """``items`` with the remembered token-ID fields put back on model items that lost them.
+        """``items`` with the remembered token-ID fields put back on the latest call that lost them.
 
-        Only the last model item of each run of model items (one call's output) can carry them,
-        as on the Responses path; items that still have their fields are left as they are.
+        The splice reads only the last model item that carries IDs (its prompt already holds
+        every earlier turn), so only the latest call's last item (a run of model items is one
+        call's output) is given them back, which keeps a turn's cost flat in the history's
+        length; when that item still carries its fields, nothing changes.
         """
         known = self._scopes.get(scope)
         if not known:
             return items
-        restored = list(items)
-        for index, item in enumerate(items):
+        for index in range(len(items) - 1, -1, -1):
+            item = items[index]
             closes_call = index + 1 == len(items) or not is_model_item(items[index + 1])
-            if not closes_call or not is_model_item(item) or "prompt_token_ids" in item:
+            if not closes_call or not is_model_item(item):
                 continue
+            if "prompt_token_ids" in item:
+                return items
             fields = known.get(item_key(item))
             if fields:
-                restored[index] = {**item, **fields}
-        return restored
+                restored = list(items)
+                restored[index] = {**item, **_as_lists(fields)}
+                return restored
+        return items
 
     def remember_chat(self, scope: str, completion: dict[str, Any]) -> None:
         """Keep the token-ID fields of a vLLM-flavoured chat completion (``prompt_token_ids``,
@@ -111,22 +123,23 @@ class TokenIdMemory:
         self.remember(scope, {"output": [carrier]})
 
     def restore_chat(self, scope: str, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Chat ``messages`` with remembered token-ID fields put back on assistant messages that lost them."""
+        """Chat ``messages`` with remembered token-ID fields put back on the latest assistant
+        message that lost them (see :meth:`restore`)."""
         known = self._scopes.get(scope)
         if not known:
             return messages
-        restored = []
-        for message in messages:
-            if (
-                isinstance(message, dict)
-                and message.get("role") == "assistant"
-                and "prompt_token_ids" not in message
-            ):
-                fields = known.get(item_key(_chat_message_item(message)))
-                if fields:
-                    message = {**message, **{k: v for k, v in fields.items() if k != CONTIGUITY_FIELD}}
-            restored.append(message)
-        return restored
+        for index in range(len(messages) - 1, -1, -1):
+            message = messages[index]
+            if not isinstance(message, dict) or message.get("role") != "assistant":
+                continue
+            if "prompt_token_ids" in message:
+                return messages
+            fields = known.get(item_key(_chat_message_item(message)))
+            if fields:
+                restored = list(messages)
+                restored[index] = {**message, **_as_lists(fields, drop=(CONTIGUITY_FIELD,))}
+                return restored
+        return messages
 
     def forget(self, scope: str) -> None:
         """Drop one scope's memory (a finished rollout)."""
@@ -143,3 +156,28 @@ def _chat_message_item(message: dict[str, Any]) -> dict[str, Any]:
     if calls:
         return {"type": "function_call", "call_id": calls[-1].get("id")}
     return {"type": "message", "role": "assistant", "content": message.get("content") or ""}
+
+
+def _packed(carrier: dict[str, Any]) -> dict[str, Any]:
+    # Tuples share the answer's own numbers (restoring copies pointers, not numbers), and tuples of
+    # numbers are untracked by the garbage collector after its first pass over them.
+    fields: dict[str, Any] = {
+        key: tuple(carrier.get(key) or ())
+        for key in ("prompt_token_ids", "generation_token_ids", "generation_log_probs")
+    }
+    if CONTIGUITY_FIELD in carrier:
+        fields[CONTIGUITY_FIELD] = carrier[CONTIGUITY_FIELD]
+    return fields
+
+
+def _size(fields: dict[str, Any]) -> int:
+    return len(fields["prompt_token_ids"]) + len(fields["generation_token_ids"])
+
+
+def _as_lists(fields: dict[str, Any], drop: tuple[str, ...] = ()) -> dict[str, Any]:
+    # A list of the same numbers: a copy of pointers, no new numbers made.
+    return {
+        key: list(value) if isinstance(value, tuple) else value
+        for key, value in fields.items()
+        if key not in drop
+    }
