@@ -118,7 +118,14 @@ def run_user_path(
     started = time.monotonic()
     result = UserPathResult(kind=kind, name=name, needs=folder_needs(wheel_root / kind / name, wheel_root))
     project = fresh_project(scratch / f"{kind}__{name}")
-    env = dict(os.environ, PYTHONPATH=str(project_root()), PYTHONDONTWRITEBYTECODE="1")
+    # The project is not nemo_gym's parent here (it is in a clone): NEMO_GYM_EXTRA_ROOTS names it,
+    # so paths resolve against it as they do against a clone's root.
+    env = dict(
+        os.environ,
+        PYTHONPATH=str(project_root()),
+        PYTHONDONTWRITEBYTECODE="1",
+        NEMO_GYM_EXTRA_ROOTS=str(project),
+    )
     gym = [str(python), "-c", "from nemo_gym.tools.gym_cli import main; main()"]
     code, out = run_bounded(
         [*gym, "env", "pull", f"{name}=={version}", f"+kind={kind}", f"+project_dir={project}",
@@ -139,14 +146,14 @@ def run_user_path(
                 result.run_note = f"not run: needs a data step ({result.needs['data_step']})"
             else:
                 output = scratch / f"{kind}__{name}.rollouts.jsonl"
-                models = _scripted_stand_ins(config, scratch / f"{kind}__{name}.models.yaml")
+                run_config = scripted_config(config, project / f"{name}.corpus_scripted.yaml")
                 code, out = run_bounded(
-                    [*gym, "eval", "run", f"+config_paths=[{config},{SCRIPTED}{models}]", f"+input_jsonl_fpath={rows}",
+                    [*gym, "eval", "run", f"+config_paths=[{run_config},{SCRIPTED}]", f"+input_jsonl_fpath={rows}",
                      f"+output_jsonl_fpath={output}", "+limit=2", "head_server.port=0", *_script_for(rows)],
                     project, env, timeout,
                 )  # fmt: skip
                 result.ran = code == 0
-                result.run_note = _error_line(out) if code != 0 else ""
+                result.run_note = _run_failure(output, out) if code != 0 else ""
     result.seconds = time.monotonic() - started
     shutil.rmtree(project, ignore_errors=True)
     return result
@@ -167,15 +174,12 @@ def _script_for(rows: Path) -> list[str]:
     return [] if (first.get("responses_create_params") or {}).get("tools") else [TEXT_ONLY]
 
 
-def _scripted_stand_ins(config: Path, dest: Path) -> str:
-    """Model servers the config refers to besides ``policy_model`` (a judge), declared as scripted
-    models in ``dest``; ``",<dest>"`` to add to ``+config_paths``, or ``""`` when there are none."""
+def scripted_config(config: Path, dest: Path) -> Path:
+    """``config`` with every model server besides ``policy_model`` (a judge, declared or only
+    referred to) served by the scripted model: the run needs no endpoint or key. Written to ``dest``."""
     import yaml
 
-    try:
-        text = yaml.safe_load(config.read_text())
-    except yaml.YAMLError:
-        return ""
+    data = yaml.safe_load(config.read_text()) or {}
     found: set[str] = set()
 
     def walk(node: Any) -> None:
@@ -188,17 +192,28 @@ def _scripted_stand_ins(config: Path, dest: Path) -> str:
             for value in node:
                 walk(value)
 
-    walk(text)
-    declared = set(text) if isinstance(text, dict) else set()
-    names = sorted(found - declared - {"policy_model"})
-    if not names:
-        return ""
-    dest.write_text(
-        yaml.safe_dump(
-            {n: {"responses_api_models": {"scripted_model": {"entrypoint": "app.py"}}} for n in names}
-        )
-    )
-    return f",{dest}"
+    walk(data)
+    declared = {k for k, v in data.items() if isinstance(v, dict) and "responses_api_models" in v}
+    for name in sorted((found | declared) - {"policy_model"}):
+        # A judge is asked without tools: it answers in one plain turn.
+        judge = {"entrypoint": "app.py", "scripts": [{"turns": [{"text": "Yes"}]}]}
+        data[name] = {"responses_api_models": {"scripted_model": judge}}
+    dest.write_text(yaml.safe_dump(data, sort_keys=False))
+    return dest
+
+
+def _run_failure(output: Path, out: str) -> str:
+    """Why an eval run failed: the first failed rollout's error, else the command's error line."""
+    failures = output.with_name(output.stem + "_failures.jsonl")
+    if failures.is_file():
+        for line in failures.read_text().splitlines():
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue
+            if row.get("_ng_error"):
+                return f"{row.get('_ng_failure_class', 'failed')}: {row['_ng_error']}"[:300]
+    return _error_line(out)
 
 
 def _pull_summary(out: str) -> str:

@@ -316,6 +316,10 @@ def pytest_command(
     root = folder.parent.parent
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(folder), str(root), env.get("PYTHONPATH", "")) if p)
+    # Paths the tests name from the project root (configs, benchmarks/...) resolve against the
+    # folder's project even where nemo_gym is installed elsewhere.
+    roots = env.get("NEMO_GYM_EXTRA_ROOTS", "")
+    env["NEMO_GYM_EXTRA_ROOTS"] = os.pathsep.join(p for p in (str(root), roots) if p)
     command = [
         sys.executable, "-m", "pytest", "-c", str(ini), "--rootdir", str(folder), "--confcutdir", str(folder),
         "-q", "-p", "no:cacheprovider", *(extra or []),
