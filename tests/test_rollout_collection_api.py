@@ -241,3 +241,17 @@ def test_attach_trajectory_record() -> None:
     rc.attach_trajectory_record({"_ng_task_index": 1, "_ng_rollout_index": 2}, broken)
     assert broken["ng_trajectory"]["gaps"][0]["code"] == "trajectory_projection_failed"
     assert broken["ng_trajectory"]["rollout_id"] == "1-2"
+
+
+def test_a_rows_own_rollout_id_is_not_shared_by_its_repeats() -> None:
+    from nemo_gym.collection.row_materializer import RowMaterializer
+    from nemo_gym.collection.rollouts import rollout_id_for
+
+    row = {"_ng_rollout_id": "step7.0", "responses_create_params": {"input": "hi"}}
+    repeated = RowMaterializer(agent_name="a", num_repeats=3)
+    rows = list(repeated.expand(repeated.prepare(row), task_index=0, first_rollout=0))
+    assert [rollout_id_for(r) for r in rows] == ["step7.0-r0", "step7.0-r1", "step7.0-r2"]
+    # Resumed later repeats get theirs too; one rollout per row keeps the id it was given.
+    assert rollout_id_for(next(repeated.expand(repeated.prepare(row), 0, 3))) == "step7.0-r3"
+    once = RowMaterializer(agent_name="a")
+    assert [rollout_id_for(r) for r in once.expand(once.prepare(row), 0, 0)] == ["step7.0"]

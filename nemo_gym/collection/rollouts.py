@@ -29,6 +29,7 @@ from nemo_gym.collection.collection_io import (
     agent_name_of,
     row_key,
 )
+from nemo_gym.collection.row_keys import ROLLOUT_ID_KEY
 from nemo_gym.failure_classes import (
     AGENT_ERROR,
     BAD_UPSTREAM_BODY,
@@ -43,9 +44,6 @@ from nemo_gym.serving.server_client import ServerCallError, ServerClient, raise_
 
 MAX_ERROR_CHARS = 4000
 MAX_RESPONSE_CONTENT_BYTES = 64 * 1024
-# NeMo Gym's row key for a caller-chosen rollout id (NeMo RL stamps one per rollout): it becomes the
-# ``/ng-rollout/<id>`` prefix of every call of that rollout.
-ROLLOUT_ID_KEY = "_ng_rollout_id"
 _ROLLOUT_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 _FAILURE_CLASS_IN_TEXT = re.compile(r"failure_class[\"']?\s*[:=]\s*[\"']?([a-z][a-z0-9_]*)")
 # The HTTP status a failure without one stands for: 5xx for infrastructure, 4xx for the row itself.

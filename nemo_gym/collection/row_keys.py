@@ -18,6 +18,9 @@ from nemo_gym.launch.config import ConfigError
 TASK_INDEX_KEY = "_ng_task_index"
 ROLLOUT_INDEX_KEY = "_ng_rollout_index"
 ATTEMPT_INDEX_KEY = "_ng_attempt_index"
+# NeMo Gym's row key for a caller-chosen rollout id (NeMo RL stamps one per rollout): it becomes the
+# ``/ng-rollout/<id>`` prefix of every call of that rollout.
+ROLLOUT_ID_KEY = "_ng_rollout_id"
 FAILURE_CLASS_KEY = "_ng_failure_class"
 ERROR_KEY = "_ng_error"
 INPUT_LINE_KEY = "_ng_input_line"

@@ -17,6 +17,7 @@ from nemo_gym.collection.row_keys import (
     AGENT_KIND,
     AGENT_REF_KEY,
     ATTEMPT_INDEX_KEY,
+    ROLLOUT_ID_KEY,
     ROLLOUT_INDEX_KEY,
     SKILLS_REF_KEY,
     TASK_INDEX_KEY,
@@ -137,10 +138,18 @@ class RowMaterializer:
     def expand(
         self, prepared: dict[str, Any], task_index: int, first_rollout: int
     ) -> Iterator[dict[str, Any]]:
-        """The rollout rows of one prepared row: indices first, then the row's fields."""
+        """The rollout rows of one prepared row: indices first, then the row's fields.
+
+        A row's own ``_ng_rollout_id`` names one rollout: with several repeats each gets it plus
+        ``-r<rollout index>``, so no two rollouts share an id (and their captured calls).
+        """
         agent = prepared[AGENT_REF_KEY]["name"]
-        for rollout in range(first_rollout, first_rollout + self.repeats_for(agent)):
+        repeats = self.repeats_for(agent)
+        given = prepared.get(ROLLOUT_ID_KEY)
+        for rollout in range(first_rollout, first_rollout + repeats):
             row = {TASK_INDEX_KEY: task_index, ROLLOUT_INDEX_KEY: rollout, **prepared}
+            if isinstance(given, str) and given and (repeats > 1 or first_rollout > 0):
+                row[ROLLOUT_ID_KEY] = f"{given}-r{rollout}"
             if self.add_seed:
                 row["responses_create_params"] = with_seed(row["responses_create_params"], rollout)
             yield row
