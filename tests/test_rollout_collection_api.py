@@ -244,8 +244,8 @@ def test_attach_trajectory_record() -> None:
 
 
 def test_a_rows_own_rollout_id_is_not_shared_by_its_repeats() -> None:
-    from nemo_gym.collection.row_materializer import RowMaterializer
     from nemo_gym.collection.rollouts import rollout_id_for
+    from nemo_gym.collection.row_materializer import RowMaterializer
 
     row = {"_ng_rollout_id": "step7.0", "responses_create_params": {"input": "hi"}}
     repeated = RowMaterializer(agent_name="a", num_repeats=3)
