@@ -182,7 +182,7 @@ async def test_containers_start_isolated_labelled_and_limited(engine: tuple[Fake
             assert tar.getnames() == ["a.txt"]
         result = await box.exec("echo hi", cwd="/work")
         assert (result.stdout, result.stderr, result.return_code) == ("out\n", "err\n", 3)
-        assert list(fake.execs.values())[-2]["WorkingDir"] == "/work"
+        assert list(fake.execs.values())[-1]["WorkingDir"] == "/work"  # one exec per command
         assert await box.status() is SandboxStatus.RUNNING
     assert fake.containers == {} and ("DELETE", f"/v1.41/containers/{name}?force=1&v=1") in fake.calls
 

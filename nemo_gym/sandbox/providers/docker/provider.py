@@ -254,9 +254,11 @@ class DockerProvider:
         # The shell notes its pid, so that a deadline can kill it (and the group it leads).
         pid_file = f"/tmp/.nemo_gym_exec_{uuid.uuid4().hex[:12]}"
         # An image may lack /tmp (a bare root file system): made if it can be, silent otherwise.
+        # The outer shell removes its pid file itself (no second exec round trip per command).
         note = f"{{ [ -d /tmp ] || mkdir -p /tmp; echo $$ > {pid_file}; }} 2>/dev/null"
-        argv = [self._shell, "-c", f'{note}; exec {self._shell} -c "$0"', command]
-        result = await self._run(handle.sandbox_id, argv, cwd, env, timeout, user, pid_file)
+        script = f'{note}; {self._shell} -c "$0"; rc=$?; rm -f {pid_file}; exit $rc'
+        argv = [self._shell, "-c", script, command]
+        result = await self._run(handle.sandbox_id, argv, cwd, env, timeout, user, pid_file, cleanup=False)
         return result
 
     async def _run(
@@ -268,6 +270,7 @@ class DockerProvider:
         timeout: float,
         user: str | int | None = None,
         pid_file: str | None = None,
+        cleanup: bool = True,
     ) -> SandboxExecResult:
         body: dict[str, Any] = {"AttachStdout": True, "AttachStderr": True, "Cmd": argv}
         if cwd:
@@ -292,7 +295,7 @@ class DockerProvider:
             )
         info = await self._engine.request("GET", f"/exec/{exec_id}/json")
         code = info.get("ExitCode")
-        if pid_file is not None:
+        if pid_file is not None and cleanup:
             await self._run(container, ["rm", "-f", pid_file], None, None, 30)
         return SandboxExecResult(
             stdout.decode(errors="replace"),
