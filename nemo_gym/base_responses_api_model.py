@@ -682,8 +682,6 @@ def merge_model_call_capture_into_record(
 
         try:
             bundle = AgentObservationBundle.model_validate(observations)
-            if bundle.source == "claude_code":
-                bundle = _claude_code_compactions(bundle, calls, rollout_id)
             bundle = join_model_call_observations(bundle, calls)
             record["ng_agent_observations"] = bundle.model_dump(mode="json")
         except Exception:  # noqa: BLE001 - a join failure is a gap, never a lost row
@@ -699,25 +697,6 @@ def merge_model_call_capture_into_record(
         capture["gaps"] = [gap.model_dump(mode="json", exclude_none=True) for gap in gaps]
     record["ng_model_call_capture"] = capture
     return record
-
-
-def _claude_code_compactions(bundle: Any, calls: list[Any], rollout_id: str) -> Any:
-    """Claude Code's compaction calls tied to their model calls by its own folder's rule (as NeMo
-    Gym does: that agent's ``observability`` module knows its transcript's shape)."""
-    from nemo_gym.rollout_observability import ObservationGap
-
-    try:
-        from responses_api_agents.claude_code_agent.observability import (  # type: ignore[import-not-found]
-            associate_claude_code_compaction_calls,
-        )
-
-        return associate_claude_code_compaction_calls(bundle, calls)
-    except Exception:  # noqa: BLE001 - the agent folder may be absent or fail: a gap, not a lost row
-        logger.warning(
-            "cannot associate Claude Code compaction calls of rollout %s", rollout_id, exc_info=True
-        )
-        bundle.gaps.append(ObservationGap(code="compaction_model_call_join_failed"))
-        return bundle
 
 
 BaseResponsesAPIModel = SimpleResponsesAPIModel

@@ -176,13 +176,11 @@ def maybe_get_global_config_dict() -> DictConfig | None:
     return _GLOBAL_CONFIG_DICT
 
 
-def find_open_port() -> int:
-    """A free TCP port on 127.0.0.1 (the socket is released: prefer binding port 0 yourself)."""
-    import socket
+def find_open_port(host: str = "127.0.0.1") -> int:
+    """A free TCP port on ``host`` (the socket is released: prefer binding port 0 yourself)."""
+    from nemo_gym.launch.launcher import free_port
 
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    return free_port(host)
 
 
 class GlobalConfigDictParser:

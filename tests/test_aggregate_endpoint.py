@@ -15,6 +15,7 @@ from nemo_gym.base_resources_server import BaseVerifyRequest, BaseVerifyResponse
 from nemo_gym.collection.aggregate_endpoint import line_layout_chunks
 from nemo_gym.collection.metrics import compute_aggregate_metrics
 from nemo_gym.testing import SyncClient, running_agent, running_server
+from responses_api_agents.simple_agent.app import SimpleAgent
 from responses_api_models.scripted_model.app import ScriptedModel
 from tests.test_streaming_metrics import mixed_rows
 
@@ -67,7 +68,7 @@ def line_body(rows: list[dict[str, Any]], tmp_path: Path) -> bytes:
 @pytest.fixture(scope="module")
 def agent_url() -> Any:
     env = QuizEnv({"name": "env", "max_body_bytes": 20_000})
-    with running_agent(env, ScriptedModel({"name": "model"})) as url:
+    with running_agent(env, ScriptedModel({"name": "model"}), agent_class=SimpleAgent) as url:
         yield url
 
 

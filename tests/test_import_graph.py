@@ -151,3 +151,97 @@ def test_top_level_is_the_public_surface_only() -> None:
     for path in PACKAGE.glob("*.py"):
         first_line = (ast.get_docstring(ast.parse(path.read_text())) or "").strip().splitlines()
         assert first_line and first_line[0], f"{path.name} needs a docstring saying what it is for"
+
+
+# ---- the environment folders -----------------------------------------------------------------
+# Folders of environments, agents and model adapters: the framework serves them and never imports
+# them (a missing or broken folder must not break nemo_gym); they build on the framework.
+ENVIRONMENT_FOLDERS = ("resources_servers", "responses_api_agents", "responses_api_models")
+# What an environment folder may import of nemo_gym: the public top level, and the building blocks
+# of servers (serving, models, agents, engine, token-ID capture). Never the orchestration (launch,
+# collection) or the applications (console, tools, viewer): those run environments, not the reverse.
+ENVIRONMENT_BUILDING_BLOCKS = ("serving", "models", "agents", "engine", "token_id_capture", "sandbox")
+
+
+def imported_names(path: Path) -> set[str]:
+    """Every module name ``path`` imports, at module level or inside functions, and every string
+    handed to ``importlib.import_module`` (an import by name is an import too)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute | ast.Name)
+            and getattr(node.func, "attr", getattr(node.func, "id", None)) == "import_module"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+        ):
+            found.add(node.args[0].value)
+    return found
+
+
+def environment_imports_of(paths: list[Path]) -> list[str]:
+    return sorted(
+        f"{path.relative_to(PACKAGE.parent)} imports {name}"
+        for path in paths
+        for name in imported_names(path)
+        if name.split(".")[0] in ENVIRONMENT_FOLDERS
+    )
+
+
+def test_the_framework_never_imports_an_environment_folder() -> None:
+    offenders = environment_imports_of(sorted(PACKAGE.rglob("*.py")))
+    assert offenders == [], "nemo_gym/ must not import an environment folder: " + "; ".join(offenders)
+
+
+def test_the_environment_rule_sees_an_import_inside_a_function_and_by_name(tmp_path: Path) -> None:
+    module = tmp_path / "m.py"
+    module.write_text(
+        "import importlib\n"
+        "def f():\n    from responses_api_agents.simple_agent.app import SimpleAgent\n"
+        "def g():\n    return importlib.import_module('resources_servers.x.app')\n"
+    )
+    assert imported_names(module) >= {"responses_api_agents.simple_agent.app", "resources_servers.x.app"}
+
+
+def framework_import_problem(name: str, top_level: set[str]) -> str | None:
+    """Why an environment folder may not import ``name`` (a nemo_gym module), or None."""
+    parts = name.split(".")
+    if parts[0] != "nemo_gym" or len(parts) == 1:
+        return None
+    if parts[1] in top_level:
+        return None  # a public module (or a name imported from one)
+    if parts[1] in ENVIRONMENT_BUILDING_BLOCKS:
+        return None
+    return f"nemo_gym.{parts[1]} is not a public module or a building block of servers"
+
+
+def test_environment_folders_build_on_the_framework_and_never_on_its_orchestration() -> None:
+    top_level = {p.stem for p in PACKAGE.glob("*.py")} | NEMO_GYM_PUBLIC_PATHS | OUR_ENTRY_POINTS
+    # Names of the package itself (``from nemo_gym import PARENT_DIR``).
+    top_level |= {name for name in dir(nemo_gym) if not name.startswith("_")}
+    assert framework_import_problem("nemo_gym.launch.config", top_level)  # the rule can fail
+    assert framework_import_problem("nemo_gym.serving.server", top_level) is None
+    problems = []
+    for folder in ENVIRONMENT_FOLDERS:
+        for path in sorted((PACKAGE.parent / folder).rglob("*.py")):
+            if "tests" in path.relative_to(PACKAGE.parent).parts:
+                continue  # tests may drive anything
+            for name in sorted(imported_names(path)):
+                problem = framework_import_problem(name, top_level)
+                if problem:
+                    problems.append(f"{path.relative_to(PACKAGE.parent)} imports {name}: {problem}")
+    assert problems == [], "\n".join(problems)
+
+
+def test_testing_helpers_obey_the_layers_and_import_no_environment() -> None:
+    graph = import_graph()
+    testing = {name for name in graph if name == "nemo_gym.testing" or name.startswith("nemo_gym.testing.")}
+    assert len(testing) > 3  # the package and its modules are in the graph the layer rule checks
+    assert not [line for line in upward_imports(graph) if line.startswith("nemo_gym.testing")]
+    assert environment_imports_of(sorted((PACKAGE / "testing").rglob("*.py"))) == []

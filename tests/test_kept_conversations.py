@@ -30,6 +30,7 @@ from nemo_gym.base_resources_server import (
 from nemo_gym.launch.launcher import free_port
 from nemo_gym.models.conversation_store import ConversationStore, KeptConversation
 from nemo_gym.testing import SyncClient, running_agent, running_server
+from responses_api_agents.simple_agent.app import SimpleAgent
 from responses_api_models.openai_model.app import OpenAIModel
 
 TOOL = {"type": "function", "name": "lookup", "parameters": {"type": "object", "properties": {}}}
@@ -158,7 +159,9 @@ def run_rollout(turns: int, **model_fields: Any) -> tuple[list[bytes], dict[str,
     with recording_upstream(turns) as upstream:
         model = RecordingModel({"name": "model", "openai_base_url": upstream.url, **model_fields})
         with (
-            running_agent(Env({"name": "env"}), model, max_steps=turns + 5) as agent_url,
+            running_agent(
+                Env({"name": "env"}), model, max_steps=turns + 5, agent_class=SimpleAgent
+            ) as agent_url,
             SyncClient() as http,
         ):
             status, body = http.post(agent_url + "/run", row)

@@ -32,6 +32,7 @@ from nemo_gym.launch.launcher import free_port
 from nemo_gym.response_items import output_text
 from nemo_gym.serving.server import bind_socket
 from nemo_gym.testing import SyncClient, running_agent, running_app
+from responses_api_agents.simple_agent.app import SimpleAgent
 from responses_api_models.scripted_model.app import ScriptedModel
 
 EXPECTED = "apple costs 3 coins"
@@ -100,7 +101,9 @@ def serving(app: Any) -> Iterator[str]:
 
 def run(mcp_servers: dict[str, Any], row: dict[str, Any] = ROW, **agent: Any) -> tuple[int, Any]:
     model = ScriptedModel({"name": "model", "scripts": SCRIPTS})
-    with running_agent(PriceEnv({"name": "env"}), model, mcp_servers=mcp_servers, **agent) as url:
+    with running_agent(
+        PriceEnv({"name": "env"}), model, mcp_servers=mcp_servers, **agent, agent_class=SimpleAgent
+    ) as url:
         with SyncClient() as client:
             return client.post(url + "/run", row)
 
@@ -140,7 +143,9 @@ def test_rollout_through_a_third_party_streamable_http_server():
         model = ScriptedModel({"name": "model", "scripts": scripts})
         servers = {"shop": {"url": base + "/mcp", "namespace": True}}
         with (
-            running_agent(PriceEnv({"name": "env"}), model, mcp_servers=servers) as url,
+            running_agent(
+                PriceEnv({"name": "env"}), model, mcp_servers=servers, agent_class=SimpleAgent
+            ) as url,
             SyncClient() as client,
         ):
             status, answer = client.post(url + "/run", ROW)
@@ -225,7 +230,10 @@ def test_our_resources_server_over_mcp_classifies_its_tool_s_fault():
     servers = {"env": {"from_seed_session": True, "namespace": True}}
     scripts[0]["turns"][0]["call_tool"] = "mcp__env__broken"
     model = ScriptedModel({"name": "model", "scripts": scripts})
-    with running_agent(env, model, mcp_servers=servers) as url, SyncClient() as client:
+    with (
+        running_agent(env, model, mcp_servers=servers, agent_class=SimpleAgent) as url,
+        SyncClient() as client,
+    ):
         status, answer = client.post(url + "/run", ROW)
     assert status == 502 and answer["failure_class"] == "upstream_5xx", answer
     assert "the price database is down" in answer["error"]

@@ -105,21 +105,18 @@ def running_agent(
     resources_server: BaseServer,
     model_server: BaseServer,
     *,
-    agent_class: type[BaseServer] | None = None,
+    agent_class: type[BaseServer],
     **agent_fields: Any,
 ) -> Iterator[str]:
     """An environment, a model and an agent between them, all in this process; yields the agent's URL.
 
-    The agent (``agent_class``, default simple_agent's) reaches the two servers by the names
+    The agent (``agent_class``, e.g. simple_agent's ``SimpleAgent``: the framework imports no
+    agent folder itself) reaches the two servers by the names
     ``env`` and ``model`` (static URLs, no head server). ``agent_fields`` are extra agent
     settings (``max_steps``, ...).
     """
     from nemo_gym.serving.server_client import ServerClient
 
-    if agent_class is None:
-        from responses_api_agents.simple_agent.app import SimpleAgent
-
-        agent_class = SimpleAgent
     with running_server(resources_server) as env_url, running_server(model_server) as model_url:
         agent = agent_class(
             {

@@ -26,6 +26,7 @@ from typing import Any
 
 from pydantic import model_validator
 
+from nemo_gym import PARENT_DIR
 from nemo_gym.base_resources_server import (
     BaseResourcesServerConfig,
     BaseRunRequest,
@@ -33,7 +34,6 @@ from nemo_gym.base_resources_server import (
     BaseVerifyResponse,
     SimpleResourcesServer,
 )
-from nemo_gym.launch.config import project_root
 from nemo_gym.llm_judge import (
     JudgeSettings,
     ask_judge,
@@ -147,7 +147,7 @@ class EquivalenceLLMJudgeServer(SimpleResourcesServer):
 
     def _read_template(self) -> str:
         path = Path(self.config.judge_prompt_template_fpath)
-        candidates = [path] if path.is_absolute() else [HERE / path, Path.cwd() / path, project_root() / path]
+        candidates = [path] if path.is_absolute() else [HERE / path, Path.cwd() / path, PARENT_DIR / path]
         found = next((p for p in candidates if p.is_file()), None)
         if found is None:
             raise FileNotFoundError(

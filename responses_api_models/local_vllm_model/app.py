@@ -23,7 +23,7 @@ from typing import Any
 import aiohttp
 from pydantic import Field, model_validator
 
-from nemo_gym.launch.launcher import free_port
+from nemo_gym.global_config import find_open_port
 from nemo_gym.models import vllm_compat
 from responses_api_models.vllm_model.app import VLLMModel, VLLMModelConfig, check_on_policy_settings
 
@@ -110,7 +110,7 @@ class LocalVLLMModel(VLLMModel):
         for attempt in range(_START_ATTEMPTS):
             # vLLM binds its own port, so a free one is picked here; if another process takes
             # it first, vLLM exits with "address already in use" and a new port is tried.
-            port = free_port(config.vllm_host)
+            port = find_open_port(config.vllm_host)
             command = vllm_compat.vllm_serve_command(
                 config.model,
                 host=config.vllm_host,

@@ -17,6 +17,7 @@ from nemo_gym.testing import (
     running_server,
 )
 from resources_servers.example_multi_step.app import ExampleMultiStepServer
+from responses_api_agents.simple_agent.app import SimpleAgent
 from responses_api_models.scripted_model.app import ScriptedModel
 
 HERE = Path(__file__).resolve().parent.parent
@@ -131,7 +132,7 @@ def test_bad_tool_arguments_reach_the_model_as_text_through_simple_agent():
         }
     ]
     env, model = ExampleMultiStepServer({"name": "env"}), ScriptedModel({"name": "model", "scripts": scripts})
-    with running_agent(env, model) as agent_url, SyncClient() as http:
+    with running_agent(env, model, agent_class=SimpleAgent) as agent_url, SyncClient() as http:
         status, body = http.post(agent_url + "/run", COLD)
     assert status == 200, body
     outputs = [i["output"] for i in body["response"]["output"] if i["type"] == "function_call_output"]

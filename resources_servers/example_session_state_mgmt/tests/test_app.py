@@ -16,6 +16,7 @@ from nemo_gym.testing import (
     running_server,
 )
 from resources_servers.example_session_state_mgmt.app import ExampleSessionStateMgmtServer
+from responses_api_agents.simple_agent.app import SimpleAgent
 from responses_api_models.scripted_model.app import ScriptedModel
 
 HERE = Path(__file__).resolve().parent.parent
@@ -153,7 +154,7 @@ def test_bad_tool_arguments_reach_the_model_as_text_through_simple_agent():
     ]
     env = ExampleSessionStateMgmtServer({"name": "env"})
     model = ScriptedModel({"name": "model", "scripts": scripts})
-    with running_agent(env, model) as agent_url:
+    with running_agent(env, model, agent_class=SimpleAgent) as agent_url:
         with SyncClient() as http:
             status, body = http.post(agent_url + "/run", ROW)
         assert len(env.sessions) == 0

@@ -15,6 +15,7 @@ from nemo_gym.testing import (
     running_server,
 )
 from resources_servers.tool_call_match.app import ExpectedCall, ToolCallMatchServer, json_equal, match_calls
+from responses_api_agents.simple_agent.app import SimpleAgent
 from responses_api_models.scripted_model.app import ScriptedModel
 
 HERE = Path(__file__).resolve().parent.parent
@@ -178,7 +179,7 @@ def test_tool_routes_validate_arguments_but_run_nothing(url: str):
 def test_bad_tool_arguments_reach_the_model_as_text_through_simple_agent():
     scripts = [{"turns": [{"call_tool": "set_timer", "arguments": {"minutes": "15", "label": "tea"}}]}]
     env, model = ToolCallMatchServer({"name": "env"}), ScriptedModel({"name": "model", "scripts": scripts})
-    with running_agent(env, model, max_steps=1) as agent_url, SyncClient() as http:
+    with running_agent(env, model, max_steps=1, agent_class=SimpleAgent) as agent_url, SyncClient() as http:
         status, body = http.post(agent_url + "/run", TIMER)
     assert status == 200, body
     kinds = [i["type"] for i in body["response"]["output"]]

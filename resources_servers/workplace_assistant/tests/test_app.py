@@ -19,6 +19,7 @@ from nemo_gym.testing import (
 )
 from resources_servers.workplace_assistant.app import WorkplaceAssistantServer
 from resources_servers.workplace_assistant.tools import OPERATIONS, tool_definitions
+from responses_api_agents.simple_agent.app import SimpleAgent
 from responses_api_models.scripted_model.app import ScriptedModel
 
 HERE = Path(__file__).resolve().parent.parent
@@ -256,7 +257,7 @@ def test_bad_tool_arguments_reach_the_model_as_text_through_simple_agent():
     row = {**ROWS[4], "ground_truth": [{"name": "customer_relationship_manager_delete_customer", "arguments": '{"customer_id": "00000014"}'}]}  # fmt: skip
     env = WorkplaceAssistantServer({"name": "env"})
     model = ScriptedModel({"name": "model", "scripts": scripts})
-    with running_agent(env, model) as agent_url:
+    with running_agent(env, model, agent_class=SimpleAgent) as agent_url:
         with SyncClient() as http:
             status, body = http.post(agent_url + "/run", row)
         assert len(env.sessions) == 0

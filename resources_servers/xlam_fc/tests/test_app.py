@@ -17,6 +17,7 @@ from nemo_gym.testing import (
     running_server,
 )
 from resources_servers.xlam_fc.app import XlamFcServer
+from responses_api_agents.simple_agent.app import SimpleAgent
 from responses_api_models.scripted_model.app import ScriptedModel
 
 HERE = Path(__file__).resolve().parent.parent
@@ -91,7 +92,7 @@ def test_bad_tool_arguments_reach_the_model_as_text_through_simple_agent():
     # The template fills text, so the number goes out as the string "7919": the schema wants an integer.
     scripts = [{"match": r"\d+", "turns": [{"call_tool": "is_prime", "arguments": {"number": "{match[0]}"}}]}]
     env, model = XlamFcServer({"name": "env"}), ScriptedModel({"name": "model", "scripts": scripts})
-    with running_agent(env, model, max_steps=1) as agent_url, SyncClient() as http:
+    with running_agent(env, model, max_steps=1, agent_class=SimpleAgent) as agent_url, SyncClient() as http:
         status, body = http.post(agent_url + "/run", PRIME)
     assert status == 200, body
     tool_output = body["response"]["output"][1]["output"]

@@ -22,6 +22,7 @@ from nemo_gym.response_items import (
     usage_dict,
 )
 from nemo_gym.testing import SyncClient, running_agent
+from responses_api_agents.simple_agent.app import SimpleAgent
 
 
 class EchoArgs(BaseModel):
@@ -66,7 +67,10 @@ ECHO_TOOL = {
 def run_agent(plan: list[list[dict]], **agent_config: Any) -> tuple[dict, PlannedModel]:
     model = PlannedModel({"name": "model"})
     model.plan = plan
-    with running_agent(Env({"name": "env"}), model, **agent_config) as agent_url, SyncClient() as http:
+    with (
+        running_agent(Env({"name": "env"}), model, **agent_config, agent_class=SimpleAgent) as agent_url,
+        SyncClient() as http,
+    ):
         status, body = http.post(
             agent_url + "/run",
             {"responses_create_params": {"input": "go", "tools": [ECHO_TOOL]}, "task_id": 7},
@@ -145,7 +149,10 @@ def test_verifier_failure_class_is_relayed():
 
     model = PlannedModel({"name": "model"})
     model.plan = [[message_item("hi")]]
-    with running_agent(JudgeDown({"name": "env"}), model) as agent_url, SyncClient() as http:
+    with (
+        running_agent(JudgeDown({"name": "env"}), model, agent_class=SimpleAgent) as agent_url,
+        SyncClient() as http,
+    ):
         status, body = http.post(agent_url + "/run", {"responses_create_params": {"input": "go"}})
     assert status == 502
     assert (
