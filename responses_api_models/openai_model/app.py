@@ -5,6 +5,13 @@ to ``{openai_base_url}/chat/completions``, with ``openai_model`` as the model an
 ``openai_api_key`` as the bearer token. Before sending, input items lose the nemo_gym-only
 fields that OpenAI rejects (token-ID fields, ``token_ids_contiguous``).
 
+Only an allow-list of request fields goes upstream (``forward_request_fields``,
+``forward_chat_fields``), and of tools only the types in ``forward_tool_types`` (function tools
+by default): the operator's key pays for and answers every call, and a dataset row or a harness
+program must not reach past the policy model with it (a built-in web search or code
+interpreter, ``previous_response_id`` into stored conversations, a ``service_tier``). What is
+left out is logged once per field.
+
 Answers 429 and 5xx are retried (bounded, honouring ``Retry-After`` / ``retry-after-ms``, else
 exponential backoff with jitter), as are connection failures; ``max_concurrent_requests``
 caps calls in flight from this server.
@@ -13,6 +20,8 @@ caps calls in flight from this server.
 from __future__ import annotations
 
 import asyncio
+import logging
+from collections.abc import Collection
 from typing import Any
 
 import orjson
@@ -40,6 +49,54 @@ RETRY_STATUSES = (408, 409, 429, 500, 502, 503, 504)
 _NEMO_GYM_ITEM_FIELDS = (*TOKEN_ID_FIELDS, "token_ids_contiguous")
 # Where a kept conversation holds its input as encoded for the upstream.
 _ENCODED_INPUT = "openai_model.encoded_input"
+logger = logging.getLogger("nemo_gym")
+
+# What a policy call needs, and nothing that reaches past the model (stored conversations and
+# prompts, built-in tools, billing tiers, background jobs).
+DEFAULT_RESPONSES_FIELDS = (
+    "model",
+    "input",
+    "instructions",
+    "tools",
+    "tool_choice",
+    "parallel_tool_calls",
+    "max_tool_calls",
+    "temperature",
+    "top_p",
+    "top_logprobs",
+    "max_output_tokens",
+    "reasoning",
+    "text",
+    "include",
+    "truncation",
+    "metadata",
+    "stream",
+    "stream_options",
+    "store",
+)
+DEFAULT_CHAT_FIELDS = (
+    "model",
+    "messages",
+    "tools",
+    "tool_choice",
+    "parallel_tool_calls",
+    "temperature",
+    "top_p",
+    "max_tokens",
+    "max_completion_tokens",
+    "stop",
+    "seed",
+    "n",
+    "logprobs",
+    "top_logprobs",
+    "response_format",
+    "presence_penalty",
+    "frequency_penalty",
+    "reasoning_effort",
+    "stream",
+    "stream_options",
+)
+DEFAULT_TOOL_TYPES = ("function", "custom")
 
 
 class OpenAIModelConfig(BaseResponsesAPIModelConfig):
@@ -55,6 +112,9 @@ class OpenAIModelConfig(BaseResponsesAPIModelConfig):
     request_timeout_s: float = Field(default=600.0, gt=0)
     connect_timeout_s: float = Field(default=10.0, gt=0)
     max_connections: int | None = Field(default=None, gt=0)
+    forward_request_fields: list[str] = Field(default_factory=lambda: list(DEFAULT_RESPONSES_FIELDS))
+    forward_chat_fields: list[str] = Field(default_factory=lambda: list(DEFAULT_CHAT_FIELDS))
+    forward_tool_types: list[str] = Field(default_factory=lambda: list(DEFAULT_TOOL_TYPES))
 
 
 class OpenAIModel(SimpleResponsesAPIModel):
@@ -81,6 +141,10 @@ class OpenAIModel(SimpleResponsesAPIModel):
         )
         # One semaphore per event loop: a semaphore is bound to the loop that first waits on it.
         self._semaphores: dict[asyncio.AbstractEventLoop, asyncio.Semaphore] = {}
+        self._responses_fields = frozenset(config.forward_request_fields)
+        self._chat_fields = frozenset(config.forward_chat_fields)
+        self._tool_types = frozenset(config.forward_tool_types)
+        self._dropped: set[str] = set()  # what was already logged as left out
 
     async def on_shutdown(self) -> None:
         """Close the upstream connections."""
@@ -88,19 +152,33 @@ class OpenAIModel(SimpleResponsesAPIModel):
 
     async def responses(self, body: dict[str, Any]) -> dict[str, Any]:
         """Forward a Responses create request; the upstream's Response object comes back as is."""
-        return await self._forward("/responses", _responses_request(body))
+        return await self._forward("/responses", _responses_request(self._allowed(body, "responses")))
 
     async def chat_completions(self, body: dict[str, Any]) -> dict[str, Any]:
         """Forward a Chat Completions request."""
-        return await self._forward("/chat/completions", _chat_request(body))
+        return await self._forward("/chat/completions", _chat_request(self._allowed(body, "chat")))
 
     async def responses_stream(self, body: dict[str, Any]) -> Response:
         """The upstream's Responses event stream, passed on event by event as it arrives."""
-        return await self._forward_stream("/responses", _responses_request(body))
+        return await self._forward_stream("/responses", _responses_request(self._allowed(body, "responses")))
 
     async def chat_completions_stream(self, body: dict[str, Any]) -> Response:
         """The upstream's chat completion chunks, passed on as they arrive."""
-        return await self._forward_stream("/chat/completions", _chat_request(body))
+        return await self._forward_stream("/chat/completions", _chat_request(self._allowed(body, "chat")))
+
+    def _allowed(self, body: dict[str, Any], api: str) -> dict[str, Any]:
+        """``body`` with only the fields, and the tools, this server forwards upstream."""
+        fields = self._responses_fields if api == "responses" else self._chat_fields
+        kept, dropped = allowed_request(body, fields, self._tool_types)
+        for what in dropped - self._dropped:
+            self._dropped.add(what)
+            logger.warning(
+                "%s: not forwarding %s upstream (forward_%s_fields / forward_tool_types in its config)",
+                self.name,
+                what,
+                "request" if api == "responses" else "chat",
+            )
+        return kept
 
     async def _forward(self, path: str, request: dict[str, Any]) -> dict[str, Any]:
         if self.config.openai_model:
@@ -263,6 +341,28 @@ def _chat_request(body: dict[str, Any]) -> dict[str, Any]:
     if isinstance(request.get("messages"), list):
         request["messages"] = [strip_nemo_gym_fields(message) for message in request["messages"]]
     return request
+
+
+def allowed_request(
+    body: dict[str, Any], fields: Collection[str], tool_types: Collection[str]
+) -> tuple[dict[str, Any], set[str]]:
+    """``(body with only ``fields`` and tools of ``tool_types``, names of what was left out)``."""
+    kept = {key: value for key, value in body.items() if key in fields}
+    dropped = {f"field {key!r}" for key in body if key not in fields}
+    tools = kept.get("tools")
+    if isinstance(tools, list):
+        allowed = [t for t in tools if isinstance(t, dict) and t.get("type", "function") in tool_types]
+        if len(allowed) != len(tools):
+            dropped |= {
+                f"tool type {t.get('type') if isinstance(t, dict) else t!r}"
+                for t in tools
+                if t not in allowed
+            }
+            kept["tools"] = allowed
+            if not allowed:
+                kept.pop("tools")
+                kept.pop("tool_choice", None)
+    return kept, dropped
 
 
 def _upstream_failure(url: str, exc: UpstreamError) -> HTTPError:

@@ -222,3 +222,32 @@ def test_an_unreachable_endpoint_is_a_502() -> None:
     with running_server(server) as url, SyncClient() as client:
         status, body = client.post(url + "/v1/responses", {"input": "hi"})
     assert status == 502 and dead in body["error"]["message"]
+
+
+def test_only_allowed_fields_and_tool_types_go_upstream() -> None:
+    asked = {
+        "model": "anything",
+        "input": "hi",
+        "temperature": 0.5,
+        "tools": [
+            {"type": "function", "name": "get_weather", "parameters": {"type": "object", "properties": {}}},
+            {"type": "web_search"},
+            {"type": "code_interpreter", "container": {"type": "auto"}},
+        ],
+        "service_tier": "priority",
+        "background": True,
+        "prompt": {"id": "pmpt_stored"},
+    }
+    state = FakeOpenAI(rate_limit_first=0)
+    with fake_openai(state) as fake:
+        with running_server(model_server(fake)) as url, SyncClient() as client:
+            status, _ = client.post(url + "/v1/responses", asked)
+            assert status == 200
+        sent = fake.bodies[-1]
+        assert sorted(sent) == ["input", "model", "temperature", "tools"], sent
+        assert [tool["type"] for tool in sent["tools"]] == ["function"]
+        # An operator who wants a field forwarded says so.
+        wider = model_server(fake, forward_request_fields=["input", "service_tier"], forward_tool_types=[])
+        with running_server(wider) as url, SyncClient() as client:
+            assert client.post(url + "/v1/responses", asked)[0] == 200
+        assert sorted(fake.bodies[-1]) == ["input", "model", "service_tier"], fake.bodies[-1]
