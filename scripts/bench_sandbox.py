@@ -108,6 +108,14 @@ def leftovers(trees: Path, state: Path, provider: str) -> dict[str, int]:
         "working_trees": len(list(trees.iterdir())) if trees.is_dir() else 0,
         "owner_records": len(list(state.iterdir())) if state.is_dir() else 0,
     }
+    if provider == "local":
+        from nemo_gym.sandbox.isolation import kernel_limits
+
+        mounts = Path("/proc/self/mounts").read_text().split()
+        counts["tmpfs_mounts"] = sum(1 for m in mounts if m.startswith(str(trees) + "/"))
+        pids_root = kernel_limits.machine_support().pids_root
+        if pids_root:
+            counts["pids_cgroups"] = sum(1 for p in Path(pids_root).iterdir() if p.is_dir())
     if provider != "local":
         listed = request_sync(socket_path(), "GET", "/containers/json?all=1")[1]
         counts["containers"] = sum(
@@ -122,6 +130,11 @@ def rollouts(args: argparse.Namespace, provider_config: dict) -> dict[str, objec
     trees, state, progress = base / "trees", base / "state", base / "progress"
     progress.touch()
     if args.provider == "local":
+        # Not under /tmp: the trees would be hidden by each sandbox's private /tmp.
+        base = Path(tempfile.mkdtemp(prefix="ng_bench_sandbox_", dir="/var/tmp"))
+        base.chmod(0o755)
+        trees, state, progress = base / "trees", base / "state", base / "progress"
+        progress.touch()
         provider_config = {"local": {**provider_config["local"], "workspace_root": str(trees)}}
     env = {**os.environ, "NEMO_GYM_SANDBOX_STATE_DIR": str(state), "PYTHONPATH": str(ROOT)}
 

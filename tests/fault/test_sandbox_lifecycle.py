@@ -62,6 +62,14 @@ def dirs() -> Iterator[tuple[Path, Path]]:
     base = Path(tempfile.mkdtemp(prefix="ng_lifecycle_", dir="/tmp"))
     base.chmod(0o755)
     yield base / "state", base / "trees"
+    # A failed test may leave a killed server's sandbox unswept: its cgroup and mount too.
+    for record in (base / "state").glob("*/sandboxes/*.json"):
+        cgroup = json.loads(record.read_text()).get("cgroup")
+        if cgroup:
+            kernel_limits.remove_cgroup(cgroup)
+    for line in Path("/proc/self/mounts").read_text().splitlines():
+        if line.split()[1].startswith(str(base) + "/"):
+            kernel_limits.unmount(line.split()[1])
     shutil.rmtree(base, ignore_errors=True)
 
 
