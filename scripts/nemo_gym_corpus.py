@@ -116,7 +116,8 @@ markers =
 
 
 def prepare_scratch(wheel_root: Path, scratch: Path, folders: list[tuple[str, str]]) -> None:
-    """Copy the folders into ``scratch/<kind>/<name>``, importable as ``<kind>.<name>``.
+    """Copy the folders into ``scratch/<kind>/<name>``, importable as ``<kind>.<name>``, and this
+    repository's ``nemo_gym`` package into ``scratch/nemo_gym`` (so ``PARENT_DIR`` is the scratch tree).
 
     Each kind directory gets an ``__init__.py`` so that it wins over a same-named package of
     this repository further down ``sys.path``. The wheel's shared trees that folders import
@@ -143,6 +144,14 @@ def prepare_scratch(wheel_root: Path, scratch: Path, folders: list[tuple[str, st
         if dest.exists():
             shutil.rmtree(dest)
         shutil.copytree(wheel_root / kind / name, dest, ignore=ignore)
+    # This package too, beside the folders as NeMo Gym's sits beside its own: a folder that finds
+    # its files through ``nemo_gym.PARENT_DIR`` (tests reading their own data) finds them here.
+    import nemo_gym
+
+    ours = Path(nemo_gym.__file__).resolve().parent
+    if ours != (scratch / "nemo_gym").resolve():
+        shutil.rmtree(scratch / "nemo_gym", ignore_errors=True)
+        shutil.copytree(ours, scratch / "nemo_gym", ignore=ignore)
     for tree in SHARED_TREES:
         if (wheel_root / tree).is_dir() and not (scratch / tree).exists():
             shutil.copytree(wheel_root / tree, scratch / tree, ignore=ignore)

@@ -63,3 +63,26 @@ def test_a_sample_of_nemo_gym_environments_passes_its_own_tests(tmp_path: Path) 
         == f"corpus: {passed}/{len(FOLDERS)} folders pass their own tests"
     )
     assert passed >= THRESHOLD, f"{passed}/{len(FOLDERS)} pass; failing: {json.dumps(failing, indent=1)}"
+
+
+@pytest.mark.slow
+def test_nemo_gym_vllm_model_folder_passes_every_one_of_its_tests(tmp_path: Path) -> None:
+    """NeMo Gym's vllm_model adapter, whose tests drive its training-token capture
+    (``nemo_gym.token_id_capture``: local store, lineage, worker-owned staging over every dialect,
+    streamed or not), passes all of them here: not a threshold, every test."""
+    try:
+        wheel_root = fetch_wheel(VERSION)
+    except PullError as exc:
+        pytest.skip(f"cannot fetch the nemo-gym {VERSION} wheel (pip cannot reach the package index?): {exc}")
+    out = tmp_path / "corpus.json"
+    command = [
+        sys.executable, str(project_root() / "scripts" / "nemo_gym_corpus.py"), "--wheel-dir", str(wheel_root),
+        "--kind", "responses_api_models", "--folders", "vllm_model", "--timeout", "240",
+        "--install", "none", "--cache-dir", str(tmp_path / "cache"), "--json", str(out),
+    ]  # fmt: skip
+    env = dict(os.environ, PYTHONPATH=str(project_root()))
+    done = subprocess.run(command, capture_output=True, text=True, timeout=280, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (result,) = json.loads(out.read_text())["folders"]
+    assert result["imports"] and result["tests_failed"] == 0, result["first_failure"]
+    assert result["tests_passed"] >= 328, result  # 0.7.0's folder has 328 tests
