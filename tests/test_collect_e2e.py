@@ -164,3 +164,41 @@ def test_trainer_api_doc_example_runs():
     assert done.returncode == 0, done.stdout + done.stderr
     assert "step 0: 10 rollouts, mean reward 1.000" in done.stdout
     assert "step 1: 10 rollouts, mean reward 1.000" in done.stdout
+
+
+@pytest.mark.slow
+def test_ctrl_c_prints_the_rows_kept_and_the_exact_command_that_resumes(tmp_path: Path):
+    import shlex
+    import signal
+    import time
+
+    from nemo_gym.testing import collector_argv, distinct_example_rows, write_jsonl
+
+    source = write_jsonl(tmp_path / "in.jsonl", distinct_example_rows(ENV, 400))
+    out = tmp_path / "out.jsonl"
+    with running_stack(CONFIGS) as stack:
+        argv = collector_argv(
+            stack.head_server_config["port"], AGENT, source, out, "+num_samples_in_parallel=1"
+        )
+        proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 120
+        while (not out.exists() or out.read_bytes().count(b"\n") < 3) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)  # what Ctrl-C sends
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 130, err
+        kept = len(read_jsonl(out))
+        assert 3 <= kept < 400 and f"{kept} finished rollout(s) are kept in {out}" in err, err
+        # The printed command, pasted as it is, finishes the run (only what is missing).
+        command = err.strip().splitlines()[-1].strip()
+        assert command.startswith("ng_collect_rollouts ") and command.endswith("+resume_from_cache=true")
+        resumed = subprocess.run(
+            [str(Path(sys.executable).parent / "ng_collect_rollouts"), *shlex.split(command)[1:]],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert resumed.returncode == 0, resumed.stderr
+    rows = read_jsonl(out)
+    assert len(rows) == 400 and len({(r["_ng_task_index"], r["_ng_rollout_index"]) for r in rows}) == 400

@@ -7,12 +7,14 @@ module :mod:`nemo_gym.rollout_collection` wraps them as console commands.
 from __future__ import annotations
 
 import asyncio
+import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
-from nemo_gym.collection.collection_io import AGENT_KIND
+from nemo_gym.collection.collection_io import AGENT_KIND, CollectionPaths, scan_results
 from nemo_gym.collection.collector import CollectionSummary
 from nemo_gym.collection.helper import RolloutAggregationHelper, RolloutCollectionHelper
 from nemo_gym.collection.settings import (
@@ -49,11 +51,38 @@ def failure_exit_code(summary: CollectionSummary, max_failure_ratio: float) -> i
     return EXIT_TOO_MANY_FAILURES
 
 
+EXIT_INTERRUPTED = 130
+_RESUME_OVERRIDE = re.compile(r"\+{0,2}resume_from_cache=")
+
+
+def resume_command(argv: list[str]) -> str:
+    """The command line that finishes an interrupted ``ng_collect_rollouts argv`` run, ready to paste."""
+    kept = [arg for arg in argv if not _RESUME_OVERRIDE.match(arg)]
+    return shlex.join(["ng_collect_rollouts", *kept, "+resume_from_cache=true"])
+
+
+def interrupted_summary(argv: list[str], output_jsonl_fpath: str) -> str:
+    """What a Ctrl-C left behind: the rows kept, where, and the exact command that resumes."""
+    paths = CollectionPaths.for_output(output_jsonl_fpath)
+    try:
+        kept = scan_results(paths.output, repair=False).rows
+    except (OSError, ValueError, ConfigError):  # a torn or foreign file: say nothing about rows
+        kept = 0
+    return (
+        f"ng_collect_rollouts: interrupted; {kept} finished rollout(s) are kept in {paths.output}.\n"
+        f"Resume (collects only what is missing):\n  {resume_command(argv)}\n"
+    )
+
+
 def collect_command(argv: list[str]) -> int:
     """``ng_collect_rollouts``: collect rollouts from a running stack."""
     config = load_config(argv)
     settings = RolloutCollectionConfig.from_config(config)
-    summary = run_async(RolloutCollectionHelper().run_from_config(config))
+    try:
+        summary = run_async(RolloutCollectionHelper().run_from_config(config))
+    except KeyboardInterrupt:
+        sys.stderr.write(interrupted_summary(argv, settings.output_jsonl_fpath))
+        return EXIT_INTERRUPTED
     return failure_exit_code(summary, settings.max_failure_ratio)
 
 
