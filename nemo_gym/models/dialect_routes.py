@@ -56,7 +56,7 @@ from nemo_gym.models.gemini_api import (
     response_to_gemini_response,
     schema_default_instance,
 )
-from nemo_gym.models.streaming import SSE_KEEPALIVE
+from nemo_gym.models.streaming import SSE_KEEPALIVE, sse_response
 from nemo_gym.models.token_memory import TokenIdMemory
 from nemo_gym.serving.server import HTTPError
 
@@ -193,7 +193,7 @@ class DialectRoutes:
             # Not a turn of the agent: the CLI's own bookkeeping (see the module docstring).
             result = json_answer(schema_default_instance(schema), model=model)
             if action == "streamGenerateContent":
-                return event_stream([_data_event(result)])
+                return sse_response(_data_event(result))
             return result
         try:
             params = gemini_request_to_responses_params(body)
@@ -230,7 +230,8 @@ class DialectRoutes:
             pending.cancel()
             raise
         if done:
-            return event_stream(events(pending.result()))
+            # One body with a length: the events in one write, not a chunk (and segment) each.
+            return sse_response(b"".join(events(pending.result())))
 
         async def stream() -> AsyncIterator[bytes]:
             try:
