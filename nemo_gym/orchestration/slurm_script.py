@@ -233,6 +233,10 @@ for gym_node in "${gym_nodes[@]}"; do
   gym_addrs+=("$(scontrol show node "$gym_node" | grep -o 'NodeAddr=[^ ]*' | cut -d= -f2)")
 done
 export NEMO_GYM_AUTH_TOKEN="${NEMO_GYM_AUTH_TOKEN:-$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')}"
+# Ray's own token authentication, with a token of this job (every step inherits it): nobody else
+# on the cluster's network can submit work to the job's Ray cluster.
+export RAY_AUTH_MODE=token
+export RAY_AUTH_TOKEN="${RAY_AUTH_TOKEN:-$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')}"
 gym_stop() {
   local pids; pids=$(jobs -p)
   [ -n "$pids" ] && kill $pids 2>/dev/null

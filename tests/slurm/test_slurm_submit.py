@@ -21,9 +21,7 @@ import pytest
 import yaml
 
 from nemo_gym.orchestration.jobs import SubmissionRecord
-
-sys.path.insert(0, str(Path(__file__).parent))
-from cluster import SlurmCluster, start_cluster, unavailable_reason  # noqa: E402
+from nemo_gym.testing.slurm_cluster import SlurmCluster, start_cluster, unavailable_reason
 
 ROOT = Path(__file__).resolve().parents[2]
 GYM = str(Path(sys.executable).parent / "gym")
