@@ -356,3 +356,20 @@ def test_a_name_too_long_for_the_generated_code_is_refused(tmp_path: Path):
     with pytest.raises(ConfigError, match="at most 40"):
         init_resources_server("resources_servers/" + "x" * 41, cwd=tmp_path)
     assert not (tmp_path / "resources_servers").exists()
+
+
+def test_a_pulled_folder_is_checked_by_its_tests_and_its_data_findings_are_notes(tmp_path: Path) -> None:
+    """As NeMo Gym's ng_test: a folder pulled from NeMo Gym fails on its tests, not on a data
+    finding of ours (a tool its rows offer without a route), unless validate_data is asked for."""
+    import shutil
+
+    folder = tmp_path / "resources_servers" / "example_single_tool_call"
+    shutil.copytree(project_root() / "resources_servers" / "example_single_tool_call", folder)
+    rows = folder / "data" / "example.jsonl"
+    rows.write_text(rows.read_text().replace('"get_weather"', '"get_forecast"'))
+    assert any("get_forecast" in p for p in check_server(folder, run_tests=False).problems)
+    (folder / ".nemo_gym_source.json").write_text("{}\n")
+    pulled = check_server(folder, run_tests=False)
+    assert pulled.problems == [] and any("get_forecast" in n for n in pulled.notes)
+    strict = check_server(folder, run_tests=False, validate_data=True)
+    assert any("get_forecast" in p for p in strict.problems)

@@ -16,7 +16,9 @@ An agent or model folder (``+entrypoint=responses_api_agents/<name>``) gets the 
 its tests; the route and example-data checks are a resources server's.
 
 ``ng_test`` without an entrypoint does this for every folder of ``resources_servers/`` and prints
-a summary table. The exit code is non-zero when anything failed. ``+timeout_s`` (default 1800)
+a summary table. A folder pulled from NeMo Gym is checked as NeMo Gym's ``ng_test`` checks it:
+by its tests, its data findings printed as notes (``+should_validate_data=true`` makes them
+count). The exit code is non-zero when anything failed. ``+timeout_s`` (default 1800)
 bounds each folder's pytest run.
 """
 
@@ -64,6 +66,8 @@ class ServerCheck:
     name: str
     folder: Path
     problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    """Findings that do not fail the check (a pulled folder's data, unless +should_validate_data=true)."""
     rows: int = 0
     pytest_returncode: int | None = None
     pytest_counts: dict[str, int] = field(default_factory=dict)
@@ -100,11 +104,21 @@ def find_server_folder(entrypoint: str, cwd: Path | None = None) -> Path:
 
 
 def check_server(
-    folder: Path, run_tests: bool = True, timeout_s: float = DEFAULT_TEST_TIMEOUT_S
+    folder: Path,
+    run_tests: bool = True,
+    timeout_s: float = DEFAULT_TEST_TIMEOUT_S,
+    validate_data: bool | None = None,
 ) -> ServerCheck:
-    """Validate one environment folder and run its tests (pytest stopped after ``timeout_s``)."""
+    """Validate one environment folder and run its tests (pytest stopped after ``timeout_s``).
+
+    ``validate_data`` (default: yes, except for a folder pulled from NeMo Gym, which NeMo Gym's
+    ng_test checks by its tests alone unless ``+should_validate_data=true``): whether a problem
+    with the example rows (a tool without a route, stale statistics) fails the check or is a note.
+    """
     started = time.monotonic()
     check = ServerCheck(name=folder.name, folder=folder)
+    if validate_data is None:
+        validate_data = not (folder / ".nemo_gym_source.json").is_file()
     config_fields = _check_configs(check)
     routes = None
     if not (folder / "app.py").is_file():
@@ -112,7 +126,11 @@ def check_server(
     elif folder.parent.name == KIND_FOLDER:
         routes = _server_routes(check, config_fields)
     if folder.parent.name == KIND_FOLDER:
+        before = len(check.problems)
         _check_example_data(check, routes)
+        if not validate_data:
+            check.notes += check.problems[before:]
+            del check.problems[before:]
     if run_tests:
         _run_pytest(check, timeout_s)
     check.seconds = time.monotonic() - started
@@ -255,9 +273,7 @@ def _check_example_data(check: ServerCheck, routes: list[Any] | None) -> None:
 def _check_example_metrics(check: ServerCheck, path: Path) -> None:
     """``data/example_metrics.json``, when there is one, must still describe ``data/example.jsonl``."""
     metrics_path = metrics_path_for(path)
-    # A folder pulled from NeMo Gym keeps the statistics NeMo Gym's own tool wrote (over rows it
-    # may expand first); NeMo Gym's ng_test does not compare them unless asked, nor does this.
-    if not metrics_path.is_file() or (check.folder / ".nemo_gym_source.json").is_file():
+    if not metrics_path.is_file():
         return
     try:
         committed = json.loads(metrics_path.read_text())
@@ -379,6 +395,8 @@ def format_table(checks: list[ServerCheck]) -> str:
 
 
 def _report(check: ServerCheck) -> None:
+    for note in check.notes:
+        print(f"[{check.name}] note: {note}")
     for problem in check.problems:
         print(f"[{check.name}] {problem}")
     if check.pytest_returncode not in (0, None):
@@ -400,14 +418,18 @@ def _test_command(argv: list[str]) -> int:
     config = load_config(argv)
     entrypoint = config.get("entrypoint")
     timeout_s = float(config.get("timeout_s") or DEFAULT_TEST_TIMEOUT_S)
+    validate = config.get("should_validate_data")
+    validate_data = None if validate is None else validate is True
     if entrypoint:
-        check = check_server(find_server_folder(str(entrypoint)), timeout_s=timeout_s)
+        check = check_server(
+            find_server_folder(str(entrypoint)), timeout_s=timeout_s, validate_data=validate_data
+        )
         _report(check)
         return 0 if check.ok else 1
     checks = []
     for folder in all_server_folders():
         print(f"ng_test: {folder.name} ...", flush=True)
-        check = check_server(folder, timeout_s=timeout_s)
+        check = check_server(folder, timeout_s=timeout_s, validate_data=validate_data)
         if not check.ok:
             _report(check)
         checks.append(check)
