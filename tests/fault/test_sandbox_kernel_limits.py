@@ -195,3 +195,18 @@ async def test_the_polling_fallback_counts_empty_files_and_never_stalls_the_even
             await other.close(big)
     finally:
         await provider.close(handle)
+
+
+@needs_cgroup
+async def test_commands_running_at_once_in_one_sandbox_do_not_kill_each_other():
+    # They share the sandbox's cgroup: it is emptied only once the last of them has returned.
+    provider = LocalProvider(default_timeout_s=20)
+    handle, _ = await _open(provider)
+    try:
+        long = asyncio.create_task(provider.exec(handle, "sleep 1.5; echo long done"))
+        for _ in range(3):
+            assert (await provider.exec(handle, "echo short")).stdout == "short\n"
+        assert (await long).stdout == "long done\n"
+        assert kernel_limits.cgroup_pids(handle.raw.cgroup) == []
+    finally:
+        await provider.close(handle)

@@ -2,8 +2,8 @@
 
 :func:`run_confined` starts one child (``python -I -B child.py``) in a new session, as the chosen
 user, with the job on its stdin; reads at most ``max_output_bytes`` of its stdout (and stderr);
-and kills its whole process group (and its pids cgroup, when it has one) at the wall-clock
-deadline and after every run, whatever happened. The child confines itself before anything
+and kills its whole process group at the wall-clock deadline and after every run, whatever
+happened. The child confines itself before anything
 untrusted runs (see ``child.py``) and says so on a status pipe of its own, which is how a
 failure of the sandbox is told from the command's exit status.
 
@@ -34,8 +34,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-from nemo_gym.sandbox.isolation import kernel_limits
 
 logger = logging.getLogger("nemo_gym.sandbox")
 
@@ -205,7 +203,8 @@ async def run_confined(
     """Run ``run`` (see ``child.py`` for the kinds) confined to ``workdir``; never raises for
     anything the confined code does. ``on_spawn``/``on_exit`` get the process group id (to
     record it where a crashed owner's groups can be found and killed). ``cgroup``: a pids
-    cgroup directory the child joins before it drops privileges (emptied after the run)."""
+    cgroup directory the child joins before it drops privileges (the caller empties it when
+    none of its runs is left: several may share it)."""
     status_read, status_write = os.pipe()
     os.set_blocking(status_read, False)
     job = {
@@ -282,8 +281,6 @@ async def run_confined(
     finally:
         # Kill the whole group: the child and anything it managed to start. On cancellation too.
         kill_group(proc.pid)
-        if cgroup is not None:  # and whatever is in its cgroup, in a thread (it may wait a little)
-            await asyncio.shield(asyncio.to_thread(kernel_limits.kill_cgroup, cgroup))
         for task in (overflow_task, disk_task, feed_task):
             task.cancel()
         # Some event loops finish wait() only once the pipes close; an escaped holder must not

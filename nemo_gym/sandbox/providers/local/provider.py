@@ -45,12 +45,14 @@ import sys
 import tempfile
 import uuid
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from nemo_gym.sandbox.isolation import kernel_limits as kl
 from nemo_gym.sandbox.isolation.runner import (
+    ConfinedOutcome,
     Confinement,
     ProcessLimits,
     _reachable_by_others,
@@ -99,6 +101,8 @@ class _LocalSandbox:
     mounted: bool = False  # the tree is a sized tmpfs
     cgroup: str | None = None  # the sandbox's pids cgroup
     groups: set[int] = field(default_factory=set)
+    running: int = 0  # commands in progress (they share the cgroup)
+    emptying: asyncio.Future[Any] | None = None  # the cgroup being emptied after the last one
     paused: bool = False
     closed: bool = False
 
@@ -311,8 +315,30 @@ class LocalProvider:
             inst.groups.discard(pgid)
             LEDGER.remove_group(pgid)
 
+        inst.running += 1
+        try:
+            if inst.emptying is not None:  # what the last command left is still being killed
+                await asyncio.shield(inst.emptying)
+            outcome = await self._run(inst, run, limits, spawned, ended)
+        finally:
+            inst.running -= 1
+            if inst.cgroup is not None and inst.running == 0:
+                # Nothing of this sandbox may run between commands: kill whatever is left in its
+                # cgroup (escaped its group or not), once no other command shares it.
+                inst.emptying = asyncio.ensure_future(asyncio.to_thread(kl.kill_cgroup, inst.cgroup))
+                await asyncio.shield(inst.emptying)
+        return self._result(inst, outcome, timeout)
+
+    async def _run(
+        self,
+        inst: _LocalSandbox,
+        run: dict[str, Any],
+        limits: ProcessLimits,
+        spawned: Callable[[int], None],
+        ended: Callable[[int], None],
+    ) -> ConfinedOutcome:
         async with self._slots():
-            outcome = await run_confined(
+            return await run_confined(
                 run,
                 workdir=inst.tree,
                 confinement=self._confinement[inst.network],
@@ -323,6 +349,9 @@ class LocalProvider:
                 on_exit=ended,
                 cgroup=inst.cgroup,
             )
+
+    def _result(self, inst: _LocalSandbox, outcome: ConfinedOutcome, timeout: float) -> SandboxExecResult:
+        """The exec result of a confined run (the sandbox's own failure is never an exit status)."""
         stdout = outcome.stdout.decode("utf-8", errors="replace")
         stderr = outcome.stderr.decode("utf-8", errors="replace")
         failure = outcome.sandbox_failure
