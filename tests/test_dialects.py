@@ -314,3 +314,54 @@ def test_streamed_chat_like_opencode_extends_the_token_ids(urls: dict[str, str])
     ]
     _, second = call(messages)
     assert extends(first, second)
+
+
+def test_three_turn_scripted_claude_rollout_is_one_exact_training_sequence() -> None:
+    """Claude Code's shape over teacher-forced scripts: two Bash calls, then the answer. Every
+    turn's prompt extends the one before, and one forward pass over the last turn's prompt +
+    generation reproduces every turn's logprobs: the rollout trains token-exact."""
+    import torch
+
+    bash = {"name": "Bash", "description": "Run a shell command.",
+            "input_schema": {"type": "object", "properties": {"command": {"type": "string"},
+                                                              "description": {"type": "string"}}, "required": ["command"]}}  # fmt: skip
+    script = [{"match": "failing test", "turns": [
+        {"tool_call": {"name": "Bash", "arguments": {"command": "pytest -q", "description": "Run the tests"}}},
+        {"tool_call": {"name": "Bash", "arguments": {"command": "sed -i s/1/2/ a.py", "description": "Fix it"}}},
+        {"text": "Fixed: the test passes."}]}]  # fmt: skip
+    engine = LocalHFModel({"name": "engine", "tiny": True, "return_token_id_information": True, "teacher_forced_scripts": script})  # fmt: skip
+    with running_server(engine) as engine_url:
+        policy = VLLMModel({"name": "policy", "base_url": engine_url + "/v1", "model": "tiny-chatml", "return_token_id_information": True})  # fmt: skip
+        with running_server(policy) as url:
+            client = claude(url + "/ng-rollout/claude-scripted")
+            history: list[dict[str, Any]] = [{"role": "user", "content": "Please fix the failing test."}]
+            calls = []
+            for output in ("1 failed", "patched", None):
+                message, tokens = messages_call(client, True, system="You are Claude Code.", messages=history, tools=[bash], max_tokens=32000)  # fmt: skip
+                calls.append(tokens)
+                if output is None:
+                    break
+                use = message.content[-1]
+                assert use.type == "tool_use" and use.name == "Bash"
+                history += [
+                    {
+                        "role": "assistant",
+                        "content": [b.model_dump(exclude_none=True) for b in message.content],
+                    },
+                    {
+                        "role": "user",
+                        "content": [{"type": "tool_result", "tool_use_id": use.id, "content": output}],
+                    },
+                ]
+    assert message.content[0].text == "Fixed: the test passes."
+    assert all(extends(earlier, later) for earlier, later in zip(calls, calls[1:], strict=False))
+    sequence = calls[-1]["prompt_token_ids"] + calls[-1]["generation_token_ids"]
+    with torch.inference_mode():
+        logits = engine.lm.model(input_ids=torch.tensor([sequence])).logits[0].float()
+    logprobs = torch.log_softmax(logits, dim=-1)
+    for call in calls:
+        start = len(call["prompt_token_ids"])
+        rescored = [
+            float(logprobs[start - 1 + i, token]) for i, token in enumerate(call["generation_token_ids"])
+        ]
+        assert call["generation_log_probs"] == pytest.approx(rescored, abs=1e-4)
