@@ -456,3 +456,36 @@ def test_ng_status_without_a_head_server_says_how_to_point_at_one(
     monkeypatch.chdir(tmp_path)
     code, _, err = call(entry_point("ng_status"), [f"head_server.port={free_port()}"], capsys)
     assert code == 1 and "no head server at http://127.0.0.1:" in err and "NEMO_GYM_HEAD_PORT" in err
+
+
+@pytest.mark.slow
+def test_a_server_that_dies_at_start_is_a_clean_message_from_ng_run_and_gym_eval_run(tmp_path: Path) -> None:
+    folder = tmp_path / "resources_servers" / "broken_env"
+    folder.mkdir(parents=True)
+    (folder / "app.py").write_text('raise RuntimeError("this environment cannot start: missing API key")\n')
+    (tmp_path / "broken.yaml").write_text(
+        "broken:\n  resources_servers:\n    broken_env:\n      entrypoint: app.py\n"
+    )
+    (tmp_path / "in.jsonl").write_text('{"responses_create_params": {"input": "hi"}}\n')
+    bin_dir = Path(sys.executable).parent
+    config = ["+config_paths=[broken.yaml]", "++head_server.port=0"]
+    commands = {
+        "ng_run": [str(bin_dir / "ng_run"), *config],
+        "ng_e2e_collect_rollouts": [
+            str(bin_dir / "gym"),
+            "eval",
+            "run",
+            *config,
+            "+agent_name=x",
+            "+input_jsonl_fpath=in.jsonl",
+            "+output_jsonl_fpath=out.jsonl",
+        ],
+    }
+    for prog, argv in commands.items():
+        done = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=180)
+        assert done.returncode == 1, done.stderr
+        # The command's own words: which server, its exit code, and the end of what it printed.
+        own = [line for line in done.stderr.splitlines() if not line.startswith("(broken)")]
+        assert own[0].startswith(f"{prog}: server 'broken' (resources_servers, pid "), done.stderr
+        assert "exited with code 1" in own[0] and "missing API key" in own[-1]
+        assert len(own) <= 8 and "nemo_gym/launch" not in done.stderr, done.stderr  # no launcher traceback

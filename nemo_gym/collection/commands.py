@@ -126,7 +126,7 @@ def prepared_split(argv: list[str], settings: E2ERolloutCollectionConfig) -> Pat
 
 def e2e_command(argv: list[str]) -> int:
     """``ng_e2e_collect_rollouts``: start the stack from ``config_paths``, collect, stop it."""
-    from nemo_gym.launch.launcher import StackHandle
+    from nemo_gym.launch.launcher import StackError, StackHandle
     from nemo_gym.launch.ray_backend import default_backend
 
     config = load_config(argv)
@@ -142,7 +142,13 @@ def e2e_command(argv: list[str]) -> int:
     head.setdefault("port", 0)  # a one-shot stack takes a free port unless told otherwise
     config["head_server"] = head
     # The same backend choice as ng_run: a config that asks for Ray places its servers on Ray.
-    handle = StackHandle.start(config, backend=default_backend(config))
+    try:
+        handle = StackHandle.start(config, backend=default_backend(config))
+    except StackError as exc:
+        # A server that dies at start is the config's or the environment's problem: say which
+        # server and what it printed, as ng_run does, not a traceback of the launcher.
+        sys.stderr.write(f"ng_e2e_collect_rollouts: {exc}\n")
+        return 1
     try:
         config["head_server"] = handle.head_server_config
         summary = run_async(RolloutCollectionHelper().run_from_config(config))
