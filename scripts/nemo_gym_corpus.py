@@ -40,7 +40,7 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from nemo_gym.tools.env_pull_needs import classify_folder
+from nemo_gym.tools.env_pull_needs import classify_folder, folder_needs
 from nemo_gym.tools.env_pull_requirements import (
     GPU_REQUIREMENTS,
     folder_requirements,
@@ -545,6 +545,8 @@ def user_path_main(opts: argparse.Namespace, wheel_root: Path, folders: list[tup
         done.append(r)
         state = "pass" if r.passes else f"FAIL ({r.reason[:120]})"
         print(f"[{index}/{len(todo)}] {state} {r.folder} ({r.seconds:.1f} s)", file=sys.stderr, flush=True)
+    for r in done:  # the classification rule as it is now, for every row (also those of a resumed run)
+        r.needs = folder_needs(wheel_root / r.kind / r.name, wheel_root)
     done.sort(key=lambda r: (KINDS.index(r.kind), r.name))
     print(user_path_table(done))
     print(user_path_summary(done, opts.version))

@@ -26,6 +26,7 @@ NEEDS_RULES: dict[str, list[tuple[str, str]]] = {
             "reads an API key",
         ),
         (r"(load_dataset|hf_hub_download|snapshot_download)\(", "downloads a dataset or model"),
+        (r"tiktoken\.(get_encoding|encoding_for_model)\(", "downloads a tokenizer (tiktoken)"),
         (
             r"https?://(?!(127\.0\.0\.1|localhost|0\.0\.0\.0|example\.com))[a-z0-9.-]+\.[a-z]{2,}/[^\s\"']*(api|v1|search)",
             "calls a remote API",
