@@ -41,7 +41,7 @@ _PREFIXED_TOKEN = re.compile(
     r"|github_pat_[A-Za-z0-9_]{20,}|nvapi-[A-Za-z0-9_\-]{16,}|glpat-[A-Za-z0-9_\-]{16,}"
     r"|xox[abposr]-[A-Za-z0-9\-]{10,}|AKIA[0-9A-Z]{16}|AIza[0-9A-Za-z_\-]{30,})"
 )
-_PREFIXES = ("sk-", "hf_", "gh", "github_pat_", "nvapi-", "glpat-", "xox", "AKIA", "AIza")
+_FLAG_STARTS = (" -", '"-', "'-", "[-", ",-", "=-")
 # A name (of a flag or a query parameter) with one of these as a whole word is a credential's.
 _SECRET_WORD = r"(?:api[-_]?key|key|apikey|token|secret|password|passwd|pwd|credentials?|auth|sig|signature)"
 _NAMED = rf"(?:[A-Za-z0-9]+[-_.])*{_SECRET_WORD}(?:[-_.][A-Za-z0-9]+)*"
@@ -127,6 +127,30 @@ def secret_values(config: Any) -> set[str]:
     return {v for v in found if len(v) >= MIN_SECRET_LENGTH}
 
 
+def _maybe_secret(text: str) -> bool:
+    """Whether ``text`` may hold a credential named or shaped like one (a cheap test: most log
+    lines hold none, and then no pattern runs)."""
+    low = text.lower()
+    return (
+        "key" in low
+        or "token" in low
+        or "secret" in low
+        or "pass" in low
+        or "pwd" in low
+        or "credential" in low
+        or "auth" in low
+        or "sig" in low
+        or "sk-" in text
+        or "hf_" in text
+        or "gh" in text
+        or "nvapi-" in text
+        or "glpat-" in text
+        or "xox" in text
+        or "AKIA" in text
+        or "AIza" in text
+    )
+
+
 def redact_text(text: str, extra_values: Iterable[str] = ()) -> str:
     """``text`` with known secret values, URL credentials and bearer credentials hidden."""
     values = _remembered.union(v for v in extra_values if v and len(v) >= MIN_SECRET_LENGTH)
@@ -137,13 +161,13 @@ def redact_text(text: str, extra_values: Iterable[str] = ()) -> str:
         text = _URL_CREDENTIALS.sub(lambda m: m.group("scheme") + REDACTED + "@", text)
     if "Bearer" in text or "Basic" in text:
         text = _AUTH_SCHEME.sub(lambda m: m.group("scheme") + " " + REDACTED, text)
+    if not _maybe_secret(text):
+        return text
     if "=" in text and ("?" in text or "&" in text or ";" in text):
         text = _QUERY_CREDENTIAL.sub(lambda m: m.group("name") + REDACTED, text)
-    if "-" in text:
+    if text.startswith("-") or any(start in text for start in _FLAG_STARTS):
         text = _FLAG_CREDENTIAL.sub(lambda m: m.group("name") + REDACTED, text)
-    if any(prefix in text for prefix in _PREFIXES):
-        text = _PREFIXED_TOKEN.sub(REDACTED, text)
-    return text
+    return _PREFIXED_TOKEN.sub(REDACTED, text)
 
 
 def redact(value: Any, extra_values: Iterable[str] = ()) -> Any:
