@@ -252,6 +252,11 @@ class SimpleResponsesAPIModel(BaseServer):
         plain = without_stream(body)
         return stream_chat_completion(await _captured(self.chat_completions, plain, plain), include_usage)
 
+    async def captured_responses(self, body: dict[str, Any]) -> dict[str, Any]:
+        """:meth:`responses`, the call's training tokens captured when the call is being captured
+        (NeMo Gym's ``token_id_capture``): what every route answering through :meth:`responses` calls."""
+        return await _captured(self.responses, body, body)  # type: ignore[no-any-return]
+
     async def _serve_responses(self, body: Any) -> dict[str, Any] | Response:
         check_responses_request(body)
         if body.get("previous_response_id") is not None or body.get("store") is True:

@@ -384,3 +384,83 @@ def test_in_memory_ledger_admits_children_of_recorded_calls_only() -> None:
     }
     asyncio.run(ledger.record_failure("r", "x", "unresolved_parent"))
     assert asyncio.run(ledger.has_rows("r"))
+
+
+TOOL_CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>'
+WEATHER = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+
+
+def _post(url: str, body: dict[str, Any]) -> dict[str, Any]:
+    import json
+    import urllib.request
+
+    request = urllib.request.Request(
+        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=120) as answer:
+        return json.loads(answer.read())  # type: ignore[no-any-return]
+
+
+@pytest.mark.slow
+def test_calls_in_the_anthropic_and_gemini_dialects_are_captured_and_chained(tmp_path: Path) -> None:
+    """Claude Code's and Gemini CLI's dialects on the CPU engine: a tool round, echoed without token
+    IDs, is captured as a root and its verified child, and reads back as one contiguous sequence."""
+    from nemo_gym.serving.nemo_gym_client import NeMoGymServerClient
+    from nemo_gym.testing import running_server
+    from responses_api_models.local_hf_model.app import LocalHFModel
+
+    captures = tmp_path / "captures"
+    client = NeMoGymServerClient(
+        global_config_dict={"token_id_capture": {"enabled": True, "dir": str(captures)}}
+    )
+    engine = LocalHFModel(
+        {"name": "engine", "tiny": True, "default_max_tokens": 48, "return_token_id_information": True,
+         "forced_completions": [TOOL_CALL, "It is sunny in Oslo.", TOOL_CALL, "Sunny."]},
+        client,
+    )  # fmt: skip
+    with running_server(engine) as url:
+        prefix = f"{url}/ng-rollout/claude/training-token-capture"
+        asked = [{"role": "user", "content": "weather in Oslo?"}]
+        tools = [{"name": "get_weather", "description": "Weather for a city.", "input_schema": WEATHER}]
+        first = _post(
+            f"{prefix}/v1/messages",
+            {"model": "claude-x", "max_tokens": 48, "messages": asked, "tools": tools},
+        )
+        use = next(block for block in first["content"] if block["type"] == "tool_use")
+        echoed = [
+            *asked,
+            {"role": "assistant", "content": first["content"]},
+            {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": use["id"], "content": "sunny"}],
+            },
+        ]
+        _post(
+            f"{prefix}/v1/messages",
+            {"model": "claude-x", "max_tokens": 48, "messages": echoed, "tools": tools},
+        )
+
+        gemini = f"{url}/ng-rollout/gemini/training-token-capture/v1beta/models/gemini-x:generateContent"
+        declarations = [{"functionDeclarations": [{"name": "get_weather", "parameters": WEATHER}]}]
+        contents = [{"role": "user", "parts": [{"text": "weather in Oslo?"}]}]
+        answer = _post(gemini, {"contents": contents, "tools": declarations})
+        call = next(
+            p["functionCall"] for p in answer["candidates"][0]["content"]["parts"] if "functionCall" in p
+        )
+        contents += [
+            answer["candidates"][0]["content"],
+            {"role": "user", "parts": [{"functionResponse": {"id": call.get("id"), "name": call["name"], "response": {"output": "sunny"}}}]},
+        ]  # fmt: skip
+        _post(gemini, {"contents": contents, "tools": declarations})
+
+    for rollout_id in ("claude", "gemini"):
+        entries = sorted(
+            TokenCaptureStore(captures).read_entries(rollout_id), key=lambda e: len(e.prompt_token_ids)
+        )
+        assert [e.parent_resolution for e in entries] == [
+            ParentResolutionStatus.ROOT,
+            ParentResolutionStatus.RESOLVED,
+        ]
+        built = asyncio.run(trajectories_from_source(rollout_id, TokenCaptureStore(captures)))
+        assert built is not None and built["mask_sample"] is False, (rollout_id, built)
+        assert built["metrics"]["chains"] == 1 and built["metrics"]["delivered_fraction"] == 1.0

@@ -90,6 +90,10 @@ class ModelServer(Protocol):
 
     async def responses(self, body: dict[str, Any]) -> dict[str, Any]: ...
 
+    async def captured_responses(self, body: dict[str, Any]) -> dict[str, Any]:
+        """:meth:`responses`, the call's training tokens captured when it is being captured."""
+        ...
+
     def model_ids(self) -> list[str]: ...
 
     def route(
@@ -146,7 +150,7 @@ class DialectRoutes:
         """The server's Responses answer to ``params``, token IDs restored before and remembered after."""
         scope = self.scope()
         params["input"] = self.memory.restore(scope, params.get("input") or [])
-        response = await self.server.responses(params)
+        response = await self.server.captured_responses(params)
         self.memory.remember(scope, response)
         return response
 

@@ -5,7 +5,7 @@ layer already stripped, leaving the id and the capture flag) gets a :class:`Capt
 as long as it is served; the server's dispatch resolves its parent and captures its tokens.
 Around that, this layer keeps the capture honest:
 
-* a captured route that is not a model dialect (``/v1/responses``, ``/v1/chat/completions``,
+* a captured route that is not a model dialect (``/v1/responses``, ``/v1/chat/completions``, Gemini,
   ``/v1/messages``) and not declared non-generating marks the rollout incomplete when it
   answers (404/405 excepted), since its answer may carry policy text nobody captured;
 * under worker-owned staging, an admitted call that ends without committed coordinates is
@@ -18,6 +18,7 @@ Evaluation capture (request/answer records, :mod:`nemo_gym.models.call_capture`)
 from __future__ import annotations
 
 import logging
+import re
 import time
 from typing import Any
 from uuid import uuid4
@@ -39,6 +40,11 @@ from nemo_gym.token_id_capture.records import UNCOMMITTED_CALL_REASON
 from nemo_gym.token_id_capture.sink import CaptureContext, reset_token_sink, set_token_sink
 
 logger = logging.getLogger(__name__)
+
+# A Gemini API model call (Gemini CLI: v1beta; the google-genai SDK: v1).
+_GEMINI_CALL = re.compile(r"^/v1(beta)?/models/[^/]+:(generateContent|streamGenerateContent)$")
+# The dialects whose streams end with a recognisable terminal event (a Gemini stream just ends).
+_TERMINAL_EVENTS = frozenset(OBSERVED_PATHS.values())
 
 
 async def fail_uncommitted_external_call(context: CaptureContext | None) -> None:
@@ -114,7 +120,7 @@ class TokenCaptureMiddleware:
             await self.app(scope, receive, send)
             return
         method = str(scope.get("method") or "").upper()
-        dialect = OBSERVED_PATHS.get(path)
+        dialect = OBSERVED_PATHS.get(path) or ("gemini" if _GEMINI_CALL.match(path) else None)
         if dialect is None:
             if sink is not None and (method, path) not in self.non_generating_requests:
                 await self._serve_unobserved(scope, receive, send, sink, rollout_id, f"{method} {path}")
@@ -143,7 +149,7 @@ class TokenCaptureMiddleware:
                 )
             elif message["type"] == "http.response.body":
                 ended = None
-                if streaming:
+                if streaming and dialect in _TERMINAL_EVENTS:
                     pending.extend(message.get("body", b""))
                     ended = stream_end(pending, dialect)
                 if ended is not None or not message.get("more_body", False):
