@@ -464,3 +464,70 @@ def test_calls_in_the_anthropic_and_gemini_dialects_are_captured_and_chained(tmp
         built = asyncio.run(trajectories_from_source(rollout_id, TokenCaptureStore(captures)))
         assert built is not None and built["mask_sample"] is False, (rollout_id, built)
         assert built["metrics"]["chains"] == 1 and built["metrics"]["delivered_fraction"] == 1.0
+
+
+def _stream(url: str, body: dict[str, Any]) -> bytes:
+    import json
+    import urllib.request
+
+    request = urllib.request.Request(
+        url, data=json.dumps({**body, "stream": True}).encode(), headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=120) as answer:
+        return answer.read()  # type: ignore[no-any-return]
+
+
+@pytest.mark.slow
+def test_answers_streamed_as_the_engine_produces_them_are_captured(tmp_path: Path) -> None:
+    """vllm_model streams Responses and Chat events as the engine's chunks arrive (Codex and
+    OpenCode always stream): the middleware captures the whole answer before the stream ends."""
+    from nemo_gym.models.call_capture import reconstruct_streamed_response
+    from nemo_gym.serving.nemo_gym_client import NeMoGymServerClient
+    from nemo_gym.testing import running_server
+    from responses_api_models.local_hf_model.app import LocalHFModel
+    from responses_api_models.vllm_model.app import VLLMModel
+
+    captures = tmp_path / "captures"
+    client = NeMoGymServerClient(
+        global_config_dict={"token_id_capture": {"enabled": True, "dir": str(captures)}}
+    )
+    engine = LocalHFModel(
+        {"name": "engine", "tiny": True, "default_max_tokens": 48, "return_token_id_information": True,
+         "forced_completions": [TOOL_CALL, "Sunny.", "Hello."]}
+    )  # fmt: skip
+    with running_server(engine) as engine_url:
+        policy = VLLMModel(
+            {"name": "policy", "base_url": engine_url + "/v1", "model": "tiny-chatml", "return_token_id_information": True},
+            client,
+        )  # fmt: skip
+        with running_server(policy) as url:
+            prefix = f"{url}/ng-rollout/codex/training-token-capture/v1"
+            tools = [{"type": "function", "name": "get_weather", "parameters": WEATHER}]
+            asked = [{"role": "user", "content": "weather in Oslo?"}]
+            first = reconstruct_streamed_response(
+                _stream(f"{prefix}/responses", {"input": asked, "tools": tools}), "responses"
+            )
+            assert first is not None
+            call = next(item for item in first["output"] if item["type"] == "function_call")
+            echoed = [
+                *asked,
+                *first["output"],
+                {"type": "function_call_output", "call_id": call["call_id"], "output": "sunny"},
+            ]
+            _stream(f"{prefix}/responses", {"input": echoed, "tools": tools})
+            chat = f"{url}/ng-rollout/opencode/training-token-capture/v1/chat/completions"
+            _stream(chat, {"model": "tiny-chatml", "messages": [{"role": "user", "content": "hi"}]})
+
+    store = TokenCaptureStore(captures)
+    codex = sorted(store.read_entries("codex"), key=lambda e: len(e.prompt_token_ids))
+    assert [e.parent_resolution for e in codex] == [
+        ParentResolutionStatus.ROOT,
+        ParentResolutionStatus.RESOLVED,
+    ]
+    built = asyncio.run(trajectories_from_source("codex", store))
+    assert built is not None and built["mask_sample"] is False, built
+    (opencode,) = TokenCaptureStore(captures).read_entries("opencode")
+    assert opencode.generation_token_ids and len(opencode.generation_log_probs) == len(
+        opencode.generation_token_ids
+    )
+    assert not TokenCaptureStore(captures).is_incomplete("opencode")

@@ -17,6 +17,7 @@ Evaluation capture (request/answer records, :mod:`nemo_gym.models.call_capture`)
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import time
@@ -25,9 +26,16 @@ from uuid import uuid4
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from nemo_gym.models.call_capture import OBSERVED_PATHS, CaptureMiddleware, split_rollout_prefix
+from nemo_gym.models.call_capture import (
+    OBSERVED_PATHS,
+    CaptureMiddleware,
+    reconstruct_streamed_response,
+    split_rollout_prefix,
+    sse_payloads,
+)
 from nemo_gym.models.call_capture import _stream_end as stream_end
 from nemo_gym.models.call_records import CaptureStore
+from nemo_gym.models.chat_stream import ChatCompletionAccumulator
 from nemo_gym.serving.request_context import _current_rollout_id
 from nemo_gym.serving.rollout_prefix import TOKEN_CAPTURE_SCOPE_KEY
 from nemo_gym.token_id_capture.protocols import (
@@ -37,7 +45,8 @@ from nemo_gym.token_id_capture.protocols import (
     installed_token_sink,
 )
 from nemo_gym.token_id_capture.records import UNCOMMITTED_CALL_REASON
-from nemo_gym.token_id_capture.sink import CaptureContext, reset_token_sink, set_token_sink
+from nemo_gym.token_id_capture.request_items import request_messages
+from nemo_gym.token_id_capture.sink import CaptureContext, capture_tokens, reset_token_sink, set_token_sink
 
 logger = logging.getLogger(__name__)
 
@@ -137,28 +146,39 @@ class TokenCaptureMiddleware:
             admitted_at=time.time(),
         )
         pending = bytearray()
+        streamed = bytearray()
+        request_body = bytearray()
         streaming = False
+
+        async def recording_receive() -> Message:
+            message = await receive()
+            if message["type"] == "http.request":
+                request_body.extend(message.get("body", b""))
+            return message
 
         async def guarded_send(message: Message) -> None:
             nonlocal streaming
             if message["type"] == "http.response.start":
-                streaming = (
-                    dict(message.get("headers") or [])
-                    .get(b"content-type", b"")
-                    .startswith(b"text/event-stream")
-                )
+                content_type = dict(message.get("headers") or []).get(b"content-type", b"")
+                streaming = content_type.startswith(b"text/event-stream")
             elif message["type"] == "http.response.body":
                 ended = None
                 if streaming and dialect in _TERMINAL_EVENTS:
-                    pending.extend(message.get("body", b""))
+                    chunk = message.get("body", b"")
+                    pending.extend(chunk)
+                    streamed.extend(chunk)
                     ended = stream_end(pending, dialect)
                 if ended is not None or not message.get("more_body", False):
+                    if streaming and not context.capture_attempted and not context.external_staging:
+                        # The handler streamed as the engine produced: capture the whole answer
+                        # before its end reaches the client (the next turn must find it).
+                        await _capture_stream(bytes(streamed), dialect, bytes(request_body))
                     await fail_uncommitted_external_call(context)
             await send(message)
 
         token = set_token_sink(context)
         try:
-            await self.app(scope, receive, guarded_send)
+            await self.app(scope, recording_receive, guarded_send)
         finally:
             await fail_uncommitted_external_call(context)
             reset_token_sink(token)
@@ -198,6 +218,26 @@ class TokenCaptureMiddleware:
             raise
         if not state["started"]:
             await mark("ended without answering")
+
+
+async def _capture_stream(raw: bytes, dialect: str, request_body: bytes) -> None:
+    """Capture the current call from its event stream (Responses: the final event's response;
+    Chat: the chunks folded, vLLM's token fields included)."""
+    try:
+        request = json.loads(request_body) if request_body else {}
+    except ValueError:
+        request = {}
+    if dialect == "chat":
+        folded = ChatCompletionAccumulator()
+        for event in sse_payloads(raw):
+            if "choices" in event:
+                folded.add(event)
+        answer: Any = folded.completion()
+    else:
+        answer = reconstruct_streamed_response(raw, dialect)
+    await capture_tokens(
+        answer if isinstance(answer, dict) else {}, request_messages=request_messages(request)
+    )
 
 
 def install_token_capture_middleware(

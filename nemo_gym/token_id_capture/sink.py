@@ -68,6 +68,8 @@ class CaptureContext:
     external_commit_coords: dict[str, Any] | None = None
     # A real worker completion arrived (a completion the server made up itself leaves this False).
     external_worker_response_seen: bool = False
+    # capture_tokens ran for this call (the middleware captures a streamed answer otherwise).
+    capture_attempted: bool = False
 
     @property
     def parent_call_id(self) -> str | None:
@@ -238,12 +240,13 @@ async def capture_tokens(response: Any, request_messages: list[dict[str, Any]] |
     context = _CAPTURE_CONTEXT.get()
     if context is None or context.external_staging:
         return
+    context.capture_attempted = True
     try:
         payload = response.model_dump() if hasattr(response, "model_dump") else response
         if not isinstance(payload, dict):
             await _capture_missing(context, f"the response is a {type(response).__name__}")
             return
-        token_fields = extract_token_fields(payload)
+        token_fields = extract_token_fields(payload) or vllm_chat_token_fields(payload)
         if token_fields is None:
             await _capture_missing(context, "the response carries no token ids")
             return
@@ -271,6 +274,27 @@ async def capture_tokens(response: Any, request_messages: list[dict[str, Any]] |
         await _capture_failed(context, "build")
         return
     await commit_entry(entry)
+
+
+def vllm_chat_token_fields(payload: dict[str, Any]) -> dict[str, Any] | None:
+    """The token fields of a chat completion in vLLM's own shape (top-level ``prompt_token_ids``,
+    the choice's ``token_ids`` and ``logprobs.content``), or None when it is not one."""
+    choices = payload.get("choices")
+    prompt = payload.get("prompt_token_ids")
+    if not isinstance(choices, list) or len(choices) != 1 or not isinstance(prompt, list):
+        return None
+    choice = choices[0] if isinstance(choices[0], dict) else {}
+    entries = (choice.get("logprobs") or {}).get("content")
+    ids = choice.get("token_ids")
+    if not isinstance(entries, list) or not isinstance(ids, list) or len(entries) != len(ids):
+        return None
+    logprobs = [float(e["logprob"]) for e in entries]
+    return {
+        "prompt_token_ids": prompt,
+        "generation_token_ids": ids,
+        "generation_log_probs": logprobs,
+        "routed_experts": None,
+    }
 
 
 async def commit_entry(entry: TokenEntry, *, parent_resolution: LineageResolution | None = None) -> None:
