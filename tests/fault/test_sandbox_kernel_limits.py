@@ -11,12 +11,19 @@ a root server with a writable pids hierarchy) they must hold exactly; the pollin
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import shutil
+import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
 
 import pytest
 
 from nemo_gym.sandbox.isolation import kernel_limits
+from nemo_gym.sandbox.isolation.runner import _reachable_by_others
 from nemo_gym.sandbox.providers.base import SandboxSpec
 from nemo_gym.sandbox.providers.local.provider import LocalProvider
 
@@ -210,3 +217,46 @@ async def test_commands_running_at_once_in_one_sandbox_do_not_kill_each_other():
         assert kernel_limits.cgroup_pids(handle.raw.cgroup) == []
     finally:
         await provider.close(handle)
+
+
+NOT_ROOT_RUN = r"""
+import asyncio, json, os, sys
+sys.path.insert(0, sys.argv[1])
+from nemo_gym.sandbox.providers.base import SandboxSpec
+from nemo_gym.sandbox.providers.local.provider import LocalProvider
+async def main():
+    p = LocalProvider(workspace_root=sys.argv[2] + "/trees", disk_mib=8, inodes=300)
+    h = await p.create(SandboxSpec())
+    many = await p.exec(h, "for i in $(seq 2000); do : > e$i; done; echo made")
+    await p.close(h)
+    print(json.dumps({"limits": p.kernel_limits, "error_type": many.error_type, "made": "made" in (many.stdout or "")}))
+asyncio.run(main())
+"""
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root and setpriv to become nobody"
+)
+def test_a_server_that_is_not_root_falls_back_to_polling_and_says_so():
+    repo = str(Path(__file__).resolve().parents[2])
+    if not _reachable_by_others(os.path.join(repo, "nemo_gym", "__init__.py")):
+        pytest.skip(f"user nobody cannot read the repository at {repo}")
+    tmp_path = Path(tempfile.mkdtemp(prefix="ng_not_root_", dir="/var/tmp"))
+    os.chmod(tmp_path, 0o777)
+    env = {"NEMO_GYM_SANDBOX_STATE_DIR": str(tmp_path / "state"), "PATH": "/usr/bin:/bin"}
+    argv = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c", NOT_ROOT_RUN]
+    try:
+        out = subprocess.run(
+            [*argv, repo, str(tmp_path)], env=env, capture_output=True, text=True, timeout=120
+        )
+    finally:
+        shutil.rmtree(tmp_path, ignore_errors=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result == {
+        "limits": {"tmpfs": False, "pids_cgroup": None},
+        "error_type": "disk_quota",
+        "made": False,
+    }
+    assert "sandbox tmpfs unavailable" in out.stderr and "polled every 20 ms" in out.stderr
+    assert "RLIMIT_NPROC per user" in out.stderr

@@ -292,7 +292,7 @@ async def run_confined(
         if on_exit is not None:
             on_exit(proc.pid)
     returncode = proc.returncode if proc.returncode is not None else -signal.SIGKILL
-    failure = _sandbox_failure(status_read, returncode, timed_out)
+    failure = _sandbox_failure(status_read, returncode, timed_out, disk_full.is_set() or overflow.is_set())
     stdout, stderr = await _finish_readers(out_task, err_task)
     # A reader that stopped at the output cap left its pipe open; close it here, on this loop.
     transport = getattr(proc, "_transport", None)
@@ -322,9 +322,12 @@ def _waited_for_cpu_s(pid: int) -> float | None:
         return None
 
 
-def _sandbox_failure(status_read: int, returncode: int, timed_out: bool) -> str | None:
+def _sandbox_failure(
+    status_read: int, returncode: int, timed_out: bool, stopped_by_limit: bool
+) -> str | None:
     """The child's own account of a failure (from its status pipe, which untrusted code never
-    holds), or why it never said it was ready; None once it said so."""
+    holds), or why it never said it was ready; None once it said so, or when a limit of the run
+    (disk, output) had it killed before it could say anything."""
     try:
         message = os.read(status_read, 4096).decode("utf-8", errors="replace")
     except BlockingIOError:
@@ -337,6 +340,8 @@ def _sandbox_failure(status_read: int, returncode: int, timed_out: bool) -> str 
         return None
     if message.startswith("E"):
         return message[1:] or "the sandbox failed"
+    if stopped_by_limit:
+        return None
     if timed_out:
         return "the sandbox did not confine itself and start the command before the deadline"
     return f"the sandbox process ended before confining itself (exit status {returncode})"
