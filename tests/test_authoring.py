@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -318,6 +319,16 @@ def test_ng_test_fails_when_example_metrics_no_longer_match_the_rows(tmp_path: P
     (problem,) = check.problems
     assert f"{folder / 'data' / 'example_metrics.json'} no longer matches example.jsonl" in problem
     assert "Number of examples: 5 → 6" in problem and "+overwrite_metrics_conflicts=true" in problem
+    # The command in the message, pasted into a shell as it is, updates the statistics.
+    command = problem.split("update it with: ", 1)[1]
+    assert command.startswith(
+        f"cd {tmp_path} && ng_prepare_data '+config_paths=[resources_servers/drift_env/"
+    )
+    bin_dir = Path(sys.executable).parent
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
+    done = subprocess.run(["bash", "-c", command], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert check_server(folder, run_tests=False).problems == []
 
 
 def test_scaffold_takes_a_description(tmp_path: Path, monkeypatch, capsys):

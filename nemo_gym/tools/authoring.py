@@ -30,6 +30,7 @@ import inspect
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -300,9 +301,27 @@ def _check_example_metrics(check: ServerCheck, path: Path) -> None:
     if drift:
         shown = "; ".join(drift[:5]) + (f"; ... {len(drift) - 5} more" if len(drift) > 5 else "")
         check.problems.append(
-            f"{metrics_path} no longer matches {path.name} ({shown}); rerun ng_prepare_data "
-            "+mode=example_validation +overwrite_metrics_conflicts=true with the environment's config to update it"
+            f"{metrics_path} no longer matches {path.name} ({shown}); if the new rows are right, "
+            f"update it with: {metrics_update_command(check.folder)}"
         )
+
+
+def metrics_update_command(folder: Path) -> str:
+    """The command, ready to paste, that rewrites an environment's ``data/example_metrics.json``."""
+    configs = sorted((folder / "configs").glob("*.yaml"))
+    own = folder / "configs" / f"{folder.name}.yaml"
+    config = own if own.is_file() else (configs[0] if configs else own)
+    root = folder.resolve().parent.parent  # the folder holding resources_servers/<name>
+    relative = config.resolve().relative_to(root)
+    command = shlex.join(
+        [
+            "ng_prepare_data",
+            f"+config_paths=[{relative}]",
+            "+mode=example_validation",
+            "+overwrite_metrics_conflicts=true",
+        ]
+    )
+    return command if root == Path.cwd().resolve() else f"cd {shlex.quote(str(root))} && {command}"
 
 
 # What NeMo Gym's repository configures for its folders' tests (its pyproject's pytest section).
