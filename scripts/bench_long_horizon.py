@@ -21,6 +21,9 @@ log CPU against log K) over K >= 8, and between each pair of neighbouring K.
 Rounds interleave: for each of ``--repeats`` rounds, each system is started, measured at every K
 and stopped, then the other; numbers are medians over rounds.
 
+``--baseline-tree DIR`` adds this project at another checkout (``git worktree add DIR COMMIT``),
+run with this checkout's venv and ``PYTHONPATH=DIR``: the same table before and after a change.
+
 NeMo Gym's side needs ``--nemo-gym-tree`` and ``--nemo-gym-venv`` exactly as
 ``scripts/bench_vs_nemo_gym.py`` does (the 0.7.0 wheel unpacked somewhere writable, a venv
 holding its requirements); without them it is skipped and this project is measured alone.
@@ -283,11 +286,23 @@ def main() -> None:
     parser.add_argument("--nemo-gym-tree", type=Path, default=None)
     parser.add_argument("--nemo-gym-venv", type=Path, default=None)
     parser.add_argument("--only", choices=("ours", "nemo_gym"), default=None)
+    parser.add_argument(
+        "--baseline-tree",
+        type=Path,
+        default=None,
+        help="also measure this project at another checkout (e.g. `git worktree add DIR COMMIT`), "
+        "interleaved with the others, run with this checkout's venv",
+    )
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="bench_long_"))
     systems: list[pair.System] = [] if args.only == "nemo_gym" else [pair.ours()]
+    if args.baseline_tree is not None:
+        baseline = pair.ours()
+        baseline.label, baseline.tree = "baseline", args.baseline_tree.resolve()
+        baseline.env = {**baseline.env, "PYTHONPATH": str(baseline.tree)}
+        systems.append(baseline)
     skipped = None
     if args.only != "ours":
         other, skipped = pair.nemo_gym(args.nemo_gym_tree, args.nemo_gym_venv, work)

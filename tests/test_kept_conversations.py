@@ -253,3 +253,70 @@ def test_the_store_is_bounded_by_count_bytes_and_age() -> None:
     aged.put("r", "a", _conversation(10))
     time.sleep(0.1)
     assert aged.take("r", "a") is None and aged.stats() == {"conversations": 0, "bytes": 0}
+
+
+def _history(turns: int) -> list[dict[str, Any]]:
+    """A conversation as an agent builds it: reasoning, text, calls (the last call of some turns
+    carrying token IDs, others not: a turn left open at the end), tool outputs, chat-shaped items."""
+    items: list[dict[str, Any]] = [
+        {"role": "developer", "content": "be brief"},
+        {"role": "user", "content": [{"type": "input_text", "text": "go"}]},
+    ]
+    for t in range(turns):
+        items.append(
+            {
+                "type": "reasoning",
+                "id": f"rs_{t}",
+                "summary": [{"type": "summary_text", "text": f"think {t}"}],
+            }
+        )
+        items.append(message_item_of(f"text {t}"))
+        call = {
+            "type": "function_call",
+            "call_id": f"c{t}",
+            "name": "lookup",
+            "arguments": "{}",
+            "id": f"fc{t}",
+        }
+        if t % 2 == 0:
+            call.update(prompt_token_ids=[1, t], generation_token_ids=[2], generation_log_probs=[-0.1])
+        items.append(call)
+        items.append({"type": "function_call_output", "call_id": f"c{t}", "output": f"out {t}"})
+        if t % 3 == 2:
+            items.append({"role": "tool", "tool_call_id": f"c{t}", "content": "chat-shaped"})
+    return items
+
+
+def message_item_of(text: str) -> dict[str, Any]:
+    return {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]}
+
+
+@pytest.mark.parametrize("think_tags", [True, False])
+def test_a_kept_conversation_converts_only_new_items_and_gets_the_same_chat_request(think_tags: bool) -> None:
+    from nemo_gym.models.conversation_store import reset_current_conversation, set_current_conversation
+    from nemo_gym.models.conversion import responses_to_chat_request
+
+    history = _history(9)
+    conversation = KeptConversation()
+    # Every prefix a turn might send: cut anywhere, including inside one model call's items.
+    for end in range(1, len(history) + 1):
+        conversation.items[:] = history[:end]
+        params = {"input": list(history[:end]), "instructions": "sys", "tools": [TOOL]}
+        token = set_current_conversation(conversation)
+        try:
+            kept = responses_to_chat_request(params, think_tags=think_tags)
+        finally:
+            reset_current_conversation(token)
+        assert kept == responses_to_chat_request(params, think_tags=think_tags), end
+    (built,) = conversation.derived.values()
+    assert built.items == history  # fed once each, in order
+    # A request that does not start with the converted items (an agent rebuilt its history) is
+    # converted whole.
+    changed = [dict(item) for item in history]
+    changed[3] = message_item_of("rewritten")
+    token = set_current_conversation(conversation)
+    try:
+        kept = responses_to_chat_request({"input": changed}, think_tags=think_tags)
+    finally:
+        reset_current_conversation(token)
+    assert kept == responses_to_chat_request({"input": changed}, think_tags=think_tags)

@@ -18,6 +18,7 @@ Mapping rules:
 
 from __future__ import annotations
 
+import operator
 import re
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -33,6 +34,7 @@ from nemo_gym.models.chat_tools import (
     responses_tool_to_chat,
     text_format_to_response_format,
 )
+from nemo_gym.models.conversation_store import current_conversation
 from nemo_gym.models.media import MediaLimits, media_kind, responses_part_to_chat
 from nemo_gym.models.token_usage import chat_usage_to_responses, responses_usage_to_chat
 
@@ -90,8 +92,7 @@ def responses_to_chat_request(
         content: Any = [{"type": "text", "text": raw_input}] if text_parts else raw_input
         messages.append({"role": "user", "content": content})
     else:
-        media = MediaLimits(limit_mm_per_prompt)
-        messages.extend(_input_items_to_messages(raw_input, think_tags, media, text_parts))
+        messages.extend(_converted_input(raw_input, think_tags, limit_mm_per_prompt, text_parts))
     if fold_system and params.get("instructions"):
         texts = [messages.pop(0)["content"]]
         while messages and messages[0]["role"] in ("system", "developer"):
@@ -173,41 +174,90 @@ class _AssistantTurn:
 def _input_items_to_messages(
     items: list[dict[str, Any]], think_tags: bool, media: MediaLimits, text_parts: bool = False
 ) -> list[dict[str, Any]]:
-    messages: list[dict[str, Any]] = []
-    turn: _AssistantTurn | None = None
-    for index, item in _responses_items(items):
-        where = f"input item {index}"
-        kind = _item_type(item, where)
-        from_model = kind != "function_call_output" and (kind != "message" or item["role"] == "assistant")
-        if turn is not None and (not from_model or _CALL_ORDER[kind] < turn.rank):
-            messages.append(turn.to_message(think_tags))
-            turn = None
-        if kind == "function_call_output":
-            # A tool may answer with images (a screenshot): they ride in the tool message as parts.
-            content = _content_of(item["output"], where, media, text_parts)
-            messages.append({"role": "tool", "tool_call_id": item["call_id"], "content": content})
-        elif not from_model:
-            messages.append(
-                {
-                    "role": item["role"],
-                    "content": _content_of(item.get("content") or "", where, media, text_parts),
-                }
-            )
-        else:
-            turn = turn or _AssistantTurn()
-            turn.add(item, kind, where)
-            if turn.token_fields is not None:
-                # Token IDs ride on the last item of a call, so the call ends here.
+    messages = _ChatMessages(think_tags, media, text_parts)
+    messages.feed(items)
+    return messages.result()
+
+
+class _ChatMessages:
+    """Chat messages built from input items, resumable: :meth:`feed` more items later and
+    :meth:`result` is what converting all the items at once gives (a kept conversation's
+    next turn converts only its new items, see :func:`_converted_input`)."""
+
+    def __init__(self, think_tags: bool, media: MediaLimits, text_parts: bool) -> None:
+        self.think_tags, self.media, self.text_parts = think_tags, media, text_parts
+        self.messages: list[dict[str, Any]] = []
+        self.turn: _AssistantTurn | None = None
+        self.items: list[dict[str, Any]] = []  # the items converted so far
+
+    def feed(self, items: list[dict[str, Any]]) -> None:
+        """Convert ``items``, the ones that follow those fed so far."""
+        messages, think_tags, media, text_parts = self.messages, self.think_tags, self.media, self.text_parts
+        turn = self.turn
+        for index, item in _responses_items(items, len(self.items)):
+            where = f"input item {index}"
+            kind = _item_type(item, where)
+            from_model = kind != "function_call_output" and (kind != "message" or item["role"] == "assistant")
+            if turn is not None and (not from_model or _CALL_ORDER[kind] < turn.rank):
                 messages.append(turn.to_message(think_tags))
                 turn = None
-    if turn is not None:
-        messages.append(turn.to_message(think_tags))
-    return messages
+            if kind == "function_call_output":
+                # A tool may answer with images (a screenshot): they ride in the tool message as parts.
+                content = _content_of(item["output"], where, media, text_parts)
+                messages.append({"role": "tool", "tool_call_id": item["call_id"], "content": content})
+            elif not from_model:
+                messages.append(
+                    {
+                        "role": item["role"],
+                        "content": _content_of(item.get("content") or "", where, media, text_parts),
+                    }
+                )
+            else:
+                turn = turn or _AssistantTurn()
+                turn.add(item, kind, where)
+                if turn.token_fields is not None:
+                    # Token IDs ride on the last item of a call, so the call ends here.
+                    messages.append(turn.to_message(think_tags))
+                    turn = None
+        self.turn = turn
+        self.items.extend(items)
+
+    def result(self) -> list[dict[str, Any]]:
+        """The messages of every item fed (copies: a caller may change them)."""
+        out = [dict(message) for message in self.messages]
+        if self.turn is not None:
+            out.append(self.turn.to_message(self.think_tags))
+        return out
 
 
-def _responses_items(items: list[dict[str, Any]]) -> Iterator[tuple[int, dict[str, Any]]]:
-    """``(index, item)`` for each input item, chat-shaped ones taken as their Responses items."""
-    for index, item in enumerate(items):
+def _converted_input(
+    items: list[dict[str, Any]],
+    think_tags: bool,
+    limit_mm_per_prompt: Mapping[str, int] | None,
+    text_parts: bool,
+) -> list[dict[str, Any]]:
+    """The chat messages of ``items``. In a kept conversation (see
+    :mod:`nemo_gym.models.conversation_store`) the messages of the items already converted on an
+    earlier turn are reused when the request still starts with those very items, and only the
+    items after them are converted."""
+    conversation = current_conversation()
+    if conversation is None:
+        return _input_items_to_messages(items, think_tags, MediaLimits(limit_mm_per_prompt), text_parts)
+    limits = ",".join(f"{kind}={n}" for kind, n in sorted((limit_mm_per_prompt or {}).items()))
+    key = f"conversion.chat_messages:{think_tags}:{text_parts}:{limits}"
+    built = conversation.derived.pop(key, None)
+    done = len(built.items) if built is not None else 0
+    if built is None or done > len(items) or not all(map(operator.is_, built.items, items[:done])):
+        built, done = _ChatMessages(think_tags, MediaLimits(limit_mm_per_prompt), text_parts), 0
+    built.feed(items[done:])  # a failure leaves nothing cached: the pop above dropped it
+    conversation.derived[key] = built
+    return built.result()
+
+
+def _responses_items(items: list[dict[str, Any]], start: int = 0) -> Iterator[tuple[int, dict[str, Any]]]:
+    """``(index, item)`` for each input item (numbered from ``start``), chat-shaped ones taken as
+    their Responses items."""
+    for index, item in enumerate(items, start):
         role = item.get("role") if item.get("type") in (None, "message") else None
         if role == "tool":
             output = item.get("content") or ""
