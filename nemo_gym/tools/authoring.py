@@ -114,7 +114,8 @@ def check_server(
 
     ``validate_data`` (default: yes, except for a folder pulled from NeMo Gym, which NeMo Gym's
     ng_test checks by its tests alone unless ``+should_validate_data=true``): whether a problem
-    with the example rows (a tool without a route, stale statistics) fails the check or is a note.
+    with the server built from its config or with the example rows (a tool without a route, stale
+    statistics) fails the check or is a note.
     """
     started = time.monotonic()
     check = ServerCheck(name=folder.name, folder=folder)
@@ -124,14 +125,14 @@ def check_server(
     routes = None
     if not (folder / "app.py").is_file():
         check.problems.append(f"{folder}/app.py does not exist (the server class goes there)")
-    elif folder.parent.name == KIND_FOLDER:
-        routes = _server_routes(check, config_fields)
+    before = len(check.problems)
     if folder.parent.name == KIND_FOLDER:
-        before = len(check.problems)
+        if (folder / "app.py").is_file():
+            routes = _server_routes(check, config_fields)
         _check_example_data(check, routes)
-        if not validate_data:
-            check.notes += check.problems[before:]
-            del check.problems[before:]
+    if not validate_data:  # the server built from its config, its routes, its example rows
+        check.notes += check.problems[before:]
+        del check.problems[before:]
     if run_tests:
         _run_pytest(check, timeout_s)
     check.seconds = time.monotonic() - started
