@@ -166,6 +166,11 @@ class SimpleResponsesAPIModel(BaseServer):
         """Answer a Chat Completions request with a chat completion object."""
         raise HTTPError(404, f"{type(self).__name__} does not serve /v1/chat/completions")
 
+    async def count_input_tokens(self, body: dict[str, Any]) -> int:
+        """How many tokens the prompt of a Responses create request takes (Anthropic's
+        ``/v1/messages/count_tokens``, which Claude Code calls); servers with a tokenizer override it."""
+        raise HTTPError(404, f"{type(self).__name__} cannot count tokens: it has no tokenizer")
+
     def model_ids(self) -> list[str]:
         """The model names ``GET /v1/models`` lists (default: the config's model name, else the server's)."""
         extra = self.config.model_extra or {}

@@ -365,3 +365,21 @@ def test_three_turn_scripted_claude_rollout_is_one_exact_training_sequence() -> 
             float(logprobs[start - 1 + i, token]) for i, token in enumerate(call["generation_token_ids"])
         ]
         assert call["generation_log_probs"] == pytest.approx(rescored, abs=1e-4)
+
+
+@pytest.mark.parametrize("server", ["vllm", "engine", "scripted", "openai"])
+def test_messages_count_tokens(urls: dict[str, str], server: str) -> None:
+    """Claude Code counts its prompts with ``/v1/messages/count_tokens?beta=true``."""
+    request = {"model": "claude-opus-4-8", "system": "Be brief.", "tools": CLAUDE_TOOLS,
+               "messages": [{"role": "user", "content": "What is the weather in Oslo?"}]}  # fmt: skip
+    if server == "openai":
+        status, body = post(urls[server] + "/v1/messages/count_tokens?beta=true", request)
+        assert status == 404 and b"cannot count tokens" in body
+        return
+    counted = claude(urls[server]).messages.count_tokens(**request).input_tokens
+    if server in ("vllm", "engine"):
+        # Exactly the prompt the engine feeds for this request.
+        message, tokens = messages_call(claude(urls[server]), False, **{**request, "max_tokens": 1})
+        assert counted == len(tokens["prompt_token_ids"] or []) > 0
+    else:
+        assert counted == len("What is the weather in Oslo?") // 4

@@ -96,6 +96,8 @@ class ModelServer(Protocol):
 
     def model_ids(self) -> list[str]: ...
 
+    async def count_input_tokens(self, body: dict[str, Any]) -> int: ...
+
     def route(
         self,
         path: str,
@@ -123,8 +125,12 @@ class DialectRoutes:
         gemini = self.server.route(
             "/v1beta/models/{target}", self.gemini, body_model_of=self.server.responses
         )
+        count = self.server.route(
+            "/v1/messages/count_tokens", self.count_tokens, body_model_of=self.server.responses
+        )
         return [
             Route("/v1/messages", _with_call(messages.endpoint), methods=["POST"]),
+            Route("/v1/messages/count_tokens", _with_call(count.endpoint), methods=["POST"]),
             # Gemini CLI calls v1beta; the google-genai SDK given a base URL calls v1.
             Route("/v1beta/models/{target}", _with_call(gemini.endpoint), methods=["POST"]),
             Route("/v1/models/{target}", _with_call(gemini.endpoint), methods=["POST"]),
@@ -180,6 +186,15 @@ class DialectRoutes:
             )
 
         return await self._stream(answer(), events, failed)
+
+    async def count_tokens(self, body: dict[str, Any]) -> dict[str, Any]:
+        """``POST /v1/messages/count_tokens``: the prompt's length in the served model's tokens."""
+        try:
+            params = messages_request_to_responses_params(body)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise HTTPError(400, f"cannot read the Messages request: {exc}") from exc
+        params["model"] = self.served_model(body.get("model"))
+        return {"input_tokens": await self.server.count_input_tokens(params)}
 
     # ---- Gemini ---------------------------------------------------------------------------
     async def gemini(self, body: dict[str, Any]) -> Any:

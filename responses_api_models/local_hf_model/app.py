@@ -208,6 +208,14 @@ class LocalHFModel(SimpleResponsesAPIModel):
             raise
         return self.bridge.response(completion, body)
 
+    async def count_input_tokens(self, body: dict[str, Any]) -> int:
+        """The prompt's length under this model's chat template (what the engine would feed)."""
+        chat = self.bridge.chat_request(body)
+        answer = await self.tokenize(
+            {k: chat[k] for k in ("messages", "tools", "chat_template_kwargs") if chat.get(k)}
+        )
+        return int(answer["count"])
+
     async def tokenize(self, body: dict[str, Any]) -> dict[str, Any]:
         """vLLM's ``/tokenize``: ``{prompt}`` or ``{messages, tools?, add_generation_prompt?}``."""
         tokenizer = self.lm.tokenizer

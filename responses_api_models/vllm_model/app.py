@@ -364,6 +364,29 @@ class VLLMModel(SimpleResponsesAPIModel):
             closing = events.fail(f"backend {base} stream is malformed: {exc}", BAD_UPSTREAM_BODY)
         yield b"".join(sse_bytes(event, named=True) for event in closing)
 
+    async def count_input_tokens(self, body: dict[str, Any]) -> int:
+        """The prompt's length from the backend's ``/tokenize`` of the converted messages."""
+        chat_request = self.bridge.chat_request(body)
+        tokenize = {key: chat_request[key] for key in ("model", "messages", "tools", "chat_template_kwargs")
+                    if chat_request.get(key) is not None}  # fmt: skip
+        tokenize["add_generation_prompt"] = True
+        urls = await self.replica_urls()
+        key = self.affinity_key()
+        base = urls[zlib.crc32(key.encode()) % len(urls) if key else 0]
+        root = base[: -len("/v1")] if base.endswith("/v1") else base
+        try:
+            answer = await self.http.request("POST", root + "/tokenize", tokenize)
+        except UpstreamError as exc:
+            raise HTTPError(502, f"backend {root}/tokenize failed: {exc}", failure_class=exc.kind) from exc
+        if not answer.ok:
+            raise backend_http_error(answer, root, error_message(answer))
+        count = parse_json(answer, root).get("count")
+        if not isinstance(count, int):
+            raise HTTPError(
+                502, f"backend {root}/tokenize answered without a count", failure_class="bad_upstream_body"
+            )
+        return count
+
     # ---- backend -------------------------------------------------------------------------
     async def replica_urls(self) -> list[str]:
         """Base URLs (ending in ``/v1``) of every backend replica."""
