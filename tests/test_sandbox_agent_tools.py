@@ -96,3 +96,14 @@ def test_urls_for_a_sandbox(monkeypatch: pytest.MonkeyPatch):
         "opensandbox", ["http://10.0.0.2:80", "http://10.0.0.2:81"]
     )
     assert policy == {"defaultAction": "deny", "egress": [{"action": "allow", "target": "10.0.0.2"}]}
+
+
+def test_sandbox_server_url_goes_through_the_module_level_get_server_url(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """NeMo Gym's agents' tests replace nemo_gym.sandbox.agent_tools.get_server_url; the sandbox
+    URL then follows it (a wildcard bind still becomes loopback)."""
+    from nemo_gym.sandbox import agent_tools
+
+    monkeypatch.setattr("nemo_gym.sandbox.agent_tools.get_server_url", lambda name: "http://0.0.0.0:9000")
+    assert agent_tools.sandbox_server_url("policy_model") == "http://127.0.0.1:9000"

@@ -26,11 +26,18 @@ def _server_url(name: str) -> str:
     raise ValueError(f"server {name!r} has no host and port in the global config")
 
 
+def get_server_url(name: str) -> str:
+    """``http://host:port`` of server instance ``name``: NeMo Gym's module has this name (it
+    imports ``nemo_gym.server_utils.get_server_url``), and its agents' tests replace it here to
+    move where :func:`sandbox_server_url` points."""
+    return _server_url(name)
+
+
 def sandbox_server_url(name: str, *, require_reachable: bool = False) -> str:
     """The base URL of server ``name`` as a sandbox should use it. A wildcard bind address becomes
     loopback (right for a sandbox on the host's network); with ``require_reachable`` a loopback or
     wildcard address is an error, since a remote sandbox cannot reach it."""
-    base = _server_url(name).rstrip("/")
+    base = get_server_url(name).rstrip("/")
     parts = urlsplit(base)
     if require_reachable:
         reachable_host(base)
