@@ -219,3 +219,56 @@ def test_an_agent_gets_the_resources_server_folder_it_imports(tmp_path: Path) ->
     corpus.prepare_scratch(wheel, scratch, [("responses_api_agents", "shop_agent")])
     assert (scratch / "resources_servers" / "shop" / "app.py").is_file()
     assert not (scratch / "resources_servers" / "unrelated").exists()
+
+
+def _user_module():  # type: ignore[no-untyped-def]
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "nemo_gym_corpus_user", REPO / "scripts" / "nemo_gym_corpus_user.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_user_path_judges_are_scripted_and_eligibility_is_counted(tmp_path: Path) -> None:
+    """--user-path's run config serves every model server but policy_model (declared or only named)
+    with a one-turn scripted model; its summary counts eligible folders per kind."""
+    import yaml
+
+    user = _user_module()
+    config = tmp_path / "env.yaml"
+    config.write_text(
+        "env:\n  resources_servers:\n    env:\n      judge_model_server: {type: responses_api_models, name: judge}\n"
+        "      other: {type: responses_api_models, name: genrm}\n"
+        "judge:\n  responses_api_models:\n    openai_model: {openai_base_url: '${judge_base_url}'}\n"
+        "policy_model:\n  responses_api_models:\n    openai_model: {}\n"
+    )
+    data = yaml.safe_load(user.scripted_config(config, tmp_path / "out.yaml").read_text())
+    for name in ("judge", "genrm"):
+        assert list(data[name]["responses_api_models"]) == ["scripted_model"]
+        assert data[name]["responses_api_models"]["scripted_model"]["scripts"][0]["turns"][0]["text"]
+    assert data["policy_model"] == {"responses_api_models": {"openai_model": {}}}
+    assert data["env"]["resources_servers"]["env"]["judge_model_server"]["name"] == "judge"
+
+    R = user.UserPathResult
+    results = [
+        R("resources_servers", "a", pulled=True, tested=True, ran=True),
+        R("resources_servers", "b", pulled=True, tested=False, test_note="boom"),
+        R("resources_servers", "c", needs={"gpu": "imports vllm"}, pulled=True),
+        R("responses_api_agents", "d", pulled=False, pull_note="pip failed"),
+        R("responses_api_agents", "e", pulled=True, tested=True),
+    ]
+    assert user.user_path_summary(results, "9.9") == (
+        "nemo-gym 9.9 through the user's path: resources_servers: 1/2 eligible pass (50.0%; 3 run); "
+        "responses_api_agents: 1/1 eligible pass (100.0%; 2 run)"
+    )
+    table = user.user_path_table(results)
+    assert "| resources_servers/b | - | ok | FAIL | - | test: boom |" in table
+    path = tmp_path / "r.jsonl"
+    for r in results:
+        user.append_jsonl(path, r)
+    assert [r.folder for r in user.read_jsonl(path)] == [r.folder for r in results]
