@@ -71,6 +71,9 @@ class HarnessAgentConfig(SimpleAgentConfig):
     ``task_params``: the keys of the row's ``responses_create_params`` written to ``task.json``;
     ``task_row_fields``: top-level row fields written too (default none: the verifier's fields
     stay out of the untrusted program's reach).
+    ``program_uid``: run each program as this uid (and gid) instead of the agent's user, its
+    working directory given to it; needs the agent to run as root, and the command's files
+    (interpreter, scripts) readable by that uid. None (default): the agent's user.
     """
 
     command: list[str] = Field(min_length=1)
@@ -84,6 +87,7 @@ class HarnessAgentConfig(SimpleAgentConfig):
     max_output_bytes: int = Field(default=1024 * 1024, ge=1024)
     task_params: list[str] = Field(default_factory=lambda: list(DEFAULT_TASK_PARAMS))
     task_row_fields: list[str] = Field(default_factory=list)
+    program_uid: int | None = Field(default=None, ge=1)
 
 
 class HarnessAgent(SimpleResponsesAPIAgent):
@@ -96,6 +100,10 @@ class HarnessAgent(SimpleResponsesAPIAgent):
         self.proxy = CaptureProxy()
         # Every rollout's working directory lives here; a program sees only its own (confine.py).
         self.workroot = tempfile.mkdtemp(prefix="ng_harness_")
+        if self.config.program_uid is not None:
+            if os.geteuid() != 0:
+                raise ValueError(f"agent {self.name}: program_uid needs the agent to run as root")
+            os.chmod(self.workroot, 0o711)  # its own directory reachable, the others' names not listed
         self.limits = SandboxLimits(
             cpu_time_s=self.config.cpu_time_s,
             wall_time_s=self.config.wall_time_s,
@@ -172,6 +180,8 @@ class HarnessAgent(SimpleResponsesAPIAgent):
             task_file = Path(workdir, "task.json")
             task_file.write_bytes(orjson.dumps(self.task_view(row)))
             argv, env = self.program(url, workdir, row)
+            if self.config.program_uid is not None:
+                await asyncio.to_thread(_give, workdir, self.config.program_uid)
             return await self._supervise(argv, workdir, env)
         finally:
             await asyncio.to_thread(shutil.rmtree, workdir, True)
@@ -215,6 +225,7 @@ class HarnessAgent(SimpleResponsesAPIAgent):
                 stderr_bytes=_TAIL_BYTES,
                 hide=local_socket.socket_dirs(),
                 private_root=self.workroot,
+                uid=self.config.program_uid,
             )
         except OSError as exc:
             raise HTTPError(500, f"agent {self.name}: cannot start {argv[0]!r}: {exc}") from None
@@ -226,6 +237,14 @@ class HarnessAgent(SimpleResponsesAPIAgent):
             "stderr_tail": result["stderr"].decode("utf-8", "replace"),
             "confinement": result["confined"],
         }
+
+
+def _give(workdir: str, uid: int) -> None:
+    """Make the working directory (and what was written into it) the program's own."""
+    os.chown(workdir, uid, uid)
+    for root, dirs, files in os.walk(workdir):
+        for name in (*dirs, *files):
+            os.chown(os.path.join(root, name), uid, uid, follow_symlinks=False)
 
 
 if __name__ == "__main__":

@@ -199,12 +199,14 @@ async def run_confined(
     stderr_bytes: int,
     hide: Sequence[str] = (),
     private_root: str | None = None,
+    uid: int | None = None,
 ) -> dict[str, Any]:
     """Run ``argv`` confined (see the module doc) until it exits or ``wall_time_s`` passes.
 
     ``hide``: directories the program sees empty and read-only; ``private_root``: a directory
     (holding ``cwd``) the program sees holding only ``cwd``. Both where mounts work
-    (:func:`can_mount`).
+    (:func:`can_mount`). ``uid``: the program runs as this uid and gid with no supplementary
+    groups (``setpriv``, after the mounts; the caller must be root).
 
     Returns ``status`` (``ok``/``failed``/``timeout``/``output_limit``), ``returncode``,
     ``wall_s``, ``stdout`` / ``stderr`` (the last bytes) and ``confined`` (how). Raises
@@ -220,6 +222,13 @@ async def run_confined(
         sh = shutil.which("sh") or "/bin/sh"
         mounts = [sh, "-c", _MOUNTS, "sh", private_root or "", cwd, *hide, "--"]
         how = f"{how}, stack files hidden"
+    drop: list[str] = []
+    if uid is not None:
+        setpriv = shutil.which("setpriv")
+        if setpriv is None:
+            raise OSError("program_uid needs setpriv (util-linux)")
+        drop = [setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--"]
+        how = f"{how}, uid {uid}"
     limits = {
         "cpu_s": cpu_time_s,
         "memory_bytes": memory_bytes,
@@ -229,7 +238,7 @@ async def run_confined(
     started = time.monotonic()
     deadline = started + wall_time_s
     proc = subprocess.Popen(
-        [*prefix, *mounts, *argv],
+        [*prefix, *mounts, *drop, *argv],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -39,6 +39,7 @@ from nemo_gym.testing import ng_run_process
 pytestmark = pytest.mark.slow
 
 TOKEN = "harness-security-token-5f1e9a2c"
+PROGRAM_UID = 2_000_123
 ENV_CONFIG = "resources_servers/mcqa/configs/mcqa.yaml"
 QUESTION = (
     "Give the letter of your final answer inside \\boxed{}.\n\nWhich planet has the shortest orbital "
@@ -119,6 +120,23 @@ def stack_config(root: Path) -> Path:
             }
         },
     }
+    if os.geteuid() == 0:  # a uid of its own: only root can hand one out
+        secret = root / "agent_only.txt"
+        secret.write_text("the agent's own file")
+        secret.chmod(0o600)
+        script = (
+            'echo "uid=$(id -u)"; cat "$1" >/dev/null 2>&1 && echo read-agent-file; '
+            'echo hi > "$HOME/mine" && echo wrote-home; echo hi > "$TMPDIR/t" && echo wrote-tmp'
+        )
+        config["uid_harness_agent"] = {
+            "responses_api_agents": {
+                "harness_agent": {
+                    **config["forging_harness_agent"]["responses_api_agents"]["harness_agent"],
+                    "command": ["/bin/sh", "-c", script, "sh", str(secret)],
+                    "program_uid": PROGRAM_UID,
+                }
+            }
+        }
     path = root / "harness_stack.yaml"
     path.write_text(json.dumps(config))  # JSON is YAML
     return path
@@ -188,6 +206,18 @@ def test_a_harness_sees_no_socket_file_of_the_stack(stack):
     # Its $TMPDIR is its own (inside its working directory), not the agent's.
     assert report["tmpdir"] and report["tmpdir"] != tempfile.gettempdir()
     assert all(os.path.exists(path) for path in ours)
+
+
+def test_a_program_can_run_as_a_uid_of_its_own(stack):
+    if "uid_harness_agent" not in stack:
+        pytest.skip("not root: the agent cannot hand programs a uid of their own")
+    status, answer = call(stack["uid_harness_agent"] + "/run", "POST", row("UID"), token=TOKEN)
+    assert status == 200, answer
+    harness = answer["harness"]
+    lines = harness["stdout_tail"].split()
+    # Its own uid: the agent's 0600 file is out of reach, its working directory and TMPDIR are its own.
+    assert lines == [f"uid={PROGRAM_UID}", "wrote-home", "wrote-tmp"], harness
+    assert f"uid {PROGRAM_UID}" in harness["confinement"]
 
 
 def test_output_text_helpers_read_assistant_messages_only():
