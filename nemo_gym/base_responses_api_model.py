@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypedDict
 
 import orjson
@@ -227,8 +227,14 @@ class SimpleResponsesAPIModel(BaseServer):
         """The server's app with every error answer in OpenAI's shape (no route, auth, body limits too),
         and, when the run turns ``token_id_capture`` on, NeMo Gym's training-token capture around it."""
         app: ASGIApp = OpenAIErrorBodies(super().build_app())
-        global_config = plain_config(getattr(self.server_client, "global_config_dict", None))
-        block = global_config.get("token_id_capture") if isinstance(global_config, dict) else None
+        # Our client reads the launched config without building an OmegaConf one (no start-up cost).
+        plain = getattr(self.server_client, "plain_global_config", None)
+        global_config = (
+            plain()
+            if callable(plain)
+            else plain_config(getattr(self.server_client, "global_config_dict", None))
+        )
+        block = global_config.get("token_id_capture") if isinstance(global_config, Mapping) else None
         if self.uses_setup_webserver() or not (isinstance(block, dict) and block.get("enabled")):
             return app  # a FastAPI adapter's app installs it itself (install_model_call_capture)
         from nemo_gym.token_id_capture.middleware import TokenCaptureMiddleware, token_capture_components
