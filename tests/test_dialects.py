@@ -247,7 +247,7 @@ def test_gemini_routing_side_call_is_answered_from_its_schema(urls: dict[str, st
 
 
 def test_gemini_refusals(urls: dict[str, str]) -> None:
-    status, body = post(urls["vllm"] + "/v1beta/models/gemini-2.5-pro:countTokens", {"contents": []})
+    status, body = post(urls["vllm"] + "/v1beta/models/gemini-2.5-pro:embedContent", {"contents": []})
     assert status == 404 and b"generateContent" in body
     status, body = post(
         urls["vllm"] + "/v1beta/models/g:generateContent", {"contents": [{"role": "bot", "parts": []}]}
@@ -383,3 +383,14 @@ def test_messages_count_tokens(urls: dict[str, str], server: str) -> None:
         assert counted == len(tokens["prompt_token_ids"] or []) > 0
     else:
         assert counted == len("What is the weather in Oslo?") // 4
+
+
+def test_gemini_count_tokens_is_the_engines_prompt_length(urls: dict[str, str]) -> None:
+    client = gemini_client(urls["vllm"])
+    counted = client.models.count_tokens(
+        model="gemini-2.5-pro", contents="What is the weather in Oslo?"
+    ).total_tokens
+    status, raw = post(urls["vllm"] + "/v1beta/models/g:generateContent",
+                       {"contents": [{"role": "user", "parts": [{"text": "What is the weather in Oslo?"}]}],
+                        "generationConfig": {"maxOutputTokens": 1}})  # fmt: skip
+    assert status == 200 and counted == len(json.loads(raw)["prompt_token_ids"]) > 0

@@ -64,7 +64,7 @@ logger = logging.getLogger(__name__)
 
 # Headers by which a client names its conversation when it sends no rollout id.
 SESSION_HEADERS = ("x-session-id", "x-claude-code-session-id")
-GEMINI_ACTIONS = ("generateContent", "streamGenerateContent")
+GEMINI_ACTIONS = ("generateContent", "streamGenerateContent", "countTokens")
 
 
 @dataclass(frozen=True)
@@ -198,7 +198,7 @@ class DialectRoutes:
 
     # ---- Gemini ---------------------------------------------------------------------------
     async def gemini(self, body: dict[str, Any]) -> Any:
-        """``POST /v1beta/models/{model}:generateContent`` (or ``:streamGenerateContent``)."""
+        """``POST /v1beta/models/{model}:generateContent`` (or ``:streamGenerateContent``, ``:countTokens``)."""
         call = _CALL.get()
         target = call.target if call is not None else ""
         model, _, action = target.rpartition(":")
@@ -207,6 +207,15 @@ class DialectRoutes:
                 404,
                 f"no Gemini action {target!r}: this server answers models/<model>:{{{','.join(GEMINI_ACTIONS)}}}",
             )
+        if action == "countTokens":
+            # Either {contents, ...} or the whole request under generateContentRequest.
+            request = body.get("generateContentRequest") or body
+            try:
+                params = gemini_request_to_responses_params(request)
+            except (ValueError, KeyError, TypeError) as exc:
+                raise HTTPError(400, f"cannot read the countTokens request: {exc}") from exc
+            params["model"] = self.served_model(model)
+            return {"totalTokens": await self.server.count_input_tokens(params)}
         schema = json_schema_request(body)
         if schema is not None:
             # Not a turn of the agent: the CLI's own bookkeeping (see the module docstring).
