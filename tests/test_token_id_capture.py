@@ -531,3 +531,38 @@ def test_answers_streamed_as_the_engine_produces_them_are_captured(tmp_path: Pat
         opencode.generation_token_ids
     )
     assert not TokenCaptureStore(captures).is_incomplete("opencode")
+
+
+def test_the_finalizer_rebuilds_a_record_without_token_ids_and_retires_only_after_hand_off(
+    tmp_path: Path,
+) -> None:
+    from nemo_gym.token_id_capture.delivery import (
+        finalize_rollout_token_capture,
+        retire_rollout_token_capture,
+    )
+
+    store = TokenCaptureStore(tmp_path)
+    root = _entry("c1", [1, 2], [3], [USER], "a").model_copy(update={"rollout_id": "4-2"})
+    child = _entry("c2", [1, 2, 3, 9], [4, 5], [USER], "b", parent=root).model_copy(
+        update={"rollout_id": "4-2"}
+    )
+    for entry in (root, child):
+        asyncio.run(store.put(entry))
+    record = {"_ng_task_index": 4, "_ng_rollout_index": 2, "reward": 1.0, "response": {"id": "x", "output": [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "b"}]}]}}  # fmt: skip
+    built = asyncio.run(finalize_rollout_token_capture(record, store))
+    assert built is not None and not built["mask_sample"] and record["reward"] == 1.0
+    assert [i["generation_token_ids"] for i in record["response"]["output"]] == [[3], [4, 5]]
+    assert asyncio.run(retire_rollout_token_capture("4-2", store, built))
+    # Nothing captured for a record that needed it: masked, with the reason.
+    lost = {"_ng_task_index": 5, "_ng_rollout_index": 0, "reward": 1.0, "response": {"output": []}}
+    with pytest.warns(UserWarning):
+        asyncio.run(finalize_rollout_token_capture(lost, store))
+    assert lost["mask_sample"] is True and lost["_ng_token_capture"]["error"]
+    # A record that carries its own token IDs keeps them.
+    own = {"_ng_task_index": 6, "_ng_rollout_index": 0, "response": {"output": [{"generation_token_ids": [7], "prompt_token_ids": [1], "generation_log_probs": [-1.0]}]}}  # fmt: skip
+    kept = asyncio.run(finalize_rollout_token_capture(own, store))
+    assert (
+        kept is not None
+        and kept["_redundant_capture"]
+        and own["response"]["output"][0]["generation_token_ids"] == [7]
+    )
