@@ -14,6 +14,7 @@ from nemo_gym.collection.run_lock import RunLock, check_or_write_lock, lock_path
 from nemo_gym.launch.config import ConfigError
 from nemo_gym.rollout_collection import RolloutCollectionHelper
 from nemo_gym.testing import running_stack
+from nemo_gym.viewer.collection import Collection
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = "resources_servers/example_single_tool_call"
@@ -91,6 +92,10 @@ def test_collection_writes_its_lock_and_a_resume_on_changed_data_is_refused(tmp_
             lock["folders"]
         )
         assert lock["data_file"]["path"] == str(rows.resolve())
+        # The viewer's overview shows what the collection was made from.
+        shown = Collection.open(out).overview()["provenance"]
+        assert shown["job"] is None and shown["lock"]["folders"][ENV] == len(lock["folders"][ENV])
+        assert shown["lock"]["data_file"]["sha256"] == lock["data_file"]["sha256"]
         # A row appended is not a change to what was collected: the resume collects it.
         rows.write_bytes(b"\n".join(lines[:3]) + b"\n")
         assert _collect(stack, rows, out, resume_from_cache=True).succeeded == 1

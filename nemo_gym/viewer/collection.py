@@ -338,7 +338,38 @@ class Collection:
             "rows_with_token_ids": self.token_rows,
             "bad_lines": self.bad_rows,
             "metrics_file": self.metrics_file(),
+            "provenance": self.provenance(),
         }
+
+    def provenance(self) -> dict[str, Any]:
+        """What the collection was made from (its run lock, summarised) and, for a submitted
+        collection, its ``gym eval submit`` record (``gym-job.json`` two levels up)."""
+        from nemo_gym.collection.run_lock import lock_path
+
+        out: dict[str, Any] = {"lock": None, "job": None}
+        lock_file = lock_path(self.path)
+        if lock_file.is_file():
+            try:
+                lock = orjson.loads(lock_file.read_bytes())
+                out["lock"] = {
+                    "path": str(lock_file),
+                    "package_version": lock.get("package_version"),
+                    "model": lock.get("model") or {},
+                    "data_file": {
+                        k: v for k, v in (lock.get("data_file") or {}).items() if k != "line_digests"
+                    },
+                    "folders": {name: len(files) for name, files in (lock.get("folders") or {}).items()},
+                    "overrides": len(lock.get("overrides") or []),
+                }
+            except (orjson.JSONDecodeError, OSError, AttributeError):
+                out["lock"] = {"path": str(lock_file), "error": "unreadable"}
+        manifest = self.path.parent.parent.parent / "gym-job.json"
+        if self.path.parent.name == "artifacts" and manifest.is_file():
+            try:
+                out["job"] = orjson.loads(manifest.read_bytes())
+            except (orjson.JSONDecodeError, OSError):
+                out["job"] = None
+        return out
 
     def task_record(self, stats: TaskStats, with_rows: bool = True) -> dict[str, Any]:
         """One line of the Tasks page: the task, its agent, repeats' rewards and rows, snippet."""

@@ -22,6 +22,7 @@ import yaml
 
 from nemo_gym.orchestration.jobs import SubmissionRecord
 from nemo_gym.testing.slurm_cluster import SlurmCluster, start_cluster, unavailable_reason
+from nemo_gym.viewer.collection import Collection
 
 ROOT = Path(__file__).resolve().parents[2]
 GYM = str(Path(sys.executable).parent / "gym")
@@ -243,6 +244,13 @@ def test_a_submitted_collection_spreads_over_two_nodes_and_survives_requeue_canc
     assert all(r["reward"] == 1.0 for r in rows)
     job_log = gym(slurm, "eval", "logs", record.gym_job_id, "--service", "job", "--tail", "0").stdout
     assert f"gym: job {first} (restart 1)" in job_log
+    # The viewer shows the submission record and the run lock beside the results.
+    shown = Collection.open(Path(record.benchmarks[0].job_dir) / "artifacts/rollouts.jsonl").overview()[
+        "provenance"
+    ]
+    assert shown["job"]["gym_job_id"] == record.gym_job_id
+    assert shown["job"]["benchmarks"][0]["previous_job_ids"] == [first, second]
+    assert f"resources_servers/{folder.name}" in shown["lock"]["folders"]
 
 
 def test_slurm_clients_missing_is_a_clear_error(tmp_path: Path):

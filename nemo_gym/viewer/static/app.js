@@ -182,9 +182,34 @@ async function overview(params) {
     <table id="failure-samples"><thead><tr><th class="num">task</th><th class="num">rollout</th><th>class</th><th>error</th></tr></thead><tbody>${
       o.failure_samples.map((f) => `<tr class="failure-row"><td class="num"><a href="#/tasks?c=${c}&status=failed">${esc(f.task ?? "–")}</a></td><td class="num">${esc(f.rollout ?? "–")}</td><td>${esc(f.class)}</td><td class="prompt">${esc(f.error)}</td></tr>`).join("")}</tbody></table>` : ""}
     ${metrics ? `<h2>Metrics file (key metrics; pass@k and majority@k in percent, means as fractions)</h2><table id="metrics-file"><tbody>${metrics}</tbody></table>` : ""}
+    ${provenanceHtml(o.provenance)}
     <p class="muted">${esc(o.path)} · ${o.bytes} bytes indexed${o.bad_lines ? ` · ${o.bad_lines} lines that are not JSON objects` : ""}</p>`));
   // Refresh while a collection is running: rows still expected, or the file changed lately.
   if ((o.expected && !o.complete) || (o.modified_s_ago !== null && o.modified_s_ago < 30)) pollTimer = setTimeout(render, 2000);
+}
+
+function provenanceHtml(p) {
+  if (!p || (!p.lock && !p.job)) return "";
+  const rows = [];
+  if (p.job) {
+    rows.push(["submission", `${esc(p.job.gym_job_id)} on ${esc(p.job.cluster)} (${esc(p.job.executor)}), ${esc(p.job.submitted_at)} by ${esc(p.job.submitted_by)}`]);
+    for (const b of p.job.benchmarks || []) {
+      const jobs = [...(b.previous_job_ids || []), b.job_id].filter(Boolean).join(" → ");
+      rows.push([`benchmark ${esc(b.benchmark)}`, b.job_id ? `Slurm job(s) ${esc(jobs)}` : `not submitted: ${esc(b.error)}`]);
+    }
+    rows.push(["gym", `${esc(p.job.gym_version)}${p.job.gym_commit ? " @ " + esc(p.job.gym_commit) : ""}`]);
+  }
+  if (p.lock) {
+    if (p.lock.error) rows.push(["run lock", `${esc(p.lock.path)}: ${esc(p.lock.error)}`]);
+    else {
+      rows.push(["run lock", esc(p.lock.path) + (p.lock.overrides ? ` · <b>${p.lock.overrides} forced resume(s)</b>` : "")]);
+      rows.push(["folders", Object.entries(p.lock.folders).map(([k, v]) => `${esc(k)} (${v} files)`).join("<br>")]);
+      if (p.lock.data_file && p.lock.data_file.path) rows.push(["data file", `${esc(p.lock.data_file.path)} · sha256 ${esc((p.lock.data_file.sha256 || "").slice(0, 12))}`]);
+      const model = Object.entries(p.lock.model || {}).map(([k, v]) => `${esc(k)} = ${esc(v)}`).join("<br>");
+      if (model) rows.push(["model", model]);
+    }
+  }
+  return `<h2>Provenance</h2><table id="provenance"><tbody>${rows.map(([k, v]) => `<tr><td>${k}</td><td>${v}</td></tr>`).join("")}</tbody></table>`;
 }
 
 // ---- Tasks ----------------------------------------------------------------------------
