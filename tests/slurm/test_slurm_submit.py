@@ -184,6 +184,7 @@ def probe_env(tmp_path: Path) -> Iterator[tuple[Path, str]]:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # four job starts (each: scheduling, Ray on two nodes, the stack)
 def test_a_submitted_collection_spreads_over_two_nodes_and_survives_requeue_cancel_and_a_refused_resume(
     slurm: SlurmCluster, tmp_path: Path, probe_env: tuple[Path, str]
 ):
