@@ -383,15 +383,7 @@ def _main(args: list[str]) -> int:
         prog = f"gym {group} {command.name}"
         rest = rest[1:]
     if command.raw:
-        raw_entry = _load(command.target)
-        if raw_entry is None:
-            sys.stderr.write(f"{prog}: {command.target} is not part of this installation\n")
-            return 2
-        try:
-            raw_entry(rest)
-        except SystemExit as done:
-            return int(done.code or 0) if not isinstance(done.code, str) else 1
-        return 0
+        return _call(prog, command.target, command.target, rest)
     if wants_help(rest):
         entry = _load(command.target)
         listing = group == "list"
@@ -414,12 +406,17 @@ def _main(args: list[str]) -> int:
             sys.stderr.write(f"{prog}: --no-serve applies to gym eval run only\n")
             return 2
         target = "nemo_gym.rollout_collection:ng_collect_rollouts"
+    return _call(prog, target, command.command or target, translated)
+
+
+def _call(prog: str, target: str, shown: str, args: list[str]) -> int:
+    """Run the entry point ``target`` with ``args``; its exit status."""
     entry = _load(target)
     if entry is None:
-        sys.stderr.write(f"{prog}: {command.command or target} is not part of this installation\n")
+        sys.stderr.write(f"{prog}: {shown} is not part of this installation\n")
         return 2
     try:
-        entry(translated)
+        entry(args)
     except SystemExit as done:
         return int(done.code or 0) if not isinstance(done.code, str) else 1
     return 0
