@@ -202,3 +202,30 @@ def test_ctrl_c_prints_the_rows_kept_and_the_exact_command_that_resumes(tmp_path
         assert resumed.returncode == 0, resumed.stderr
     rows = read_jsonl(out)
     assert len(rows) == 400 and len({(r["_ng_task_index"], r["_ng_rollout_index"]) for r in rows}) == 400
+
+
+def test_the_readme_openai_client_snippet_runs_against_a_stack():
+    readme = (ROOT / "README.md").read_text()
+    code = re.search(r"Any OpenAI client can talk to.*?```python\n(.*?)```", readme, re.S)
+    assert code is not None and "from openai import OpenAI" in code.group(1)
+    with running_stack(CONFIGS) as stack:
+        port = stack.head_server_config["port"]
+        snippet = code.group(1).replace("127.0.0.1:11000", f"127.0.0.1:{port}")
+        done = subprocess.run(
+            [sys.executable, "-c", snippet], cwd=ROOT, capture_output=True, text=True, timeout=120
+        )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.strip() == "function_call"
+
+
+def test_the_readme_names_every_system_package_the_test_script_installs():
+    script = (ROOT / "scripts" / "test.sh").read_text()
+    readme = (ROOT / "README.md").read_text()
+    setup = readme[readme.index("## Set-up") : readme.index("## What is in a stack")]
+    packages = set()
+    for line in re.findall(r"apt-get install ([^)>|&]*)", script):
+        packages.update(word for word in line.split() if not word.startswith("-") and word != "\\")
+    assert {"chromium", "podman"} <= packages  # the parse finds what the script installs
+    unsaid = sorted(p for p in packages if not re.search(rf"(?<![\w-]){re.escape(p)}(?![\w-])", setup))
+    assert unsaid == [], f"scripts/test.sh installs {unsaid} without the README's set-up saying so"
+    assert "as root" in setup and "apt-get" in setup
