@@ -8,6 +8,7 @@ with its own forward pass.
 
 from __future__ import annotations
 
+import inspect
 import math
 import random
 from collections.abc import Callable, Sequence
@@ -133,7 +134,8 @@ class HFCausalLM:
             sampling.seed if sampling.seed is not None else random.getrandbits(63)
         )
         outputs = self.model(input_ids=torch.tensor([list(prompt_ids)]), use_cache=True)
-        past = outputs.past_key_values
+        past = kv_cache_of(outputs)
+        cache_arg = kv_cache_argument(self.model)
         logits = outputs.logits[0, -1].float()
         for step in range(max_tokens):
             logprobs = torch.log_softmax(logits, dim=-1)
@@ -160,8 +162,8 @@ class HFCausalLM:
                 break
             if step + 1 == max_tokens:
                 break
-            outputs = self.model(input_ids=torch.tensor([[token]]), past_key_values=past, use_cache=True)
-            past = outputs.past_key_values
+            outputs = self.model(input_ids=torch.tensor([[token]]), use_cache=True, **{cache_arg: past})
+            past = kv_cache_of(outputs)
             logits = outputs.logits[0, -1].float()
         if forced_ids is not None and len(result.token_ids) == len(forced_ids) and len(forced_ids) > 0:
             # Forced text that fits ends the way the test author wrote it.
@@ -216,3 +218,14 @@ def sample_token(logits: torch.Tensor, sampling: SamplingSettings, generator: to
         sorted_probs = sorted_probs.masked_fill(drop, 0.0)
         probs = torch.zeros_like(probs).scatter(0, order, sorted_probs)
     return int(torch.multinomial(probs, 1, generator=generator))
+
+
+def kv_cache_argument(model: Any) -> str:
+    """The name ``model.forward`` takes the key/value cache under: ``cache`` in transformers 5.2x,
+    ``past_key_values`` before (passing the old name now warns on every call)."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+def kv_cache_of(outputs: Any) -> Any:
+    """The key/value cache a forward pass returned, under either name (the old one warns when read)."""
+    return outputs["cache"] if "cache" in outputs else outputs["past_key_values"]

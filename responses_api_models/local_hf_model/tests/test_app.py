@@ -402,3 +402,17 @@ def test_scoring_reproduces_the_logprobs_of_forced_tokens_and_detokenize_inverts
         assert status == 400 and "prompt" in str(refused)
         status, refused = client.post(url + "/v1/completions", {"prompt": [1, 2]})
         assert status == 400 and "prompt_logprobs" in str(refused)
+
+
+def test_generation_passes_the_cache_without_a_deprecation_warning(tmp_path: Path) -> None:
+    import warnings
+
+    from responses_api_models.local_hf_model.engine import HFCausalLM, SamplingSettings
+
+    engine = HFCausalLM.load(str(build_tiny_model(tmp_path / "tiny", seed=2)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # transformers' past_key_values FutureWarning would fail here
+        result = engine.generate(
+            [1, 2, 3], max_tokens=4, sampling=SamplingSettings(temperature=0.0, seed=1), stop_token_ids=set()
+        )
+    assert len(result.token_ids) >= 1 and len(result.logprobs) == len(result.token_ids)
