@@ -312,6 +312,36 @@ def test_compare_finds_the_flipped_tasks(viewer_url: str) -> None:
     assert [t["task"] for t in back["tasks"]] == [0] and back["gained"] == 1
     status, body = get(f"{viewer_url}/api/compare?a=0&b=1&show=weird")
     assert status == 400 and "show" in body["error"]
+    assert r["prompts_differ"] == 0 and r["warning"] is None  # the same input: nothing to warn of
+
+
+def test_compare_warns_when_the_paired_tasks_have_different_prompts(tmp_path: Path) -> None:
+    from nemo_gym.viewer.collection import compare
+
+    def collection(name: str, prompts: list[str]) -> Collection:
+        rows = [
+            {
+                "_ng_task_index": task,
+                "_ng_rollout_index": 0,
+                "reward": 1.0,
+                "agent_ref": {"name": "agent"},
+                "responses_create_params": {"input": [{"role": "user", "content": prompt}]},
+                "response": {"output": []},
+            }
+            for task, prompt in enumerate(prompts)
+        ]
+        path = tmp_path / f"{name}.jsonl"
+        path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+        return Collection.open(path)
+
+    a = collection("a", ["What is 2+2?", "Name a prime.", "Spell cat."])
+    b = collection("b", ["What is 2+2?", "Name a colour.", "Spell dog."])  # the same indexes, other input
+    r = compare(a, b)
+    assert r["common_tasks"] == 3 and r["prompts_differ"] == 2
+    assert "2 of the 3 tasks in both collections have different prompts" in r["warning"]
+    by_task = {t["task"]: t for t in r["tasks"]}
+    assert by_task[1]["prompt_b"] == "Name a colour." and by_task[0]["prompt_b"] is None
+    assert compare(a, collection("c", ["What is 2+2?", "Name a prime.", "Spell cat."]))["warning"] is None
 
 
 def test_page_and_assets_are_served(viewer_url: str) -> None:

@@ -578,6 +578,10 @@ def compare(
     """The Compare page: tasks present in both collections (matched by ``_ng_task_index``),
     the change in mean reward, and the tasks that flipped.
 
+    Pairing by task index is only meaningful when both collections ran the same input: tasks
+    whose prompts differ are counted in ``prompts_differ``, flagged per row, and ``warning``
+    says so (two runs on different data, or on differently ordered data, compare nothing).
+
     A task *passes* in a collection when at least half of its scored repeats are solved.
     ``show``: ``all``, ``flipped``, ``gained`` (fails in ``a``, passes in ``b``), ``lost``
     or ``changed`` (any change in mean reward). Rows are sorted by the change, largest first.
@@ -598,10 +602,14 @@ def compare(
         other = b.tasks_by_key
         gained = lost = 0
         sum_a = sum_b = 0.0
+        snippets_a, snippets_b = a.index.snippets, b.index.snippets
+        differ: set[int] = set()
         for key, sa in a.tasks_by_key.items():
             sb = other.get(key)
             if sb is None or key < 0 or not sa.scored or not sb.scored:
                 continue
+            if snippets_a.get(key, "") != snippets_b.get(key, ""):
+                differ.add(key)
             mean_a, mean_b = sa.total / sa.scored, sb.total / sb.scored
             sum_a += mean_a
             sum_b += mean_b
@@ -625,6 +633,7 @@ def compare(
             "sum_b": sum_b,
             "only_a": sum(1 for k in a.tasks_by_key.keys() - other.keys() if k >= 0),
             "only_b": sum(1 for k in other.keys() - a.tasks_by_key.keys() if k >= 0),
+            "differ": differ,
         }
         a._compare_cache.clear()  # keep one comparison: files grow and the pair changes
         a._compare_cache[key_ab] = cached
@@ -637,6 +646,14 @@ def compare(
     elif show == "changed":
         rows = rows[: cached["changed"]]
     page = rows[offset : offset + limit]
+    differ = cached["differ"]
+    warning = None
+    if differ:
+        warning = (
+            f"{len(differ)} of the {common} tasks in both collections have different prompts: tasks "
+            "are paired by _ng_task_index, so these two collections did not run the same input "
+            "(or not in the same order) and their comparison is not meaningful"
+        )
     return {
         "a": a.summary(),
         "b": b.summary(),
@@ -647,12 +664,15 @@ def compare(
         "mean_b": cached["sum_b"] / common if common else None,
         "gained": cached["gained"],
         "lost": cached["lost"],
+        "prompts_differ": len(differ),
+        "warning": warning,
         "total": len(rows),
         "offset": offset,
         "tasks": [
             {
                 "task": key,
                 "prompt": a.index.snippets.get(key) or b.index.snippets.get(key, ""),
+                "prompt_b": b.index.snippets.get(key, "") if key in differ else None,
                 "mean_a": sa.mean,
                 "mean_b": sb.mean,
                 "delta": delta,

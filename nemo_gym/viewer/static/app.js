@@ -416,7 +416,7 @@ async function comparePage(params) {
       <td>${t.flip ? `<span class="badge ${t.flip}">${t.flip}</span>` : ""}</td>
       <td>${t.rows_a.slice(0, 8).map((row) => `<a href="#/rollout?c=${a}&row=${row}">${row}</a>`).join(" ")}</td>
       <td>${t.rows_b.slice(0, 8).map((row) => `<a href="#/rollout?c=${b}&row=${row}">${row}</a>`).join(" ")}</td>
-      <td class="prompt">${esc(t.prompt)}</td></tr>`).join("") || `<tr><td colspan="8" class="muted">no task to show</td></tr>`;
+      <td class="prompt">${esc(t.prompt)}${t.prompt_b !== null && t.prompt_b !== undefined ? `<div class="warning">B: ${esc(t.prompt_b)}</div>` : ""}</td></tr>`).join("") || `<tr><td colspan="8" class="muted">no task to show</td></tr>`;
   main.replaceChildren(el(`
     <h1>Compare</h1>
     <form class="filters" id="compare-form">
@@ -431,6 +431,7 @@ async function comparePage(params) {
       <div class="card"><div class="value" id="cmp-gained">${r.gained}</div><div class="label">gained</div></div>
       <div class="card"><div class="value" id="cmp-lost">${r.lost}</div><div class="label">lost</div></div>
     </div>
+    ${r.warning ? `<p class="warning" id="compare-warning">⚠ ${esc(r.warning)}</p>` : ""}
     <p class="muted">A task passes when at least half its repeats are solved. Only in A: ${r.only_a} · only in B: ${r.only_b}. Sorted by the size of the change.</p>
     <p><span id="compare-total">${r.total}</span> tasks shown.</p>
     <table id="compare"><thead><tr><th class="num">task</th><th class="num">mean A</th><th class="num">mean B</th><th class="num">change</th><th>flip</th><th>rows A</th><th>rows B</th><th>prompt</th></tr></thead><tbody>${rows}</tbody></table>
