@@ -566,3 +566,52 @@ def test_the_finalizer_rebuilds_a_record_without_token_ids_and_retires_only_afte
         and kept["_redundant_capture"]
         and own["response"]["output"][0]["generation_token_ids"] == [7]
     )
+
+
+def test_a_nemo_gym_style_adapter_served_here_captures_behind_the_stripped_prefix(tmp_path: Path) -> None:
+    """A FastAPI adapter written NeMo Gym's way, served by our server (which strips the rollout
+    prefix before the adapter's own app sees the path): its calls are captured all the same."""
+    from fastapi import Request as FastAPIRequest
+
+    from nemo_gym.base_responses_api_model import SimpleResponsesAPIModel
+    from nemo_gym.openai_utils import NeMoGymResponse, NeMoGymResponseCreateParamsNonStreaming
+    from nemo_gym.serving.nemo_gym_client import NeMoGymServerClient
+    from nemo_gym.testing import running_server
+
+    class TokenAdapter(SimpleResponsesAPIModel):
+        async def responses(
+            self, request: FastAPIRequest, body: NeMoGymResponseCreateParamsNonStreaming
+        ) -> NeMoGymResponse:
+            turn = sum(1 for item in body.input if isinstance(item, dict) and item.get("role") == "assistant")
+            prompt = [1, 2] if turn == 0 else [1, 2, 3, 4]
+            item = {"id": f"m{turn}", "type": "message", "role": "assistant", "status": "completed",
+                    "content": [{"type": "output_text", "text": f"turn {turn}", "annotations": []}],
+                    "prompt_token_ids": prompt, "generation_token_ids": [3 + 2 * turn], "generation_log_probs": [-0.5]}  # fmt: skip
+            return NeMoGymResponse.model_validate(
+                {
+                    "id": f"resp-{turn}",
+                    "created_at": 0,
+                    "model": "m",
+                    "object": "response",
+                    "output": [item],
+                    "parallel_tool_calls": True,
+                    "tool_choice": "auto",
+                    "tools": [],
+                }  # fmt: skip
+            )
+
+    captures = tmp_path / "captures"
+    client = NeMoGymServerClient(
+        global_config_dict={"token_id_capture": {"enabled": True, "dir": str(captures)}}
+    )
+    server = TokenAdapter(config={"name": "adapter"}, server_client=client)
+    assert server.uses_setup_webserver()
+    with running_server(server) as url:
+        prefix = f"{url}/ng-rollout/fa-1/training-token-capture/v1/responses"
+        first = _post(prefix, {"input": [USER]})
+        _post(prefix, {"input": [USER, *first["output"], {"role": "user", "content": "more"}]})
+    entries = sorted(TokenCaptureStore(captures).read_entries("fa-1"), key=lambda e: len(e.prompt_token_ids))
+    assert [e.parent_resolution for e in entries] == [
+        ParentResolutionStatus.ROOT,
+        ParentResolutionStatus.RESOLVED,
+    ]
