@@ -394,3 +394,38 @@ def test_gemini_count_tokens_is_the_engines_prompt_length(urls: dict[str, str]) 
                        {"contents": [{"role": "user", "parts": [{"text": "What is the weather in Oslo?"}]}],
                         "generationConfig": {"maxOutputTokens": 1}})  # fmt: skip
     assert status == 200 and counted == len(json.loads(raw)["prompt_token_ids"]) > 0
+
+
+BAD_MESSAGES = [
+    {"messages": "x"}, {"messages": [5]}, {"messages": [{"role": "user", "content": 5}]},
+    {"messages": [{"role": "user", "content": [{"type": "tool_result"}]}]},
+    {"messages": [{"role": "assistant", "content": [{"type": "tool_use", "name": "f"}]}]},
+    {"messages": [{"role": "assistant", "content": [{"type": "tool_use", "id": "a", "name": "f", "input": 5}]}]},
+    {"messages": [{"role": "user", "content": [5]}]},
+    {"messages": [{"role": "user", "content": "hi"}], "system": [5]},
+    {"messages": [{"role": "user", "content": "hi"}], "tools": [{"name": "f", "input_schema": 5}]},
+    {"messages": [{"role": "user", "content": "hi"}], "tool_choice": "auto"},
+    {"messages": [{"role": "user", "content": [{"type": "image", "source": {"type": "url"}}]}]},
+    {"messages": [{"role": "user", "content": "hi"}], "stream": True, "tools": [5]},
+]  # fmt: skip
+BAD_GEMINI = [
+    {}, {"contents": 5}, {"contents": [{"parts": [5]}]}, {"contents": [{"parts": [{"functionCall": 5}]}]},
+    {"contents": [{"parts": [{"functionResponse": {"name": "x"}}]}]},
+    {"contents": [{"parts": [{"text": "hi"}]}], "tools": [{"functionDeclarations": [5]}]},
+    {"contents": [{"parts": [{"text": "hi"}]}], "toolConfig": 5},
+    {"contents": [{"parts": [{"text": "hi"}]}], "generationConfig": {"responseMimeType": "application/json", "responseJsonSchema": 5}},
+    {"contents": [{"parts": [{"inlineData": {"mimeType": "image/png", "data": "!!"}}]}]},
+]  # fmt: skip
+
+
+def test_malformed_dialect_requests_are_4xx_naming_what_is_wrong(urls: dict[str, str]) -> None:
+    for body in BAD_MESSAGES:
+        status, answer = post(urls["scripted"] + "/v1/messages", {"model": "m", "max_tokens": 5, **body})
+        assert 400 <= status < 500, (body, status, answer)
+    for body in BAD_GEMINI:
+        # countTokens reads the contents, tools and system instruction only.
+        for action in (
+            ("generateContent",) if "generationConfig" in body else ("generateContent", "countTokens")
+        ):
+            status, answer = post(urls["scripted"] + f"/v1beta/models/g:{action}", body)
+            assert 400 <= status < 500, (body, action, status, answer)

@@ -349,6 +349,8 @@ def messages_request_to_responses_params(
     if tools:
         params["tools"] = tools
     choice = body.get("tool_choice")
+    if choice is not None and not isinstance(choice, dict):
+        raise ValueError("tool_choice must be an object such as {'type': 'auto'}")
     if choice is not None:
         modes = {"auto": "auto", "none": "none", "any": "required"}
         if choice.get("type") in modes:
@@ -369,6 +371,8 @@ def _tool_to_responses(tool: Any, index: int) -> dict[str, Any]:
             f"tools[{index}] ({tool['name']!r}) has type {tool['type']!r}: only client tools "
             "(with an input_schema) can be served by this model"
         )
+    if not isinstance(tool.get("input_schema", {}), dict):
+        raise ValueError(f"tools[{index}].input_schema must be a JSON schema object")
     return {"type": "function", "name": tool["name"], "description": tool.get("description"),
             "parameters": tool.get("input_schema") or dict(_EMPTY_SCHEMA), "strict": False}  # fmt: skip
 
@@ -395,6 +399,8 @@ def _blocks_to_items(
             parts.append(_image_part(block, at))
         else:
             close_message()
+            if kind == "tool_use" and not isinstance(block.get("input", {}), dict):
+                raise ValueError(f"{at}.input must be an object")
             if kind == "tool_use":
                 items.append({"id": block["id"], "type": "function_call", "call_id": block["id"], "name": block["name"],
                               "arguments": json.dumps(block.get("input") or {}), "status": "completed"})  # fmt: skip

@@ -165,7 +165,7 @@ class DialectRoutes:
         """``POST /v1/messages``: a Messages request answered through the server's Responses path."""
         try:
             params = messages_request_to_responses_params(body)
-        except (ValueError, KeyError, TypeError) as exc:
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise HTTPError(400, f"cannot read the Messages request: {exc}") from exc
         asked = str(body.get("model") or "")
         params["model"] = self.served_model(asked)
@@ -191,7 +191,7 @@ class DialectRoutes:
         """``POST /v1/messages/count_tokens``: the prompt's length in the served model's tokens."""
         try:
             params = messages_request_to_responses_params(body)
-        except (ValueError, KeyError, TypeError) as exc:
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise HTTPError(400, f"cannot read the Messages request: {exc}") from exc
         params["model"] = self.served_model(body.get("model"))
         return {"input_tokens": await self.server.count_input_tokens(params)}
@@ -212,11 +212,14 @@ class DialectRoutes:
             request = body.get("generateContentRequest") or body
             try:
                 params = gemini_request_to_responses_params(request)
-            except (ValueError, KeyError, TypeError) as exc:
+            except (ValueError, KeyError, TypeError, AttributeError) as exc:
                 raise HTTPError(400, f"cannot read the countTokens request: {exc}") from exc
             params["model"] = self.served_model(model)
             return {"totalTokens": await self.server.count_input_tokens(params)}
-        schema = json_schema_request(body)
+        try:
+            schema = json_schema_request(body)
+        except ValueError as exc:
+            raise HTTPError(400, f"cannot read the generateContent request: {exc}") from exc
         if schema is not None:
             # Not a turn of the agent: the CLI's own bookkeeping (see the module docstring).
             result = json_answer(schema_default_instance(schema), model=model)
@@ -225,7 +228,7 @@ class DialectRoutes:
             return result
         try:
             params = gemini_request_to_responses_params(body)
-        except (ValueError, KeyError, TypeError) as exc:
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise HTTPError(400, f"cannot read the generateContent request: {exc}") from exc
         params["model"] = self.served_model(model)
 

@@ -109,6 +109,11 @@ def _turn_items(
         at = f"{where}.parts[{part_index}]"
         if not isinstance(part, dict):
             raise ValueError(f"{at} must be an object")
+        for kind in ("functionCall", "functionResponse", "inlineData"):
+            if kind in part and not isinstance(part[kind], dict):
+                raise ValueError(f"{at}.{kind} must be an object")
+        if "functionCall" in part and not isinstance(part["functionCall"].get("args", {}), dict):
+            raise ValueError(f"{at}.functionCall.args must be an object")
         if "functionCall" in part:
             close_message()
             call = part["functionCall"] or {}
@@ -231,6 +236,8 @@ def json_schema_of(schema: Any) -> Any:
 def _tool_choice(config: Any) -> Any:
     if not config:
         return None
+    if not isinstance(config, dict):
+        raise ValueError("toolConfig must be an object")
     calling = config.get("functionCallingConfig") or config.get("function_calling_config") or {}
     mode = str(calling.get("mode") or "AUTO").upper()
     if mode not in _TOOL_MODES:
@@ -244,14 +251,17 @@ def _tool_choice(config: Any) -> Any:
 
 
 def json_schema_request(body: dict[str, Any]) -> dict[str, Any] | None:
-    """The JSON schema a request asks its answer to follow, or None for a free-form request."""
+    """The JSON schema a request asks its answer to follow, or None for a free-form request
+    (``ValueError`` for a schema that is not an object)."""
     config = body.get("generationConfig") or {}
     if not isinstance(config, dict) or config.get("responseMimeType") != "application/json":
         return None
-    if config.get("responseJsonSchema") is not None:
-        return dict(config["responseJsonSchema"])
-    if config.get("responseSchema") is not None:
-        return dict(json_schema_of(config["responseSchema"]))
+    for key in ("responseJsonSchema", "responseSchema"):
+        schema = config.get(key)
+        if schema is not None and not isinstance(schema, dict):
+            raise ValueError(f"generationConfig.{key} must be a JSON schema object")
+        if schema is not None:
+            return dict(json_schema_of(schema)) if key == "responseSchema" else dict(schema)
     return {}
 
 
