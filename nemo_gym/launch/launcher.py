@@ -264,11 +264,19 @@ def launch_spec(
         p for p in (str(root), str(project_root()), env.get("PYTHONPATH", "")) if p
     )
     env["PYTHONUNBUFFERED"] = "1"
+    workdir = cwd or Path.cwd()
+    if (path.parent / ".nemo_gym_source.json").is_file():
+        # A folder pulled from NeMo Gym runs as NeMo Gym runs it: from inside the folder (its code
+        # opens folder-relative paths such as prompt_templates/x.txt); the project root stays
+        # where paths named from the root resolve (NEMO_GYM_EXTRA_ROOTS).
+        roots = env.get("NEMO_GYM_EXTRA_ROOTS", "")
+        env["NEMO_GYM_EXTRA_ROOTS"] = os.pathsep.join(p for p in (str(workdir), str(root), roots) if p)
+        workdir = path.parent
     return LaunchSpec(
         instance,
         [sys.executable, str(path)],
         env,
-        str(cwd or Path.cwd()),
+        str(workdir),
         server_dir=path.parent,
         global_config=dict(global_config or {}),
         stdin_payload=launch_payload(instance, registration_secret),

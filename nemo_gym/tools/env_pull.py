@@ -126,6 +126,47 @@ def _plan(
         replace |= {f"{c.kind}/{c.name}" for c in found}
 
 
+def _install(
+    target: Path,
+    companions: list[Path],
+    dependencies: dict[str, list[str]],
+    install: bool,
+    install_gpu_requirements: bool,
+    index_url: str | None,
+) -> tuple[list[str], list[str]]:
+    """Install what the pulled folder needs (its requirements and NeMo Gym's dependencies that any
+    copied folder's code imports: a failure is a :class:`PullError`), then each companion folder's
+    own requirements, one folder at a time: a companion whose requirements cannot be installed
+    here (a git clone, a GPU stack) is reported, not fatal, since the pulled folder may never
+    start it. ``(installed, not installed with why)``."""
+
+    def split(reqs: list[str]) -> tuple[list[str], list[str]]:
+        missing = unmet_requirements(reqs)
+        gpu = [r for r in missing if requirement_name(r) in GPU_REQUIREMENTS and not install_gpu_requirements]
+        return ([r for r in missing if r not in gpu] if install else []), [
+            r for r in missing if r in gpu or not install
+        ]
+
+    own: list[str] = list(folder_requirements(target))
+    for folder in [target, *companions]:
+        own += [r for r in runtime_requirements(folder, dependencies) if r not in own]
+    installed, skipped = split(own)
+    if installed:
+        ok, last = install_requirements(installed, index_url)
+        if not ok:
+            raise PullError(f"pip could not install {target.name}'s requirements {installed}: {last}")
+    for folder in companions:
+        extra, more_skipped = split([r for r in folder_requirements(folder) if r not in own])
+        skipped += [r for r in more_skipped if r not in skipped]
+        if extra:
+            ok, last = install_requirements(extra, index_url)
+            if ok:
+                installed += extra
+            else:
+                skipped.append(f"{folder.parent.name}/{folder.name}: {' '.join(extra)} (pip: {last})")
+    return installed, skipped
+
+
 def pull_environment(
     name: str,
     version: str | None = None,
@@ -163,19 +204,9 @@ def pull_environment(
     for k, n in copied:
         _copy_folder(root / k / n, project / k / n)
 
-    dependencies = nemo_gym_dependencies(root)
-    wanted: list[str] = []
-    for folder in folders:
-        for req in folder_requirements(folder) + runtime_requirements(folder, dependencies):
-            if req not in wanted:
-                wanted.append(req)
-    missing = unmet_requirements(wanted)
-    gpu = [r for r in missing if requirement_name(r) in GPU_REQUIREMENTS and not install_gpu_requirements]
-    to_install = [r for r in missing if r not in gpu] if install else []
-    if to_install:
-        ok, last = install_requirements(to_install, index_url)
-        if not ok:
-            raise PullError(f"pip could not install {name}'s requirements {to_install}: {last}")
+    to_install, not_installed = _install(
+        target, folders[1:], nemo_gym_dependencies(root), install, install_gpu_requirements, index_url
+    )
 
     declared, licence_files = wheel_license(root)
     common = {
@@ -198,7 +229,7 @@ def pull_environment(
         "uses_project_folders": [f"{k}/{n}" for k, n in kept],
         "needs": folder_needs(target, project),
         "requirements_installed": to_install,
-        "requirements_not_installed": [r for r in missing if r not in to_install],
+        "requirements_not_installed": not_installed,
     }
     for folder, (k, n) in [(target, (found_kind, name)), *zip(folders[1:], copied, strict=True)]:
         for licence in licence_files:

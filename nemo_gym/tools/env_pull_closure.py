@@ -26,15 +26,38 @@ _FOLDER_REFERENCE = re.compile(rf"\b({'|'.join(TREES)})[./](\w+)")
 _SCANNED = (".py", ".yaml", ".yml")
 
 
-def referenced_folders(wheel_root: Path, kind: str, name: str) -> set[tuple[str, str]]:
-    """The other wheel folders that ``kind/name``'s Python and YAML files import or name."""
+def _config_servers(text: str) -> set[tuple[str, str]]:
+    """``(kind, implementation)`` of every server a config declares (``inst: {kind: {impl: {...}}}``)."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return set()
+    found = set()
+    for block in data.values() if isinstance(data, dict) else []:
+        for kind, impls in block.items() if isinstance(block, dict) else []:
+            if kind in KINDS and isinstance(impls, dict):
+                found |= {(kind, str(impl)) for impl in impls}
+    return found
+
+
+def referenced_folders(
+    wheel_root: Path, kind: str, name: str, code_only: bool = False
+) -> set[tuple[str, str]]:
+    """The other wheel folders that ``kind/name``'s Python and YAML files import or name, and the
+    servers its configs declare (``code_only``: what its Python files name)."""
     found: set[tuple[str, str]] = set()
     for path in (wheel_root / kind / name).rglob("*"):
         if path.suffix not in _SCANNED or not path.is_file() or ".venv" in path.parts:
             continue
-        for ref_kind, ref_name in _FOLDER_REFERENCE.findall(path.read_text(errors="replace")):
-            if (ref_kind, ref_name) != (kind, name) and (wheel_root / ref_kind / ref_name).is_dir():
-                found.add((ref_kind, ref_name))
+        if code_only and path.suffix != ".py":
+            continue
+        text = path.read_text(errors="replace")
+        refs = set(_FOLDER_REFERENCE.findall(text))
+        if path.suffix in (".yaml", ".yml"):
+            refs |= _config_servers(text)
+        found |= {ref for ref in refs if ref != (kind, name) and (wheel_root / ref[0] / ref[1]).is_dir()}
     return found
 
 
@@ -43,8 +66,9 @@ def folder_closure(
 ) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
     """What pulling ``kind/name`` brings: ``(copied, kept)``.
 
-    ``copied``: every wheel folder it needs, directly or through another copied one (itself
-    excluded). ``kept``: the folders it needs that ``project`` already has (not copied, and not
+    ``copied``: every wheel folder it imports or names, and what those import in their Python
+    code, directly or through another copied one (itself excluded; what a companion's configs or
+    docs name is not followed). ``kept``: the folders it needs that ``project`` already has (not copied, and not
     followed further: the project's own folder is what will be imported), unless named in
     ``replace`` (``kind/name``). Both sorted.
     """
@@ -53,7 +77,7 @@ def folder_closure(
     todo = [(kind, name)]
     while todo:
         current = todo.pop()
-        for ref in referenced_folders(wheel_root, *current):
+        for ref in referenced_folders(wheel_root, *current, code_only=current != (kind, name)):
             if ref in copied or ref in kept or ref == (kind, name):
                 continue
             here = project is not None and (project / ref[0] / ref[1]).is_dir()
