@@ -432,6 +432,31 @@ class SimpleResourcesServer(BaseServer):
                 found[tool_name] = getattr(self, attr)
         return found
 
+    @classmethod
+    def tool_schemas(cls) -> list[dict[str, Any]]:
+        """The function tools a model sees for this server's :func:`tool` methods, built from each
+        method's name, docstring and body model (the ``tools`` of a data row: never paste them)."""
+        from nemo_gym.serving.tool_schemas import function_tools
+
+        found = {}
+        for attr in dir(cls):
+            member = getattr(cls, attr, None)
+            tool_name = getattr(member, "_ng_tool_name", None)
+            if tool_name and member is not None:
+                found[tool_name] = member
+        return function_tools(found)
+
+    @classmethod
+    def build_row(
+        cls, prompt: str | list[dict[str, Any]], *, instructions: str | None = None, **fields: Any
+    ) -> dict[str, Any]:
+        """One data row for this environment: the prompt (a developer message first when
+        ``instructions`` is given), :meth:`tool_schemas` as its tools, and ``fields`` (the row's
+        own data, e.g. ``expected_answer``, which ``verify`` reads)."""
+        from nemo_gym.serving.tool_schemas import task_row
+
+        return task_row(prompt, cls.tool_schemas(), instructions=instructions, **fields)
+
     def routes(self) -> list[Route]:
         """Liveness, ``/seed_session``, ``/verify``, ``/aggregate_metrics`` and one route per tool."""
         seed: Callable[[Any], Any] = self.seed_session

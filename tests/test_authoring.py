@@ -200,6 +200,13 @@ def test_tutorial_environment_runs_as_written(tmp_path: Path):
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     row = json.loads(doc_block("## 3. Rows", "json"))
+    # The row's tools are what the row builder makes from the tool method: nothing pasted by hand.
+    built = module.CapitalQuizServer.build_row(
+        row["responses_create_params"]["input"][1]["content"],
+        instructions=row["responses_create_params"]["input"][0]["content"],
+        **{k: v for k, v in row.items() if k != "responses_create_params"},
+    )
+    assert built == row
 
     judge_scripts = [
         {"match": "Given answer: Sydney", "turns": [{"text": "Sydney is another city. [[DIFFERENT]]"}]},
@@ -384,3 +391,68 @@ def test_a_pulled_folder_is_checked_by_its_tests_and_its_data_findings_are_notes
     assert pulled.problems == [] and any("get_forecast" in n for n in pulled.notes)
     strict = check_server(folder, run_tests=False, validate_data=True)
     assert any("get_forecast" in p for p in strict.problems)
+
+
+from pydantic import BaseModel as _BaseModel  # noqa: E402
+from pydantic import ConfigDict as _ConfigDict  # noqa: E402
+
+from nemo_gym.base_resources_server import SimpleResourcesServer as _Server  # noqa: E402
+from nemo_gym.base_resources_server import tool as _tool  # noqa: E402
+
+
+# The row builder's example server: type hints resolve at module level, as in an app.py.
+class LookupRequest(_BaseModel):
+    """Author notes: not for the model."""
+
+    model_config = _ConfigDict(extra="forbid")
+    city: str
+    days: int
+
+
+class LooseRequest(_BaseModel):
+    city: str
+    units: str = "metric"
+
+
+class Weather(_Server):
+    @_tool
+    async def lookup(self, body: LookupRequest) -> dict:
+        """The forecast for a city.
+
+        Longer notes for authors stay out of the description."""
+        return {}
+
+    @_tool(name="loose")
+    async def loose_lookup(self, body: LooseRequest) -> dict:
+        """A forecast, units optional."""
+        return {}
+
+    @_tool
+    async def anything(self, body: dict) -> dict:
+        return {}
+
+
+def test_the_row_builder_makes_tool_schemas_from_the_tool_methods():
+    from nemo_gym.response_items import create_params_shape_errors
+
+    tools = {t["name"]: t for t in Weather.tool_schemas()}
+    assert list(tools) == ["anything", "lookup", "loose"]
+    assert tools["lookup"] == {
+        "type": "function",
+        "name": "lookup",
+        "description": "The forecast for a city.",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+            "required": ["city", "days"],
+            "additionalProperties": False,
+        },
+        "strict": True,
+    }
+    # Not every field required, extra fields allowed: a schema strict mode cannot hold, so not strict.
+    assert "strict" not in tools["loose"] and tools["loose"]["parameters"]["required"] == ["city"]
+    assert tools["anything"]["parameters"] == {"type": "object", "properties": {}}
+    row = Weather.build_row("Rain in Oslo?", instructions="Be brief.", expected="yes")
+    assert row["expected"] == "yes" and row["responses_create_params"]["tools"] == Weather.tool_schemas()
+    assert [i["role"] for i in row["responses_create_params"]["input"]] == ["developer", "user"]
+    assert create_params_shape_errors(row["responses_create_params"]) == []
