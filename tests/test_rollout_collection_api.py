@@ -255,3 +255,19 @@ def test_a_rows_own_rollout_id_is_not_shared_by_its_repeats() -> None:
     assert rollout_id_for(next(repeated.expand(repeated.prepare(row), 0, 3))) == "step7.0-r3"
     once = RowMaterializer(agent_name="a")
     assert [rollout_id_for(r) for r in once.expand(once.prepare(row), 0, 0)] == ["step7.0"]
+
+
+def test_a_harness_programs_own_tool_outputs_are_shown_as_its_own() -> None:
+    from nemo_gym.collection.trajectory import build_trajectory_record
+
+    call = {"type": "function_call", "call_id": "c1", "name": "bash", "arguments": "{}"}
+    result = {
+        "response": {"output": [call, {"type": "message", "role": "assistant", "content": "done"}]},
+        "harness": {
+            "program_items": [
+                {"before_call": 1, "item": {"type": "function_call_output", "call_id": "c1", "output": "ok"}}
+            ]
+        },
+    }
+    (tool,) = build_trajectory_record({"_ng_task_index": 0, "_ng_rollout_index": 0}, result)["tool_calls"]
+    assert tool["output"] == "ok" and tool["output_source"] == "program"

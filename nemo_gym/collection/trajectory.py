@@ -62,8 +62,15 @@ def build_trajectory_record(row: Mapping[str, Any], result: Mapping[str, Any]) -
             pending = []
     if pending and (not model_calls or any(i.get("type") != "function_call" for i in pending)):
         model_calls.append(_model_call(len(model_calls), pending, None, None))
+    # A harness program that ran its tools itself: their outputs are its own, never graded
+    # (harness.program_items), but they are what the call returned: shown, marked as the program's.
+    program_outputs = _program_tool_outputs(result)
     for call in tool_calls:
-        call["output"] = outputs_by_call.get(str(call["call_id"]))
+        call_id = str(call["call_id"])
+        call["output"] = outputs_by_call.get(call_id)
+        if call_id not in outputs_by_call and call_id in program_outputs:
+            call["output"] = program_outputs[call_id]
+            call["output_source"] = "program"
     return {
         "schema_version": SCHEMA_VERSION,
         "task_id": task_id,
@@ -73,6 +80,18 @@ def build_trajectory_record(row: Mapping[str, Any], result: Mapping[str, Any]) -
         "tool_calls": tool_calls,
         "gaps": [] if model_calls else [{"code": "no_model_calls"}],
     }
+
+
+def _program_tool_outputs(result: Mapping[str, Any]) -> dict[str, Any]:
+    """Tool outputs a harness program wrote itself, by call id (``harness.program_items``)."""
+    harness = result.get("harness")
+    entries = harness.get("program_items") if isinstance(harness, Mapping) else None
+    found: dict[str, Any] = {}
+    for entry in entries if isinstance(entries, list) else []:
+        item = entry.get("item") if isinstance(entry, Mapping) else None
+        if isinstance(item, Mapping) and item.get("type") == "function_call_output":
+            found.setdefault(str(item.get("call_id")), item.get("output"))
+    return found
 
 
 def _model_call(index: int, items: list[dict[str, Any]], prompt: Any, generation: Any) -> dict[str, Any]:
