@@ -11,6 +11,10 @@ harness_agent running ``HARNESS`` below, a real Python program doing what its pr
 - ``SOCKETS``: the program looks for the stack's Unix socket files (in ``/tmp``, its ``$TMPDIR``
   and the agent's temporary directory) to put a listener of its own in a server's place.
 
+- ``UPSTREAM``: through a policy behind ``openai_model`` (the operator's key, a fake endpoint on
+  loopback that records what it gets), the program asks for a built-in web search, a
+  ``service_tier``, a background job and a stored prompt: none of it reaches the endpoint.
+
 And one attack from outside any harness: ``IMPOSTOR``, a process of the same user (a real
 subprocess) that replaces the resources server's socket file with a listener forwarding to the
 server's TCP port and recording what it is sent. Clients check who listens before they send
@@ -80,6 +84,12 @@ if prompt.startswith("FORGE") or prompt.startswith("CONTROL"):
         # A malformed request the proxy forwards is the program's 4xx (the rollout goes on).
         bad_tool = {"type": "function", "name": "f", "parameters": {"type": "object", "properties": {"city": True}}}
         report["bad_tool"] = post(url, {"model": "policy", "input": history, "tools": [bad_tool]}, raw=True)
+elif prompt.startswith("UPSTREAM"):
+    # Reach past the policy with the operator's key: built-in tools, a billing tier, a stored prompt.
+    asked = {"model": "policy", "input": history, "service_tier": "priority", "background": True,
+             "prompt": {"id": "pmpt_stored"},
+             "tools": [{"type": "web_search"}, {"type": "function", "name": "f", "parameters": {"type": "object", "properties": {}}}]}
+    report["status"] = post(url, asked, raw=True)
 elif prompt.startswith("SOCKETS"):
     places = {"/tmp", os.environ.get("TMPDIR", "/tmp"), sys.argv[1]}
     found, writable = [], []
@@ -93,7 +103,7 @@ print(json.dumps(report))
 """
 
 
-def stack_config(root: Path) -> Path:
+def stack_config(root: Path, upstream: str) -> Path:
     harness = root / "harness.py"
     harness.write_text(HARNESS)
     config = {
@@ -119,6 +129,26 @@ def stack_config(root: Path) -> Path:
                 }
             }
         },
+    }
+    # The policy behind an OpenAI-compatible endpoint (the operator's key), and a harness on it.
+    config["upstream_policy"] = {
+        "responses_api_models": {
+            "openai_model": {
+                "entrypoint": "app.py",
+                "openai_base_url": upstream,
+                "openai_api_key": "sk-operator-key-0123456789abcdef",
+                "openai_model": "operator-model",
+                "max_retries": 0,
+            }
+        }
+    }
+    config["upstream_harness_agent"] = {
+        "responses_api_agents": {
+            "harness_agent": {
+                **config["forging_harness_agent"]["responses_api_agents"]["harness_agent"],
+                "model_server": {"type": "responses_api_models", "name": "upstream_policy"},
+            }
+        }
     }
     if os.geteuid() == 0:  # a uid of its own: only root can hand one out
         secret = root / "agent_only.txt"
@@ -151,14 +181,40 @@ def row(prompt: str) -> dict:
     }
 
 
+UPSTREAM_BODIES: list[dict] = []
+
+
+def fake_upstream():
+    """An OpenAI-compatible endpoint that records what it is sent and answers one message."""
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    from nemo_gym.response_items import build_response, message_item
+
+    async def responses(request: Request) -> JSONResponse:
+        body = await request.json()
+        UPSTREAM_BODIES.append(body)
+        return JSONResponse(
+            build_response([message_item("I cannot tell.")], body, model=body.get("model", ""))
+        )
+
+    return Starlette(routes=[Route("/v1/responses", responses, methods=["POST"])])
+
+
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
+    from nemo_gym.testing import running_app
+
     root = tmp_path_factory.mktemp("harness_attack")
     env = {**os.environ, ENV_AUTH_TOKEN: TOKEN}
-    with ng_run_process([ENV_CONFIG, str(stack_config(root))], env=env) as (_, head_url):
-        status, listed = call(head_url + "/server_instances", token=TOKEN)
-        assert status == 200, listed
-        yield {item["name"]: item["url"] for item in listed}
+    with running_app(fake_upstream()) as upstream:
+        config = stack_config(root, upstream + "/v1")
+        with ng_run_process([ENV_CONFIG, str(config)], env=env) as (_, head_url):
+            status, listed = call(head_url + "/server_instances", token=TOKEN)
+            assert status == 200, listed
+            yield {item["name"]: item["url"] for item in listed}
 
 
 def run(urls: dict, body: dict) -> dict:
@@ -206,6 +262,17 @@ def test_a_harness_sees_no_socket_file_of_the_stack(stack):
     # Its $TMPDIR is its own (inside its working directory), not the agent's.
     assert report["tmpdir"] and report["tmpdir"] != tempfile.gettempdir()
     assert all(os.path.exists(path) for path in ours)
+
+
+def test_a_program_cannot_reach_past_the_policy_with_the_operators_key(stack):
+    status, answer = call(stack["upstream_harness_agent"] + "/run", "POST", row("UPSTREAM"), token=TOKEN)
+    assert status == 200, answer
+    assert answer["harness"]["model_calls"] == 1, answer["harness"]
+    sent = UPSTREAM_BODIES[-1]
+    for field in ("service_tier", "background", "prompt"):
+        assert field not in sent, sent
+    assert [tool["type"] for tool in sent["tools"]] == ["function"], sent["tools"]
+    assert sent["model"] == "operator-model"
 
 
 def test_a_program_can_run_as_a_uid_of_its_own(stack):
