@@ -189,6 +189,12 @@ GROUPS: dict[str, tuple[str, tuple[Subcommand, ...]]] = {
                 "",
                 "environments (resources servers)",
             ),
+            Subcommand(
+                "resources-servers",
+                "nemo_gym.tools.gym_cli:list_environments",
+                "",
+                "the same list under NeMo Gym 0.7.0's name",
+            ),
             Subcommand("agents", "nemo_gym.tools.gym_cli:list_agents", "", "agent harnesses"),
             Subcommand("models", "nemo_gym.tools.gym_cli:list_models", "", "model servers"),
             Subcommand(
