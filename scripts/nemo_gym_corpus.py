@@ -417,6 +417,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "on the scripted model for a resources server with example data (see nemo_gym_corpus_user.py)",
     )
     p.add_argument(
+        "--report", action="store_true", help="--user-path: print the table of --results; run nothing"
+    )
+    p.add_argument(
         "--results", type=Path, help="--user-path: append each folder's result here (JSON lines); "
         "folders already in it are skipped, so a cut run resumes",
     )  # fmt: skip
@@ -528,7 +531,7 @@ def user_path_main(opts: argparse.Namespace, wheel_root: Path, folders: list[tup
     python = layered_python(opts.cache_dir / "venvs" / f"user_path_{opts.version}")
     scratch = opts.scratch or Path(tempfile.mkdtemp(prefix="nemo_gym_corpus_user."))
     os.environ["NEMO_GYM_WHEEL_CACHE"] = str((opts.wheel_dir or wheel_root).parent)
-    todo = [(k, n) for k, n in folders if f"{k}/{n}" not in seen]
+    todo = [] if opts.report else [(k, n) for k, n in folders if f"{k}/{n}" not in seen]
     for index, (kind, name) in enumerate(todo, 1):
         r = run_user_path(
             kind,
