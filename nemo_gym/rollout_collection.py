@@ -17,7 +17,7 @@ The public surface, with NeMo Gym's names, fields and return shapes, over
   trajectory from the evidence a result carries: :mod:`nemo_gym.collection.trajectory_evidence`;
   ``attach_trajectory_record`` projects it from the final response alone),
   ``_environment_servers_by_agent``/``_environment_server_for_agent``, ``DispatchLatencyTracker``,
-  ``get_max_rollout_attempts``, ``is_terminal_failure``, ``observed_elapsed``,
+  ``get_max_rollout_attempts`` (and 0.4.0-0.6.0's ``_get_max_rollout_attempts``), ``is_terminal_failure``, ``observed_elapsed``,
   ``migrate_invalid_judge_main_rows`` and ``_attach_ng_perf``
   (:mod:`nemo_gym.collection.nemo_gym_compat`).
 """
@@ -96,6 +96,9 @@ __all__ = [
     "migrate_invalid_judge_main_rows",
     "observed_elapsed",
 ]
+
+# NeMo Gym 0.4.0 to 0.6.0 spell it with an underscore (gdpval's orchestrator imports that name).
+_get_max_rollout_attempts = get_max_rollout_attempts
 
 collect_rollouts = console_command(collect_command, "ng_collect_rollouts")
 aggregate_rollouts = console_command(aggregate_command, "ng_aggregate_rollouts")

@@ -172,6 +172,7 @@ def test_attempts_terminal_failures_and_elapsed(monkeypatch: pytest.MonkeyPatch)
     assert rc.get_max_rollout_attempts() == 3
     monkeypatch.setenv("NEMO_GYM_MAX_ROLLOUT_ATTEMPTS", "5")
     assert rc.get_max_rollout_attempts() == 5
+    assert rc._get_max_rollout_attempts() == 5  # NeMo Gym 0.4.0-0.6.0's name
     monkeypatch.setenv("NEMO_GYM_MAX_ROLLOUT_ATTEMPTS", "0")
     assert rc.get_max_rollout_attempts() == 3
     stamped_timeout = {"_ng_failure_class": "timeout_exceeded", "_ng_failure_terminal": True}
