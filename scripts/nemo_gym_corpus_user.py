@@ -139,9 +139,9 @@ def run_user_path(
         result.tested = code == 0
         result.test_note = _error_line(out) if code != 0 else ""
         folder = project / kind / name
-        config = folder / "configs" / f"{name}.yaml"
+        config = _server_config(folder)
         rows = folder / "data" / "example.jsonl"
-        if result.tested and kind == "resources_servers" and config.is_file() and rows.is_file():
+        if result.tested and kind == "resources_servers" and config is not None and rows.is_file():
             if "data_step" in result.needs:
                 result.run_note = f"not run: needs a data step ({result.needs['data_step']})"
             else:
@@ -157,6 +157,21 @@ def run_user_path(
     result.seconds = time.monotonic() - started
     shutil.rmtree(project, ignore_errors=True)
     return result
+
+
+def _server_config(folder: Path) -> Path | None:
+    """``configs/NAME.yaml``, else the first config under ``configs/`` that declares the server."""
+    named = folder / "configs" / f"{folder.name}.yaml"
+    if named.is_file():
+        return named
+    for path in sorted((folder / "configs").glob("*.yaml")):
+        if re.search(
+            rf"^\s+resources_servers:\s*\n\s+{re.escape(folder.name)}:",
+            path.read_text(errors="replace"),
+            re.M,
+        ):
+            return path
+    return None
 
 
 # The scripted model's default script calls the first tool the request offers; rows that offer
