@@ -1,4 +1,4 @@
-"""NeMo Gym's ``nemo_gym.anthropic_converter``: Anthropic's Messages API ⇄ the Responses API.
+"""Compatibility: NeMo Gym's ``nemo_gym.anthropic_converter``: Anthropic's Messages API ⇄ the Responses API.
 
 :class:`AnthropicConverter` serves both directions NeMo Gym uses it for: a model server in front
 of Anthropic's API (:meth:`~AnthropicConverter.responses_to_anthropic`,

@@ -1,4 +1,4 @@
-"""NeMo Gym's ``nemo_gym.chat_streaming``: serve ``stream: true`` Chat Completions clients from one answer.
+"""Compatibility: NeMo Gym's ``nemo_gym.chat_streaming``: serve ``stream: true`` Chat Completions clients from one answer.
 
 A model server computes a chat completion in one call; a streaming client (OpenClaw, ...) is
 answered by sending that completion as ``chat.completion.chunk`` events ending in

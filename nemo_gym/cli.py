@@ -1,4 +1,4 @@
-"""Console entry points: ``ng_run``, ``ng_status``, ``ng_dump_config``, ``ng_version``.
+"""Compatibility: Console entry points: ``ng_run``, ``ng_status``, ``ng_dump_config``, ``ng_version``.
 
 Commands that belong to one subsystem live beside it (``ng_collect_rollouts`` in
 ``nemo_gym.rollout_collection``); all are wrapped by :func:`nemo_gym.console.command.console_command`.

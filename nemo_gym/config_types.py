@@ -1,4 +1,4 @@
-"""NeMo Gym's ``nemo_gym.config_types`` names, for trainers and NeMo Gym-style server code that import them.
+"""Compatibility: NeMo Gym's ``nemo_gym.config_types`` names, for trainers and NeMo Gym-style server code that import them.
 
 A compatibility layer with no logic of its own: ``BaseServerConfig`` (``host``, ``port``; NeMo RL
 and verl build the head server's address with it) and the server-ref types, over

@@ -1,4 +1,4 @@
-"""Which files an agent harness leaves behind are its deliverables (``nemo_gym.deliverables``):
+"""Compatibility: Which files an agent harness leaves behind are its deliverables (``nemo_gym.deliverables``):
 every regular file except the harness's own bookkeeping (history, metadata, logs, the task's
 reference files)."""
 

@@ -1,4 +1,4 @@
-"""NeMo Gym's episode identity and envelope types (``nemo_gym.episode_types``).
+"""Compatibility: NeMo Gym's episode identity and envelope types (``nemo_gym.episode_types``).
 
 An *episode* is one attempt at one task: ``EpisodeId`` names the attempt (a rollout id and an
 attempt number), ``TaskId`` names the task inside a taskset. ``BaseEpisodeRequest`` carries

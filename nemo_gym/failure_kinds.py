@@ -1,4 +1,4 @@
-"""NeMo Gym's shared failure vocabulary (``nemo_gym.failure_kinds``) and episode stages.
+"""Compatibility: NeMo Gym's shared failure vocabulary (``nemo_gym.failure_kinds``) and episode stages.
 
 A failure kind names *what* went wrong, in a few low-cardinality words that are safe as a
 metric label; whether to retry, mask or tell someone lives on the failure record, not here.

@@ -1,4 +1,4 @@
-"""NeMo Gym's ``nemo_gym.global_config`` names, for trainers that import them (NeMo RL, verl, verifiers).
+"""Compatibility: NeMo Gym's ``nemo_gym.global_config`` names, for trainers that import them (NeMo RL, verl, verifiers).
 
 A compatibility layer with no logic of its own: the key-name constants clients use,
 :class:`GlobalConfigDictParserConfig` (how a trainer describes the config it wants), and the

@@ -1,4 +1,4 @@
-"""NeMo Gym's LLM-judge call and its failure (``nemo_gym.judge``): a judge that cannot be asked is
+"""Compatibility: NeMo Gym's LLM-judge call and its failure (``nemo_gym.judge``): a judge that cannot be asked is
 a failed verification, never a wrong answer.
 
 - :func:`call_judge` POSTs to a judge model server and parses its answer; any failure of the

@@ -1,4 +1,4 @@
-"""NeMo Gym's ``nemo_gym.openai_utils``: validated pydantic types of the OpenAI objects on the wire.
+"""Compatibility: NeMo Gym's ``nemo_gym.openai_utils``: validated pydantic types of the OpenAI objects on the wire.
 
 Built on the ``openai`` package's own types (subclassed, not re-declared), with what NeMo Gym
 adds: defaults that let an item be built from its content alone

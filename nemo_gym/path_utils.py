@@ -1,4 +1,4 @@
-"""NeMo Gym's names for a collection's side files (``nemo_gym.path_utils``), over ours
+"""Compatibility: NeMo Gym's names for a collection's side files (``nemo_gym.path_utils``), over ours
 (:class:`nemo_gym.collection.collection_io.CollectionPaths`): ``x.jsonl`` has
 ``x_failures.jsonl``, ``x_materialized_inputs.jsonl`` and ``x_aggregate_metrics.json``."""
 

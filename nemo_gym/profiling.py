@@ -1,4 +1,4 @@
-"""NeMo Gym's ``nemo_gym.profiling``: a CPU profiler a server switches on around its work.
+"""Compatibility: NeMo Gym's ``nemo_gym.profiling``: a CPU profiler a server switches on around its work.
 
 ``Profiler(name=..., base_profile_dir=...)`` with ``start()``, ``stop()`` (which dumps) and
 ``dump()``. Unlike NeMo Gym's (yappi, a callgrind file and a call-graph PNG drawn by graphviz),

@@ -1,4 +1,4 @@
-"""NeMo Gym's prompt templates (``nemo_gym.prompt``): a YAML file with a ``user`` template and an
+"""Compatibility: NeMo Gym's prompt templates (``nemo_gym.prompt``): a YAML file with a ``user`` template and an
 optional ``system`` one, filled from a data row's top-level fields with ``str.format`` syntax.
 
 The collector's ``+prompt_config`` reads the same files (:class:`nemo_gym.collection.collection_io.PromptConfig`);

@@ -1,4 +1,4 @@
-"""NeMo Gym's ``nemo_gym.responses_converter``: Responses API ⇄ Chat Completions, as typed objects.
+"""Compatibility: NeMo Gym's ``nemo_gym.responses_converter``: Responses API ⇄ Chat Completions, as typed objects.
 
 :class:`ResponsesConverter` is what NeMo Gym's model adapters (``vllm_model``, ``azure_openai_model``,
 ``inference_provider``, ``litellm_model``) and agents (``opencode_sandboxed_agent``,

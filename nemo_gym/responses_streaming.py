@@ -1,4 +1,4 @@
-"""NeMo Gym's ``nemo_gym.responses_streaming``: serve ``stream: true`` Responses clients from one answer.
+"""Compatibility: NeMo Gym's ``nemo_gym.responses_streaming``: serve ``stream: true`` Responses clients from one answer.
 
 A model server computes a Responses answer in one call; a streaming client (the Codex CLI, ...)
 gets it as OpenAI's Responses events. The request side (:mod:`nemo_gym.models.stream_requests`)

@@ -1,4 +1,4 @@
-"""NeMo Gym's ``nemo_gym.rollout_collection``: collect verified rollouts from files or a training loop.
+"""Compatibility: NeMo Gym's ``nemo_gym.rollout_collection``: collect verified rollouts from files or a training loop.
 
 The public surface, with NeMo Gym's names, fields and return shapes, over
 :mod:`nemo_gym.collection`:

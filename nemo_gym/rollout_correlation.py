@@ -1,4 +1,4 @@
-"""NeMo Gym's rollout correlation (``nemo_gym.rollout_correlation``): which rollout the current
+"""Compatibility: NeMo Gym's rollout correlation (``nemo_gym.rollout_correlation``): which rollout the current
 request belongs to.
 
 A caller correlates its calls with a rollout by prefixing the path with ``/ng-rollout/<id>``;

@@ -1,4 +1,4 @@
-"""NeMo Gym's rollout observation records (``nemo_gym.rollout_observability``): what an agent
+"""Compatibility: NeMo Gym's rollout observation records (``nemo_gym.rollout_observability``): what an agent
 harness reports about a rollout beyond its final answer.
 
 An :class:`AgentObservationBundle` holds typed records, in no particular order: agent

@@ -1,4 +1,4 @@
-"""NeMo Gym's ``nemo_gym.server_utils`` names, for trainers and NeMo Gym-style server code.
+"""Compatibility: NeMo Gym's ``nemo_gym.server_utils`` names, for trainers and NeMo Gym-style server code.
 
 A compatibility layer over :mod:`nemo_gym.serving.server_client` and :mod:`nemo_gym.serving.server`:
 

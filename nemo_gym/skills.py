@@ -1,4 +1,4 @@
-"""NeMo Gym's ``nemo_gym.skills``: a run's folder of agent skills (``+skills.path=...``), its
+"""Compatibility: NeMo Gym's ``nemo_gym.skills``: a run's folder of agent skills (``+skills.path=...``), its
 ``skills_ref`` (path, content hash, each skill's header) and ``stage_skills`` for agent CLIs.
 The implementation is :mod:`nemo_gym.agents.skills`; the collector uses it too.
 """

@@ -1,4 +1,4 @@
-"""Task-data schemas: what a resources server expects of the task fields of a dataset row
+"""Compatibility: Task-data schemas: what a resources server expects of the task fields of a dataset row
 (NeMo Gym's ``nemo_gym.task_data``).
 
 A server may ship ``task_data.py`` beside its ``app.py``, exporting ``TaskData``: a pydantic

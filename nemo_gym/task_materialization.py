@@ -1,4 +1,4 @@
-"""Turning a flat dataset row into a materialized task (NeMo Gym's ``nemo_gym.task_materialization``).
+"""Compatibility: Turning a flat dataset row into a materialized task (NeMo Gym's ``nemo_gym.task_materialization``).
 
 A materialized task is ``{"task_id": {"taskset", "task_id"}, "task_input": {...}}``: the task's
 identity and its own fields, without the routing the collector adds (``agent_ref``,

@@ -1,4 +1,4 @@
-"""NeMo Gym's tool-access descriptions (``nemo_gym.tool_access``): how an agent reaches one
+"""Compatibility: NeMo Gym's tool-access descriptions (``nemo_gym.tool_access``): how an agent reaches one
 named set of tools, either typed HTTP routes (``direct_http``) or an MCP server over streamable
 HTTP (``mcp``). ``required`` says whether failing to connect fails the session."""
 

@@ -1,4 +1,4 @@
-"""NeMo Gym's verifier fixtures (``nemo_gym.verifier_fixture``): an environment's scorer checked
+"""Compatibility: NeMo Gym's verifier fixtures (``nemo_gym.verifier_fixture``): an environment's scorer checked
 against cases it ships, without starting a server.
 
 A fixture file is JSONL, one case per line: ``name``, ``kind`` (``full_reward``,
