@@ -303,6 +303,9 @@ def test_middleware_captures_a_two_turn_rollout_and_flags_unclassified_routes(tm
     with TestClient(app) as client:
         assert client.get("/ng-rollout/r9/training-token-capture/metadata").json() == {"weights": 7}
     assert store.is_incomplete("r9")  # an unclassified route's answer may carry generated text
+    with TestClient(app) as client:  # a HEAD (Claude Code's probe of its base URL) carries none
+        assert client.head("/ng-rollout/r11/training-token-capture/metadata").status_code == 200
+    assert not store.is_incomplete("r11")
     declared = TokenCaptureMiddleware(
         _model_app([]), store=None, token_store=store, non_generating_requests={("GET", "/metadata")}
     )

@@ -82,7 +82,7 @@ def test_ng_run_with_token_id_capture_on_gives_a_trainer_contiguous_sequences(tm
 
     # What the trainer reads back from the capture: one contiguous chain, not masked.
     built = asyncio.run(trajectories_from_source("3-1", TokenCaptureStore(captures)))
-    assert built is not None and built["mask_sample"] is False, built
+    assert built is not None and built["mask_sample"] is False, json.dumps(built["metrics"])
     assert built["metrics"]["chains"] == 1 and built["metrics"]["roots"] == 1
     assert built["metrics"]["n_calls"] == 3 and built["metrics"]["delivered_fraction"] == 1.0
     rebuilt = built["rebuilt_response"]

@@ -6,8 +6,9 @@ as long as it is served; the server's dispatch resolves its parent and captures 
 Around that, this layer keeps the capture honest:
 
 * a captured route that is not a model dialect (``/v1/responses``, ``/v1/chat/completions``, Gemini,
-  ``/v1/messages``) and not declared non-generating marks the rollout incomplete when it
-  answers (404/405 excepted), since its answer may carry policy text nobody captured;
+  ``/v1/messages``) and not non-generating (declared so, a HEAD, OPTIONS or DELETE, a token
+  count) marks the rollout incomplete when it answers (404/405 excepted), since its answer may
+  carry policy text nobody captured;
 * under worker-owned staging, an admitted call that ends without committed coordinates is
   recorded as a failure before the answer's last piece (or a stream's terminal event) is sent,
   so a client that saw the answer end can read the failure.
@@ -52,6 +53,10 @@ logger = logging.getLogger(__name__)
 
 # A Gemini API model call (Gemini CLI: v1beta; the google-genai SDK: v1).
 _GEMINI_CALL = re.compile(r"^/v1(beta)?/models/[^/]+:(generateContent|streamGenerateContent)$")
+# Requests whose answers carry no model content whatever the route.
+_CONTENTLESS_METHODS = frozenset({"HEAD", "OPTIONS", "DELETE"})
+_COUNT_PATHS = frozenset({"/v1/messages/count_tokens"})
+_GEMINI_COUNT = re.compile(r"^/v1(beta)?/models/[^/]+:countTokens$")
 # The dialects whose streams end with a recognisable terminal event (a Gemini stream just ends).
 _TERMINAL_EVENTS = frozenset(OBSERVED_PATHS.values())
 
@@ -131,7 +136,7 @@ class TokenCaptureMiddleware:
         method = str(scope.get("method") or "").upper()
         dialect = OBSERVED_PATHS.get(path) or ("gemini" if _GEMINI_CALL.match(path) else None)
         if dialect is None:
-            if sink is not None and (method, path) not in self.non_generating_requests:
+            if sink is not None and not self._non_generating(method, path):
                 await self._serve_unobserved(scope, receive, send, sink, rollout_id, f"{method} {path}")
             else:
                 await self.app(scope, receive, send)
@@ -182,6 +187,17 @@ class TokenCaptureMiddleware:
         finally:
             await fail_uncommitted_external_call(context)
             reset_token_sink(token)
+
+    def _non_generating(self, method: str, path: str) -> bool:
+        """Whether a request's answer can never carry generated text: declared by the server, or
+        a method that returns no content of a model's (HEAD, OPTIONS, DELETE of a stored
+        response), or a dialect's token count (``count_tokens``, Gemini's ``countTokens``)."""
+        return (
+            (method, path) in self.non_generating_requests
+            or method in _CONTENTLESS_METHODS
+            or path in _COUNT_PATHS
+            or bool(_GEMINI_COUNT.match(path))
+        )
 
     async def _serve_unobserved(
         self, scope: Scope, receive: Receive, send: Send, sink: TokenSink, rollout_id: str, what: str
