@@ -73,6 +73,33 @@ def test_help_shows_defaults_and_required_options(capsys: pytest.CaptureFixture[
     assert "+input_jsonl_fpath=PATH" in out and "(required)" in out
 
 
+def test_collect_help_is_generated_from_the_settings_and_its_defaults_are_the_real_ones(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import yaml
+
+    from nemo_gym.collection.settings import RolloutCollectionConfig
+
+    code, out, _ = call(entry_point("ng_collect_rollouts"), ["--help"], capsys)
+    assert code == 0
+    text = re.sub(r"\n\s{20,}", " ", out)  # join wrapped lines
+    shown = dict(re.findall(r"^  \+([\w.]+)=\S+\s+.*?\(default: ([^)]*)\)$", text, re.M))
+    defaults = RolloutCollectionConfig(input_jsonl_fpath="in.jsonl", output_jsonl_fpath="out.jsonl")
+    described = {name for name, field in RolloutCollectionConfig.model_fields.items() if field.description}
+    advertised = set(re.findall(r"^  \+(\w+)", text, re.M))
+    assert described <= advertised | {"skills"}, (
+        described - advertised
+    )  # every documented setting is in --help
+    computed_at_run_time = {"num_samples_in_parallel", "rollout_timeout_s", "upload_rollouts_to_wandb"}
+    checked = 0
+    for name, value in shown.items():
+        if name in computed_at_run_time:
+            continue
+        assert yaml.safe_load(value) == getattr(defaults, name), f"+{name}: help says {value}"
+        checked += 1
+    assert checked >= 10
+
+
 def test_a_config_error_points_at_help(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = call(entry_point("ng_dump_config"), ["--verbose"], capsys)
     assert code == 2

@@ -59,7 +59,10 @@ class SharedRolloutCollectionConfig(BaseNeMoGymCLIConfig):
 
     output_jsonl_fpath: str = Field(description="The results file; side files are named after it.")
     num_samples_in_parallel: int | None = Field(
-        default=None, ge=1, description="Rollouts in flight at once (default 32)."
+        default=None,
+        ge=1,
+        description="Rollouts in flight at once.",
+        json_schema_extra={"help_default": "32"},
     )
     responses_create_params: dict[str, Any] = Field(
         default_factory=dict,
@@ -67,6 +70,7 @@ class SharedRolloutCollectionConfig(BaseNeMoGymCLIConfig):
     )
     upload_rollouts_to_wandb: bool = Field(
         default=True,
+        json_schema_extra={"help_default": "off unless set, or a wandb_project is configured"},
         description=(
             "Log the rollouts table to Weights & Biases with the metrics. W&B is used when this is "
             "set explicitly to true or when the config names a wandb_project; false keeps only the metrics."
@@ -106,8 +110,12 @@ class RolloutCollectionConfig(SharedRolloutCollectionConfig):
     num_repeats: int | dict[str, int] = Field(
         default=1, description="Rollouts per row: an int, or {agent name: n} with an optional _default."
     )
-    num_repeats_add_seed: bool = False
-    resume_from_cache: bool = False
+    num_repeats_add_seed: bool = Field(
+        default=False, description="Give each repeat its own seed through metadata.extra_body."
+    )
+    resume_from_cache: bool = Field(
+        default=False, description="Finish an interrupted run with the same arguments (only what is missing)."
+    )
     force_resume: bool = Field(
         default=False,
         description="Resume even when the run's lock (x_lock.json) differs from what the stack runs now.",
@@ -116,18 +124,36 @@ class RolloutCollectionConfig(SharedRolloutCollectionConfig):
         default=True,
         description="Record what the run was made from in x_lock.json and check it on resume.",
     )
-    prompt_config: str | None = None
+    prompt_config: str | None = Field(
+        default=None, description="A YAML of system/user templates that build each row's input."
+    )
     skills: SkillsConfig | None = Field(
         default=None,
+        json_schema_extra={"help_key": "skills.path", "metavar": "PATH"},
         description="A folder of agent skills (skills.path) for this run: every row carries its skills_ref.",
     )
-    strict: bool = False
-    rollout_timeout_s: float | None = Field(default=None, gt=0)
-    max_failure_ratio: float = Field(default=DEFAULT_MAX_FAILURE_RATIO, ge=0, le=1)
-    max_attempts: int = Field(default=3, ge=1)
-    progress_interval_s: float = Field(default=30.0, gt=0)
-    num_shards: int = Field(default=1, ge=1)
-    shard_index: int = Field(default=0, ge=0)
+    strict: bool = Field(
+        default=False,
+        description="Refuse the whole input on a malformed line (false: record it, collect the rest).",
+    )
+    rollout_timeout_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="Deadline of one rollout.",
+        json_schema_extra={"help_default": "$NEMO_GYM_ROLLOUT_TIMEOUT_S, else 1200"},
+    )
+    max_failure_ratio: float = Field(
+        default=DEFAULT_MAX_FAILURE_RATIO,
+        ge=0,
+        le=1,
+        description="Exit with status 3 when more than this share of the rollouts failed (0-1).",
+    )
+    max_attempts: int = Field(default=3, ge=1, description="Most attempts per rollout across resumed runs.")
+    progress_interval_s: float = Field(default=30.0, gt=0, description="Seconds between progress lines.")
+    num_shards: int = Field(default=1, ge=1, description="Split the rows into this many shards.")
+    shard_index: int = Field(
+        default=0, ge=0, description="Run only rows whose position % num_shards is this."
+    )
 
     @model_validator(mode="before")
     @classmethod

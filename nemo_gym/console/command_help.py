@@ -12,6 +12,10 @@ import dataclasses
 import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel
+from pydantic_core import PydanticUndefined
 
 HELP_WORDS = ("--help", "-h", "help")
 
@@ -93,45 +97,55 @@ COMMON_OPTIONS = (
     Option("head_server.host=H", "head server host; also NEMO_GYM_HEAD_HOST", "127.0.0.1"),
 )
 
-_COLLECT_OPTIONS = (
-    Option("+agent_name=NAME", "agent for rows without agent_ref"),
-    Option("+input_jsonl_fpath=PATH", "input rows (NeMo Gym JSONL)", "required"),
-    Option("+output_jsonl_fpath=PATH", "results file; side files sit beside it", "required"),
-    Option("+limit=N", "use only the first N valid input rows", "all rows"),
-    Option("+num_repeats=N", "rollouts per row; or a map {_default: 1, my_agent: 8}", "1"),
-    Option(
-        "+num_repeats_add_seed=BOOL", "give each repeat its own seed through metadata.extra_body", "false"
-    ),
-    Option("+num_samples_in_parallel=N", "rollouts in flight", "32"),
-    Option("+responses_create_params={...}", "deep-merged into every row's responses_create_params"),
-    Option("+prompt_config=PATH", "system/user templates that build each row's input"),
-    Option("+resume_from_cache=BOOL", "finish an interrupted run with the same arguments", "false"),
-    Option("+disable_aggregation=BOOL", "skip /aggregate_metrics (for shards)", "false"),
-    Option(
-        "+strict=BOOL",
-        "refuse the whole input on a malformed line (false: record it, collect the rest)",
-        "false",
-    ),
-    Option("+rollout_timeout_s=S", "deadline of one rollout ($NEMO_GYM_ROLLOUT_TIMEOUT_S)", "1200"),
-    Option(
-        "+max_failure_ratio=R",
-        "exit with status 3 when more than this share of the rollouts failed (0-1)",
-        "0.1",
-    ),
-    Option("+max_attempts=N", "most attempts per rollout across resumed runs", "3"),
-    Option("+progress_interval_s=S", "seconds between progress lines", "30"),
-    Option("+num_shards=N +shard_index=I", "run only rows whose position % N == I", "1, 0"),
-    Option(
-        "+upload_rollouts_to_wandb=BOOL",
-        "log metrics and a Rollouts table to W&B (+wandb_project, +wandb_name)",
-        "off unless set or wandb_project",
-    ),
-    Option(
-        "+upload_rollouts_to_mlflow=BOOL",
-        "log metrics and rollouts to MLflow (+mlflow_tracking_uri)",
-        "false",
-    ),
-)
+
+def _metavar(name: str, annotation: Any) -> str:
+    """What a value of an option looks like in the usage: N, S, R, BOOL, PATH, NAME, {...}."""
+    text = str(annotation)
+    if "bool" in text:
+        return "BOOL"
+    if "dict" in text and "int" not in text:
+        return "{...}"
+    if "int" in text:
+        return "N"
+    if "float" in text:
+        return "S" if name.endswith("_s") else "R"
+    if "fpath" in name or name.endswith(("_config", "path")):
+        return "PATH"
+    return "NAME" if name.endswith("name") else "VALUE"
+
+
+def settings_options(settings: type[BaseModel]) -> tuple[Option, ...]:
+    """The options of a command, generated from its settings model: one per field with a
+    description, its default the field's own (or the ``help_default`` a field names when its
+    default is computed at run time), ``required`` for a field without one."""
+    options = []
+    for name, field in settings.model_fields.items():
+        if not field.description:
+            continue  # an internal or pass-through field: not advertised
+        extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+        if field.is_required():
+            default = "required"
+        elif "help_default" in extra:
+            default = str(extra["help_default"])
+        elif isinstance(field.default, bool):
+            default = str(field.default).lower()
+        elif field.default is None or field.default is PydanticUndefined:
+            default = ""
+        else:
+            default = f"{field.default:g}" if isinstance(field.default, float) else str(field.default)
+        text = field.description.rstrip(".")
+        key = str(extra.get("help_key", name))
+        metavar = str(extra.get("metavar", _metavar(name, field.annotation)))
+        options.append(Option(f"+{key}={metavar}", text[:1].lower() + text[1:], default))
+    # What must be given first, then the rest in the settings' own order.
+    return tuple(sorted(options, key=lambda option: option.default != "required"))
+
+
+def _collect_options() -> tuple[Option, ...]:
+    from nemo_gym.collection.settings import RolloutCollectionConfig
+
+    return settings_options(RolloutCollectionConfig)
+
 
 _EXAMPLE_CONFIGS = (
     "resources_servers/example_single_tool_call/configs/example_single_tool_call.yaml,"
@@ -188,7 +202,7 @@ COMMANDS: dict[str, CommandHelp] = {
             "ng_collect_rollouts",
             "Run every input row through its agent on a running stack (ng_run) and write one result "
             "line per rollout, with failures, metrics and a resumable cache beside the output.",
-            options=_COLLECT_OPTIONS,
+            options=_collect_options(),
             examples=(
                 "ng_collect_rollouts +agent_name=example_single_tool_call_simple_agent "
                 "+input_jsonl_fpath=resources_servers/example_single_tool_call/data/example.jsonl "
@@ -200,7 +214,7 @@ COMMANDS: dict[str, CommandHelp] = {
             "Start the stack from +config_paths, collect rollouts (the ng_collect_rollouts options), "
             "and stop the stack, in one command. With a single agent, +agent_name defaults to it; the "
             "head server takes a free port unless head_server.port is set.",
-            options=_COLLECT_OPTIONS,
+            options=_collect_options(),
             head_port_default="a free port",
             examples=(
                 f'ng_e2e_collect_rollouts "+config_paths=[{_EXAMPLE_CONFIGS}]" '
