@@ -17,7 +17,7 @@ import time
 import urllib.parse
 import uuid
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -364,12 +364,31 @@ class ServerClient:
     ) -> ServerResponse:
         data = orjson.dumps(json) if json is not None else None
         target = self._hop_target(base)
-        if target is not None:
-            attempt = self._hop_attempt(method, base, target, path, data, cookies, timeout_s)
-        else:
-            attempt = self._aiohttp_attempt(method, base, path, data, cookies, timeout_s)
+        started = time.monotonic()
+        attempt: Callable[[float, int], Awaitable[ServerResponse]]
         try:
-            return await send_with_retries(attempt, self._retry, timeout_s)
+            try:
+                if target is None:
+                    attempt = self._aiohttp_attempt(method, base, path, data, cookies, timeout_s)
+                    return await attempt(timeout_s, 1)
+                headers = self._hop_headers if data is None else self._hop_json_headers
+                if cookies:
+                    headers += hop_client.encode_headers(
+                        [("Cookie", "; ".join(f"{k}={v}" for k, v in cookies.items()))]
+                    )
+                # The first try is made here, outside the retry loop: on the hot path (a connection
+                # that works) that is no closure and no coroutine more than the hop itself.
+                return await self._hop_try(timeout_s, method, base, target, path, data, headers, timeout_s)
+            except NotConnected as failed:
+                if target is not None:
+
+                    def attempt(remaining: float, attempts: int) -> Awaitable[ServerResponse]:
+                        now = self._hop_targets.get(base) or target  # after a Unix-socket fallback: TCP
+                        return self._hop_try(remaining, method, base, now, path, data, headers, timeout_s)
+
+                return await send_with_retries(
+                    attempt, self._retry, timeout_s, started=started, first_failure=failed
+                )
         except TransportFailure as failure:
             raise ServerCallError(failure.kind, server_name, path, failure.describe(base)) from (
                 failure.__cause__ or failure
@@ -427,58 +446,48 @@ class ServerClient:
         self._hop_targets[base] = target
         return target
 
-    def _hop_attempt(
+    async def _hop_try(
         self,
+        remaining: float,
         method: str,
         base: str,
         target: tuple[str, int, str, str | None],
         path: str,
         data: bytes | None,
-        cookies: Mapping[str, str] | None,
+        headers: bytes,
         timeout_s: float,
-    ) -> Any:
+    ) -> ServerResponse:
         """One try through the lean hop client (plain HTTP, or this machine's Unix socket)."""
         host, port, prefix, unix_path = target
-        pool = self.hop_pool()
-        headers = self._hop_headers if data is None else self._hop_json_headers
-        if cookies:
-            headers += hop_client.encode_headers(
-                [("Cookie", "; ".join(f"{k}={v}" for k, v in cookies.items()))]
-            )
-        loop = pool.loop
-
-        async def attempt(remaining: float, attempts: int) -> ServerResponse:
-            nonlocal unix_path
-            deadline = loop.time() + remaining
-            while True:
-                try:
-                    resp = await hop_client.request(
-                        pool,
-                        method,
-                        host,
-                        port,
-                        prefix + path,
-                        headers,
-                        data,
-                        deadline=deadline,
-                        max_answer_bytes=self.max_answer_bytes,
-                        unix_path=unix_path,
-                        unix_peer_pid=self._pids.get(base, 0),
-                    )
-                    return ServerResponse(resp.status, resp.body, resp.cookies, base, resp.raw_headers)
-                except hop_client.HopConnectError as exc:
-                    if unix_path is None:
-                        raise NotConnected(exc) from exc
-                    # A socket file left by a server that is gone, or one whose listener is not
-                    # the registered server (nothing was sent to it): TCP from now on for this base.
-                    if isinstance(exc.os_error, hop_client.HopPeerMismatch):
-                        logger.warning("not using the Unix socket of %s: %s", base, exc.os_error)
-                    unix_path = None
-                    self._hop_targets[base] = (host, port, prefix, None)
-                except hop_client.HopError as exc:
-                    raise hop_failure(exc, timeout_s) from exc
-
-        return attempt
+        pool = self.connections.pool()
+        deadline = pool.loop.time() + remaining
+        while True:
+            try:
+                resp = await hop_client.request(
+                    pool,
+                    method,
+                    host,
+                    port,
+                    prefix + path,
+                    headers,
+                    data,
+                    deadline=deadline,
+                    max_answer_bytes=self.max_answer_bytes,
+                    unix_path=unix_path,
+                    unix_peer_pid=self._pids.get(base, 0),
+                )
+                return ServerResponse(resp.status, resp.body, resp.cookies, base, resp.raw_headers)
+            except hop_client.HopConnectError as exc:
+                if unix_path is None:
+                    raise NotConnected(exc) from exc
+                # A socket file left by a server that is gone, or one whose listener is not
+                # the registered server (nothing was sent to it): TCP from now on for this base.
+                if isinstance(exc.os_error, hop_client.HopPeerMismatch):
+                    logger.warning("not using the Unix socket of %s: %s", base, exc.os_error)
+                unix_path = None
+                self._hop_targets[base] = (host, port, prefix, None)
+            except hop_client.HopError as exc:
+                raise hop_failure(exc, timeout_s) from exc
 
 
 def raise_for_status(resp: ServerResponse, server_name: str, url_path: str) -> Any:

@@ -244,7 +244,12 @@ Answer = TypeVar("Answer", bound=_Answer)
 
 
 async def send_with_retries(
-    attempt: Callable[[float, int], Awaitable[Answer]], policy: RetryPolicy, timeout_s: float
+    attempt: Callable[[float, int], Awaitable[Answer]],
+    policy: RetryPolicy,
+    timeout_s: float,
+    *,
+    started: float | None = None,
+    first_failure: NotConnected | None = None,
 ) -> Answer:
     """Call ``attempt(seconds left, attempt number)`` until it answers, within ``timeout_s`` in all.
 
@@ -253,20 +258,19 @@ async def send_with_retries(
     ``policy.retry_statuses`` is tried again (at most ``max_status_retries`` times, after the
     delay its ``Retry-After`` asks for, capped), and then returned as it is. Raises
     :class:`TransportFailure` when the deadline passes or the connection retries run out.
+
+    A caller on a hot path may make the first try itself (one coroutine less per call) and hand
+    its :class:`NotConnected` here as ``first_failure``, with ``started`` (``time.monotonic()``
+    before that try): the loop goes on from there, the same as if it had made that try.
     """
-    deadline = time.monotonic() + timeout_s
+    deadline = (time.monotonic() if started is None else started) + timeout_s
     retries_left = policy.connect_retries
     status_retries_left = policy.max_status_retries
     backoff = policy.first_backoff_s
-    attempts = 0
+    attempts = 0 if first_failure is None else 1
+    failed = first_failure
     while True:
-        attempts += 1
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise TransportFailure(TIMEOUT, "deadline passed", timeout_s=timeout_s, attempts=attempts)
-        try:
-            answer = await attempt(remaining, attempts)
-        except NotConnected as failed:
+        if failed is not None:
             if retries_left <= 0 or time.monotonic() >= deadline:
                 raise TransportFailure(
                     UNREACHABLE, connection_error_text(failed.cause), attempts=attempts, retried=True
@@ -274,6 +278,15 @@ async def send_with_retries(
             retries_left -= 1
             await _sleep(backoff, deadline, policy.max_delay_s)
             backoff *= 2
+            failed = None
+        attempts += 1
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise TransportFailure(TIMEOUT, "deadline passed", timeout_s=timeout_s, attempts=attempts)
+        try:
+            answer = await attempt(remaining, attempts)
+        except NotConnected as exc:
+            failed = exc
             continue
         if status_retries_left > 0 and answer.status in policy.retry_statuses:
             status_retries_left -= 1
