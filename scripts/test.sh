@@ -7,7 +7,7 @@ PYTHON="${PYTHON:-python3}"
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
 "$VENV/bin/python" -m pip install -q --upgrade pip
 # torch is pinned inside the [cpu] extra: an unpinned torch would pull a multi-GB CUDA build.
-"$VENV/bin/python" -m pip install -q -e ".[cpu,verifiers,dev,ray,gym,wandb,mlflow]"
+"$VENV/bin/python" -m pip install -q -e ".[cpu,verifiers,dev,ray,gym,wandb,mlflow,trl]"
 # The viewer's browser tests drive Debian's chromium (a browser download at install time fails
 # here); install it when we can, quietly. Without it those tests skip and say why.
 if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then

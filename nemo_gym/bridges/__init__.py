@@ -1,0 +1,1 @@
+"""Bridges to other ecosystems: TRL reward functions, OpenEnv serving, other frameworks' environments."""

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Watch a policy learn: install the cpu and trl extras, then train a tiny local model with TRL's GRPO
+# on CPU, every reward from a running mcqa resources server's /verify (scripts/train_trl.py).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV="${NEMO_GYM_VENV:-.venv}"
+PYTHON="${PYTHON:-python3}"
+[ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
+"$VENV/bin/python" -m pip install -q --upgrade pip
+"$VENV/bin/python" -m pip install -q -e ".[cpu,trl]"
+exec "$VENV/bin/python" scripts/train_trl.py "$@"
