@@ -8,7 +8,9 @@ model server keeps each rollout's conversation while it runs (see
 ``nemo_gym/models/conversation_store.py``); after the run it must keep none.
 
 Printed: the conversations and bytes the model server keeps (its ``GET /`` answer's
-``kept_conversations``) and the RSS of each server process, after the warm-up and after the run.
+``kept_conversations``) and the RSS of each server process, after the warm-up and at
+``--checkpoints`` points along the run (memory a rollout leaves behind grows from one to the
+next; an allocator's high-water mark does not).
 
 Usage: python scripts/bench_long_rollout_memory.py [--rollouts 10000] [--turns 16]
        [--bytes-per-turn 2000] [--concurrency 64] [--json out.json]
@@ -81,13 +83,15 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=16)
     parser.add_argument("--bytes-per-turn", type=int, default=2000)
     parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument(
+        "--checkpoints", type=int, default=3, help="snapshots taken along the run (a leak grows with each)"
+    )
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="bench_long_mem_"))
     rows = long.rows_for(args.turns, pair.load_rows(None))
     main_input, warm_input = work / "input.jsonl", work / "warm.jsonl"
-    main_input.write_bytes(b"".join(rows[i % len(rows)] + b"\n" for i in range(args.rollouts)))
     warm_input.write_bytes(b"".join(rows[i % len(rows)] + b"\n" for i in range(args.warmup)))
     s = pair.ours()
     original = s.config_args
@@ -118,13 +122,21 @@ def main() -> None:
             time.sleep(2.0)
             result["after_warmup"] = before = snapshot(s)
             print(f"after {args.warmup} warm-up rollouts: {before}", flush=True)
-            seconds = run(s, main_input, args.rollouts, args.concurrency, work)
-            time.sleep(2.0)
-            result["after_run"] = after = snapshot(s)
+            part = args.rollouts // args.checkpoints
+            main_input.write_bytes(b"".join(rows[i % len(rows)] + b"\n" for i in range(part)))
+            result["checkpoints"] = []
+            seconds = 0.0
+            for number in range(1, args.checkpoints + 1):
+                seconds += run(s, main_input, part, args.concurrency, work)
+                time.sleep(2.0)
+                after = snapshot(s)
+                result["checkpoints"].append({"rollouts": part * number, **after})
+                print(
+                    f"after {part * number} rollouts of {args.turns} turns ({seconds:.0f} s): {after}",
+                    flush=True,
+                )
+            result["after_run"] = after
             result["run_s"] = seconds
-            print(
-                f"after {args.rollouts} rollouts of {args.turns} turns ({seconds:.0f} s): {after}", flush=True
-            )
         finally:
             s.stop()
     finally:
