@@ -50,7 +50,7 @@ __all__ = [
 
 _ITEM = TypeAdapter(NeMoGymResponseOutputItem)
 _usage_detail = usage_detail
-"""NeMo Gym's name for :func:`nemo_gym.models.conversion.usage_detail` (``litellm_model`` imports it)."""
+"""NeMo Gym's name for :func:`nemo_gym.models.token_usage.usage_detail` (NeMo Gym's ``litellm_model`` imports it)."""
 
 
 def _new_id(prefix: str) -> str:

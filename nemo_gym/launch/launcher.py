@@ -224,17 +224,6 @@ def locate_entrypoint(instance: ServerInstance, cwd: Path | None = None) -> Path
     return None
 
 
-def find_entrypoint(instance: ServerInstance, cwd: Path | None = None) -> Path:
-    """Like :func:`locate_entrypoint`, but a missing file is a :class:`ConfigError` naming the server."""
-    path = locate_entrypoint(instance, cwd)
-    if path is None:
-        relative = Path(instance.kind) / instance.impl / str(instance.fields.get("entrypoint", "app.py"))
-        raise ConfigError(
-            f"server {instance.name!r}: entrypoint {str(relative)!r} not found under {cwd or Path.cwd()} or {project_root()}"
-        )
-    return path
-
-
 def launch_spec(
     instance: ServerInstance,
     head_url: str,

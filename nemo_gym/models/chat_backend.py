@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-from starlette.routing import Route
 
 from nemo_gym.failure_classes import BAD_UPSTREAM_BODY
 from nemo_gym.models.conversion import (
@@ -36,15 +35,6 @@ logger = logging.getLogger(__name__)
 _CONTEXT_LENGTH_ERROR = re.compile(r"maximum context length|maximum model length", re.IGNORECASE)
 CONTIGUITY_FIELD = "token_ids_contiguous"
 """Set to ``false`` on a model call's last output item when the engine could not splice its prompt."""
-
-
-def openai_error_routes(routes: list[Route]) -> list[Route]:
-    """The routes unchanged: kept for code written against the earlier per-route wrapper.
-
-    Every model server's error answers are now shaped by
-    :class:`nemo_gym.models.openai_errors.OpenAIErrorBodies`, for all routes at once.
-    """
-    return routes
 
 
 def is_context_length_error(status: int, message: str) -> bool:

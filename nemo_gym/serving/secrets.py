@@ -100,11 +100,6 @@ def remember_secret_values(values: Iterable[str | None]) -> None:
     _remembered.update(v for v in values if isinstance(v, str) and len(v) >= MIN_SECRET_LENGTH)
 
 
-def remembered_secret_values() -> frozenset[str]:
-    """The values :func:`remember_secret_values` has been given."""
-    return frozenset(_remembered)
-
-
 def secret_values(config: Any) -> set[str]:
     """Every secret string in a config: values under secret keys, header values, URL credentials."""
     found: set[str] = set()

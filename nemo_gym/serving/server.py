@@ -268,7 +268,7 @@ class BaseServer(BaseModel):
         """
         return Route(path, self.endpoint(handler, body_model_of), methods=list(methods))
 
-    # ---- NeMo Gym's app-building style (FastAPI; see nemo_gym.fastapi_app) ----------------
+    # ---- NeMo Gym's app-building style (FastAPI; see nemo_gym.serving.fastapi_app) ------------
     def setup_webserver(self) -> Any:
         """The FastAPI app serving this server; override, call the parent's and add routes.
 
