@@ -10,6 +10,9 @@ place that names a class uses a constant from here, so the words cannot drift ap
   the hop returns, or an answer that is not HTTP);
 - ``upstream_error``: a server further down failed in a way it did not classify;
 - ``judge_failed``: a judge model could not give a verdict;
+- ``verifier_timeout``, ``verifier_error``, ``sandbox_failed``: a verifier ran out of wall-clock
+  time because of the machine (a budget the policy's own output used up is a reward of 0, not
+  this), its worker died, or the sandbox it runs code in failed for its own reasons;
 - ``agent_error``: the agent server itself failed (a bug, a row it cannot run);
 - ``malformed_input``: an input line the collector could not use.
 
@@ -32,6 +35,9 @@ UPSTREAM_5XX: Final = "upstream_5xx"
 BAD_UPSTREAM_BODY: Final = "bad_upstream_body"
 UPSTREAM_ERROR: Final = "upstream_error"
 JUDGE_FAILED: Final = "judge_failed"
+VERIFIER_TIMEOUT: Final = "verifier_timeout"
+VERIFIER_ERROR: Final = "verifier_error"
+SANDBOX_FAILED: Final = "sandbox_failed"
 AGENT_ERROR: Final = "agent_error"
 MALFORMED_INPUT: Final = "malformed_input"
 
@@ -44,6 +50,9 @@ FailureClass = Literal[
     "bad_upstream_body",
     "upstream_error",
     "judge_failed",
+    "verifier_timeout",
+    "verifier_error",
+    "sandbox_failed",
     "agent_error",
     "malformed_input",
 ]

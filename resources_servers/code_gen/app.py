@@ -18,7 +18,7 @@ from nemo_gym.base_resources_server import (
     BaseVerifyResponse,
     SimpleResourcesServer,
 )
-from nemo_gym.failure_kinds import SANDBOX_FAILED, VERIFIER_TIMEOUT
+from nemo_gym.failure_classes import SANDBOX_FAILED, VERIFIER_TIMEOUT
 from nemo_gym.response_items import content_text
 from nemo_gym.serving.server import HTTPError
 from resources_servers.code_gen.judge import UnitTests, extract_python_code, grade

@@ -26,7 +26,7 @@ from nemo_gym.base_resources_server import (
     BaseVerifyResponse,
     SimpleResourcesServer,
 )
-from nemo_gym.failure_kinds import VERIFIER_ERROR, VERIFIER_TIMEOUT
+from nemo_gym.failure_classes import VERIFIER_ERROR, VERIFIER_TIMEOUT
 from nemo_gym.llm_judge import (
     JudgeSettings,
     ask_judge,
