@@ -160,11 +160,21 @@ def run_user_path(
 
 
 def _server_config(folder: Path) -> Path | None:
-    """``configs/NAME.yaml``, else the first config under ``configs/`` that declares the server."""
+    """The config that declares the agent the example rows name (``agent_ref.name``), else
+    ``configs/NAME.yaml``, else the first config under ``configs/`` that declares the server."""
+    configs = sorted((folder / "configs").glob("*.yaml"))
+    try:
+        first = json.loads((folder / "data" / "example.jsonl").read_text().splitlines()[0])
+        agent = str((first.get("agent_ref") or {}).get("name") or "")
+    except (OSError, IndexError, ValueError, AttributeError):
+        agent = ""
+    for path in configs if agent else []:
+        if re.search(rf"^{re.escape(agent)}:", path.read_text(errors="replace"), re.M):
+            return path
     named = folder / "configs" / f"{folder.name}.yaml"
     if named.is_file():
         return named
-    for path in sorted((folder / "configs").glob("*.yaml")):
+    for path in configs:
         if re.search(
             rf"^\s+resources_servers:\s*\n\s+{re.escape(folder.name)}:",
             path.read_text(errors="replace"),
