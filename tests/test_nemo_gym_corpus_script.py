@@ -26,14 +26,15 @@ def write_folder(root: Path, kind: str, name: str, app: str, test: str, requirem
 
 
 def build_wheel_tree(root: Path) -> None:
-    # A folder whose test checks it got *our* nemo_gym, not one from the wheel tree.
+    # A folder whose test checks it got *our* nemo_gym (the scratch tree's copy of it, so that
+    # PARENT_DIR is that tree as in NeMo Gym), not the one from the wheel tree.
     write_folder(
         root,
         "resources_servers",
         "good_env",
         "import nemo_gym\nORIGIN = nemo_gym.__file__\n",
-        "import os\nfrom resources_servers.good_env.app import ORIGIN\n\n"
-        "def test_ours():\n    assert os.environ['EXPECTED_NEMO_GYM'] == ORIGIN\n\n"
+        "import os\nfrom pathlib import Path\nfrom resources_servers.good_env.app import ORIGIN\n\n"
+        "def test_ours():\n    assert Path(os.environ['EXPECTED_NEMO_GYM']).read_bytes() == Path(ORIGIN).read_bytes()\n\n"
         "async def test_async_without_marker():\n    assert True\n",
     )
     (root / "nemo_gym").mkdir()  # the wheel's own package: must never be imported
