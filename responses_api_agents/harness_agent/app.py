@@ -98,12 +98,9 @@ class HarnessAgent(SimpleResponsesAPIAgent):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.proxy = CaptureProxy()
-        # Every rollout's working directory lives here; a program sees only its own (confine.py).
-        self.workroot = tempfile.mkdtemp(prefix="ng_harness_")
-        if self.config.program_uid is not None:
-            if os.geteuid() != 0:
-                raise ValueError(f"agent {self.name}: program_uid needs the agent to run as root")
-            os.chmod(self.workroot, 0o711)  # its own directory reachable, the others' names not listed
+        if self.config.program_uid is not None and os.geteuid() != 0:
+            raise ValueError(f"agent {self.name}: program_uid needs the agent to run as root")
+        self._workroot: str | None = None
         self.limits = SandboxLimits(
             cpu_time_s=self.config.cpu_time_s,
             wall_time_s=self.config.wall_time_s,
@@ -113,10 +110,21 @@ class HarnessAgent(SimpleResponsesAPIAgent):
             max_output_bytes=self.config.max_output_bytes,
         )
 
+    @property
+    def workroot(self) -> str:
+        """Where every rollout's working directory lives (made on first use); a program sees only
+        its own (confine.py)."""
+        if self._workroot is None:
+            self._workroot = tempfile.mkdtemp(prefix="ng_harness_")
+            if self.config.program_uid is not None:
+                os.chmod(self._workroot, 0o711)  # its own directory reachable, the others' names not listed
+        return self._workroot
+
     async def on_shutdown(self) -> None:
         """Stop the capture proxy; remove the working directories' root."""
         await self.proxy.stop()
-        await asyncio.to_thread(shutil.rmtree, self.workroot, True)
+        if self._workroot is not None:
+            await asyncio.to_thread(shutil.rmtree, self._workroot, True)
 
     async def run(self, body: dict[str, Any]) -> dict[str, Any]:
         """One rollout: seed, run the program against its proxy URL, verify the assembled response.
