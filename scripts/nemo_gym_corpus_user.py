@@ -91,7 +91,9 @@ def _error_line(text: str) -> str:
         for ln in text.splitlines()
         if ln.strip() and not ln.startswith("(run '")
     ]
-    problems = [ln for ln in lines if ln.startswith("[") and "FAILED" not in ln and "] ok" not in ln]
+    problems = [
+        ln for ln in lines if ln.startswith("[") and not any(w in ln for w in ("FAILED", "] ok", "] note:"))
+    ]
     if problems:  # ng_test's own findings: "[name] what is wrong"
         return problems[0][:200]
     for ln in reversed(lines):
