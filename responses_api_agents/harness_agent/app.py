@@ -137,7 +137,7 @@ class HarnessAgent(SimpleResponsesAPIAgent):
         """
         params = row_create_params(body)  # the row's request must be well formed (a 422 names the field)
         await self.proxy.start()
-        rollout = self.server_client.rollout(self.rollout_id)
+        rollout = self.rollout_client(body)  # NeMo Gym's training-token capture, when on for this agent
         resources = self.config.resources_server.name
         hop = self.config.hop_timeout_s
         capture = RolloutCapture(
