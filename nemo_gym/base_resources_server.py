@@ -47,7 +47,7 @@ from nemo_gym.serving.protocol import (  # noqa: F401 (re-exported at NeMo Gym's
     RESERVED_MCP_TOOL_NAMES,
     normalize_tool_name,
 )
-from nemo_gym.serving.request_context import lean_bodies
+from nemo_gym.serving.request_context import plain_bodies_in_effect
 from nemo_gym.serving.server import BaseServer, BaseServerConfig, body_model
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -86,7 +86,7 @@ class _LazyTyped:
 
     ``openai_utils`` is built on the ``openai`` package (about 0.3 s and 30 MiB to import), so
     the request models below must not import it when they are defined: our own servers keep
-    these fields as plain dicts (see :data:`~nemo_gym.serving.request_context.lean_bodies`) and
+    these fields as plain dicts (see :data:`~nemo_gym.serving.request_context.plain_bodies_in_effect`) and
     never need it. A NeMo Gym-style route, or a test building a request directly, validates the
     field into the typed model (an ``openai`` type, field errors located as usual) the first
     time it sees one.
@@ -106,7 +106,7 @@ class _LazyTyped:
         return self._typed  # type: ignore[return-value]
 
     def validate(self, value: Any, info: ValidationInfo) -> Any:
-        if lean_bodies.get() and not isinstance(value, BaseModel):
+        if plain_bodies_in_effect.get() and not isinstance(value, BaseModel):
             # Our own servers read these fields as dicts: check the shape a handler relies on
             # (a 422 naming the field) without building the typed model on the hot path.
             errors = self.shape_errors(value)
@@ -133,7 +133,7 @@ def _dump_plain(value: Any, handler: Any) -> Any:
     return value if isinstance(value, dict) else handler(value)
 
 
-# NeMo Gym's typed models; a plain dict on the lean path (see nemo_gym.serving.request_context.lean_bodies).
+# NeMo Gym's typed models; a plain dict when plain_bodies is in effect (nemo_gym.serving.request_context).
 if TYPE_CHECKING:
     from nemo_gym.openai_utils import NeMoGymResponse, NeMoGymResponseCreateParamsNonStreaming
 

@@ -19,7 +19,7 @@ import sys
 import time
 
 from nemo_gym.base_resources_server import BaseVerifyRequest, BaseVerifyResponse
-from nemo_gym.serving.request_context import lean_bodies
+from nemo_gym.serving.request_context import plain_bodies_in_effect
 from nemo_gym.serving.server import dumps
 from resources_servers.example_single_tool_call.app import ExampleSingleToolCallServer
 
@@ -59,7 +59,7 @@ BODY = {
 async def per_verify_us(n: int) -> float:
     """Mean CPU microseconds of one verify (validate, verify, serialize) over ``n`` calls."""
     server = ExampleSingleToolCallServer(config={"name": "bench"})
-    lean_bodies.set(server.plain_bodies)
+    plain_bodies_in_effect.set(server.plain_bodies)
     for _ in range(500):
         dumps(await server._verify_and_free(dict(BODY)))
     start = time.process_time()

@@ -11,11 +11,14 @@ import contextvars
 _current_session_id: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "nemo_gym_session_id", default=None
 )
-# Set while one of our own (lean) endpoints validates and handles a body: Responses API fields
+# The server class's ``plain_bodies``, in effect while one of our own endpoints validates and
+# handles a body (one idea, one name): Responses API fields
 # typed as NeMo Gym's models then stay plain dicts (shape-checked), as our handlers read them,
 # and skip building typed models on the hot path. Unset (NeMo Gym-style FastAPI routes, direct
 # calls in tests) they are validated into the typed models.
-lean_bodies: contextvars.ContextVar[bool] = contextvars.ContextVar("nemo_gym_lean_bodies", default=False)
+plain_bodies_in_effect: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "nemo_gym_plain_bodies", default=False
+)
 _current_rollout_id: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "nemo_gym_rollout_id", default=None
 )

@@ -68,7 +68,7 @@ from nemo_gym.serving.protocol import (  # noqa: F401
     set_process_secrets,
 )
 from nemo_gym.serving.registration import register_with_head  # noqa: F401
-from nemo_gym.serving.request_context import _current_rollout_id, _current_session_id, lean_bodies  # noqa: F401
+from nemo_gym.serving.request_context import _current_rollout_id, _current_session_id, plain_bodies_in_effect  # noqa: F401
 from nemo_gym.serving.request_guard import (  # noqa: F401 - HTTPError is part of this module's API
     DEFAULT_BODY_TIMEOUT_S,
     DEFAULT_HEADER_TIMEOUT_S,
@@ -180,7 +180,7 @@ class BaseServer(BaseModel):
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
     server_type: ClassVar[str] = "server"
-    # Responses API fields of bodies stay plain dicts in handlers (see lean_bodies).
+    # Responses API fields of bodies stay plain dicts in handlers (see plain_bodies_in_effect).
     plain_bodies: ClassVar[bool] = True
     # NeMo Gym's switch for starting Ray in the server process; the launcher decides here.
     ray_enabled: ClassVar[bool | None] = None
@@ -341,7 +341,7 @@ class BaseServer(BaseModel):
             incoming = request.cookies.get(SESSION_COOKIE) if "cookie" in request.headers else None
             session_id = incoming or uuid.uuid4().hex
             token = _current_session_id.set(session_id)
-            lean = lean_bodies.set(plain)
+            plain_token = plain_bodies_in_effect.set(plain)
             try:
                 body = model.model_validate(data) if model is not None else data
                 result = await until_disconnect(request.receive, handler(body))
@@ -370,7 +370,7 @@ class BaseServer(BaseModel):
                     response.set_cookie(SESSION_COOKIE, session_id, httponly=True, samesite="strict")
                 return response
             finally:
-                lean_bodies.reset(lean)
+                plain_bodies_in_effect.reset(plain_token)
                 _current_session_id.reset(token)
 
         run.__name__ = getattr(handler, "__name__", "endpoint")
