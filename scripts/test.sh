@@ -12,8 +12,8 @@ PYTHON="${PYTHON:-python3}"
 # step so that a resolver failure there costs only those tests (they skip and say why).
 "$VENV/bin/python" -m pip install -q -e ".[openenv]" >/dev/null 2>&1 \
   || echo "note: could not install openenv-core; the OpenEnv bridge tests will skip" >&2
-"$VENV/bin/python" -m pip install -q -e ".[skyrl]" >/dev/null 2>&1 \
-  || echo "note: could not install skyrl-gym; resources_servers/skyrl_gym_env's tests will skip" >&2
+"$VENV/bin/python" -m pip install -q -e ".[skyrl,textarena]" >/dev/null 2>&1 \
+  || echo "note: could not install skyrl-gym/textarena; skyrl_gym_env's and textarena_env's tests will skip" >&2
 # The viewer's browser tests drive Debian's chromium (a browser download at install time fails
 # here); install it when we can, quietly. Without it those tests skip and say why.
 if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
