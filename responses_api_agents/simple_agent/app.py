@@ -82,6 +82,10 @@ class SimpleAgent(SimpleResponsesAPIAgent):
             seeded = await call_json(rollout, resources, "/seed_session", body, timeout_s=hop)
             async with self.mcp_toolbox(rollout, params, seeded) as toolbox:
                 response = await self.loop(rollout, params, toolbox)
+            if self.config.skip_verification:
+                # NeMo Gym's switch: the response is kept with the configured reward, unverified.
+                reward = float(self.config.skip_verification_reward)
+                return {**body, "response": response, "reward": reward, "verification_skipped": True}
             return await call_json(
                 rollout, resources, "/verify", {**body, "response": response}, timeout_s=hop
             )

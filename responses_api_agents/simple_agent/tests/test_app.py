@@ -108,6 +108,16 @@ def test_loop_runs_tools_in_order_and_verifies():
     assert sent_back["prompt_token_ids"] == [1, 2] and sent_back["generation_log_probs"] == [-0.5]
 
 
+def test_skip_verification_keeps_the_response_with_the_configured_reward_and_never_verifies():
+    call_a = function_call_item("echo", '{"text": "a"}')
+    result, _ = run_agent(
+        [[call_a], [message_item("done")]], skip_verification=True, skip_verification_reward=0.25
+    )
+    # Env.verify would have given 1.0 (one echo): the configured reward shows verify never ran.
+    assert result["reward"] == 0.25 and result["verification_skipped"] is True and result["task_id"] == 7
+    assert [i["type"] for i in result["response"]["output"]][-1] == "message"
+
+
 def test_tool_errors_go_back_to_the_model_as_text():
     bad_json = function_call_item("echo", "{not json")
     bad_args = function_call_item("echo", '{"txt": 1}')
