@@ -14,6 +14,9 @@ PYTHON="${PYTHON:-python3}"
   || echo "note: could not install openenv-core; the OpenEnv bridge tests will skip" >&2
 "$VENV/bin/python" -m pip install -q -e ".[skyrl,textarena]" >/dev/null 2>&1 \
   || echo "note: could not install skyrl-gym/textarena; skyrl_gym_env's and textarena_env's tests will skip" >&2
+# GEM (gem-llm) pins reasoning-gym and nltk exactly, against the verifiers extra: without its deps.
+"$VENV/bin/python" -m pip install -q --no-deps "gem-llm>=0.1" >/dev/null 2>&1 \
+  || echo "note: could not install gem-llm; resources_servers/gem_env's tests will skip" >&2
 # The viewer's browser tests drive Debian's chromium (a browser download at install time fails
 # here); install it when we can, quietly. Without it those tests skip and say why.
 if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
