@@ -67,8 +67,8 @@ def folder_closure(
     """What pulling ``kind/name`` brings: ``(copied, kept)``.
 
     ``copied``: every wheel folder it imports or names, and what those import in their Python
-    code, directly or through another copied one (itself excluded; what a companion's configs or
-    docs name is not followed). ``kept``: the folders it needs that ``project`` already has (not copied, and not
+    code (a benchmark: the benchmarks its config names), directly or through another copied one
+    (itself excluded; the servers a companion's configs declare are not followed). ``kept``: the folders it needs that ``project`` already has (not copied, and not
     followed further: the project's own folder is what will be imported), unless named in
     ``replace`` (``kind/name``). Both sorted.
     """
@@ -77,7 +77,12 @@ def folder_closure(
     todo = [(kind, name)]
     while todo:
         current = todo.pop()
-        for ref in referenced_folders(wheel_root, *current, code_only=current != (kind, name)):
+        refs = referenced_folders(wheel_root, *current, code_only=current != (kind, name))
+        if current != (kind, name) and current[0] == "benchmarks":
+            # A benchmark is its config: the benchmarks it names come too (hle_verified's judge
+            # prompt is hle's), not the servers it declares.
+            refs |= {r for r in referenced_folders(wheel_root, *current) if r[0] == "benchmarks"}
+        for ref in refs:
             if ref in copied or ref in kept or ref == (kind, name):
                 continue
             here = project is not None and (project / ref[0] / ref[1]).is_dir()
