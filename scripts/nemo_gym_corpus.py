@@ -40,6 +40,7 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from nemo_gym.tools.authoring import NEMO_GYM_PYTEST_INI
 from nemo_gym.tools.env_pull_needs import classify_folder, folder_needs
 from nemo_gym.tools.env_pull_requirements import (
     GPU_REQUIREMENTS,
@@ -98,22 +99,6 @@ class FolderResult:
 # ---------------------------------------------------------------------------------------------
 # Scratch tree and environments
 
-PYTEST_INI = """[pytest]
-# What NeMo Gym's own repository configures for its folders' tests.
-asyncio_mode = auto
-asyncio_default_fixture_loop_scope = function
-filterwarnings = ignore::DeprecationWarning
-markers =
-    unit: NeMo Gym marker
-    integration: NeMo Gym marker
-    system: NeMo Gym marker
-    acceptance: NeMo Gym marker
-    docs: NeMo Gym marker
-    sandbox: NeMo Gym marker
-    skipduringci: NeMo Gym marker
-    pleasefixme: NeMo Gym marker
-"""
-
 
 def prepare_scratch(wheel_root: Path, scratch: Path, folders: list[tuple[str, str]]) -> None:
     """Copy the folders into ``scratch/<kind>/<name>``, importable as ``<kind>.<name>``, and this
@@ -125,7 +110,7 @@ def prepare_scratch(wheel_root: Path, scratch: Path, folders: list[tuple[str, st
     ``benchmarks/``, ``environment_servers/``) are copied too.
     """
     scratch.mkdir(parents=True, exist_ok=True)
-    (scratch / "pytest.ini").write_text(PYTEST_INI)
+    (scratch / "pytest.ini").write_text(NEMO_GYM_PYTEST_INI)
     ignore = shutil.ignore_patterns(".venv", "__pycache__")
     copies = list(folders)
     for kind in KINDS:
