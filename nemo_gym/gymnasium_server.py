@@ -37,13 +37,15 @@ and its calls with :func:`nemo_gym.response_items.function_calls`.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.routing import Route
 
 from nemo_gym.base_resources_server import BaseRunRequest, BaseVerifyRequest, SimpleResourcesServer
-from nemo_gym.serving.server import HTTPError, SessionStore
+from nemo_gym.serving.server import HTTPError, SessionStore, validation_error_body
+
+RowT = TypeVar("RowT", bound=BaseModel)
 
 __all__ = [
     "EnvCloseResponse",
@@ -198,6 +200,14 @@ class GymnasiumServer(SimpleResourcesServer):
         if view is None:
             view = self._session_state_view = SessionStateView(self.sessions)
         return view
+
+    def parse_row(self, model: type[RowT], metadata: dict[str, Any]) -> RowT:
+        """``metadata`` validated as ``model``; a 422 listing each invalid row field otherwise."""
+        try:
+            return model.model_validate(metadata)
+        except ValidationError as exc:
+            body = validation_error_body(exc, self.name, "row")
+            raise HTTPError(422, body["error"], detail=body["detail"]) from None
 
     async def reset(
         self, metadata: dict[str, Any], session_id: str | None = None

@@ -17,10 +17,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from nemo_gym.gymnasium_server import GymnasiumServer, StepResult, extract_text
-from nemo_gym.serving.server import HTTPError, validation_error_body
+from nemo_gym.serving.server import HTTPError
 
 GUESS = re.compile(r"<guess>\s*([^<]*?)\s*</guess>", re.IGNORECASE)
 
@@ -101,11 +101,7 @@ class CodebreakerServer(GymnasiumServer):
         self, metadata: dict[str, Any], session_id: str | None = None
     ) -> tuple[str | None, dict[str, Any]]:
         """Draw the secret from the row's ``seed`` and state the rules."""
-        try:
-            rules = GameRules.model_validate(metadata)
-        except ValidationError as exc:
-            body = validation_error_body(exc, self.name, "row")
-            raise HTTPError(422, body["error"], detail=body["detail"]) from None
+        rules = self.parse_row(GameRules, metadata)
         self.session_state[session_id] = Game(rules, secret_code(rules))
         return opening(rules), {"max_guesses": rules.max_guesses}
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from nemo_gym.base_resources_server import BaseResourcesServerConfig
 from nemo_gym.gymnasium_server import GymnasiumServer, StepResult, extract_text
-from nemo_gym.serving.server import HTTPError, validation_error_body
+from nemo_gym.serving.server import HTTPError
 
 
 class GemEnvConfig(BaseResourcesServerConfig):
@@ -45,11 +45,7 @@ class GemEnvServer(GymnasiumServer):
         """Make and reset the environment; its first observation."""
         import gem
 
-        try:
-            row = GemRow.model_validate(metadata)
-        except ValidationError as exc:
-            body = validation_error_body(exc, self.name, "row")
-            raise HTTPError(422, body["error"], detail=body["detail"]) from None
+        row = self.parse_row(GemRow, metadata)
         env = gem.make(self.config.env_id, **self.config.env_kwargs)
         observation, _ = env.reset(seed=row.seed)
         self.session_state[session_id] = env

@@ -19,11 +19,11 @@ from typing import Any, Literal
 
 import gymnasium
 from gymnasium.envs.registration import load_env_creator
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from nemo_gym.base_resources_server import BaseResourcesServerConfig
 from nemo_gym.gymnasium_server import GymnasiumServer, StepResult, extract_text
-from nemo_gym.serving.server import HTTPError, validation_error_body
+from nemo_gym.serving.server import HTTPError
 
 ANSI = re.compile(r"\x1b\[([0-9;]*)m(.*?)\x1b\[0m", re.DOTALL)
 STRAY_ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -158,11 +158,7 @@ class GymnasiumEnvServer(GymnasiumServer):
         self, metadata: dict[str, Any], session_id: str | None = None
     ) -> tuple[str | None, dict[str, Any]]:
         """Make this rollout's env and reset it with the row's ``seed``."""
-        try:
-            row = EpisodeRow.model_validate(metadata)
-        except ValidationError as exc:
-            body = validation_error_body(exc, self.name, "row")
-            raise HTTPError(422, body["error"], detail=body["detail"]) from None
+        row = self.parse_row(EpisodeRow, metadata)
         try:
             env = self._make(row.env_kwargs)
         except Exception as exc:  # noqa: BLE001 - a row's env_kwargs the env refuses is the row's fault

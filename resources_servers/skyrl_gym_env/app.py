@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from nemo_gym.base_resources_server import BaseResourcesServerConfig
 from nemo_gym.gymnasium_server import GymnasiumServer, StepResult, extract_text
-from nemo_gym.serving.server import HTTPError, validation_error_body
+from nemo_gym.serving.server import HTTPError
 
 
 class SkyRLGymEnvConfig(BaseResourcesServerConfig):
@@ -59,11 +59,7 @@ class SkyRLGymEnvServer(GymnasiumServer):
         self, metadata: dict[str, Any], session_id: str | None = None
     ) -> tuple[str | None, dict[str, Any]]:
         """Build the row's environment; the row's prompt is the first message."""
-        try:
-            row = SkyRLGymRow.model_validate(metadata)
-        except ValidationError as exc:
-            body = validation_error_body(exc, self.name, "row")
-            raise HTTPError(422, body["error"], detail=body["detail"]) from None
+        row = self.parse_row(SkyRLGymRow, metadata)
         env = self.make_env(row.extras)
         env.init([])
         self.session_state[session_id] = env

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from nemo_gym.base_resources_server import BaseResourcesServerConfig
 from nemo_gym.gymnasium_server import GymnasiumServer, StepResult, extract_text
-from nemo_gym.serving.server import HTTPError, validation_error_body
+from nemo_gym.serving.server import HTTPError
 
 
 class TextArenaEnvConfig(BaseResourcesServerConfig):
@@ -63,11 +63,7 @@ class TextArenaEnvServer(GymnasiumServer):
         """Make and reset the game; its first observation."""
         import textarena
 
-        try:
-            row = TextArenaRow.model_validate(metadata)
-        except ValidationError as exc:
-            body = validation_error_body(exc, self.name, "row")
-            raise HTTPError(422, body["error"], detail=body["detail"]) from None
+        row = self.parse_row(TextArenaRow, metadata)
         env = textarena.make(self.config.env_id, **self.config.env_kwargs)
         env.reset(num_players=1, seed=row.seed)
         _, observation = env.get_observation()
