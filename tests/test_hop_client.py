@@ -324,6 +324,8 @@ async def test_a_second_answer_to_one_request_closes_the_connection():
 async def test_a_run_that_reached_a_replica_is_not_sent_to_another_after_a_disconnect():
     from aiohttp import web
 
+    from nemo_gym.testing import serving_aiohttp_app
+
     async def drop(reader, writer, n):
         return False  # read the request, close without answering (the server died mid-rollout)
 
@@ -340,20 +342,15 @@ async def test_a_run_that_reached_a_replica_is_not_sent_to_another_after_a_disco
 
         app = web.Application()
         app.router.add_get("/server_instances", instances)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        client = ServerClient(f"http://127.0.0.1:{port}")
-        try:
-            with pytest.raises(ServerCallError) as info:
-                await client.post("agent", "/run", {}, rollout_id="r1")
-            assert info.value.kind == "unreachable"
-            assert one.requests + two.requests == 1  # not re-sent to the other replica
-        finally:
-            await client.close()
-            await runner.cleanup()
+        async with serving_aiohttp_app(app) as url:
+            client = ServerClient(url)
+            try:
+                with pytest.raises(ServerCallError) as info:
+                    await client.post("agent", "/run", {}, rollout_id="r1")
+                assert info.value.kind == "unreachable"
+                assert one.requests + two.requests == 1  # not re-sent to the other replica
+            finally:
+                await client.close()
 
 
 def test_a_caller_that_hangs_up_is_seen_by_the_server_further_down():

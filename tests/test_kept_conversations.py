@@ -9,9 +9,7 @@ byte-identical requests either way.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -27,9 +25,8 @@ from nemo_gym.base_resources_server import (
     SimpleResourcesServer,
     tool,
 )
-from nemo_gym.launch.launcher import free_port
 from nemo_gym.models.conversation_store import ConversationStore, KeptConversation
-from nemo_gym.testing import SyncClient, running_agent, running_server
+from nemo_gym.testing import SyncClient, running_agent, running_aiohttp_app, running_server
 from responses_api_agents.simple_agent.app import SimpleAgent
 from responses_api_models.openai_model.app import OpenAIModel
 
@@ -119,21 +116,9 @@ def recording_upstream(turns: int) -> Iterator[Recorder]:
 
     app = web.Application(client_max_size=2**26)
     app.router.add_post("/v1/responses", responses)
-    loop = asyncio.new_event_loop()
-    runner = web.AppRunner(app)
-    port = free_port()
-    loop.run_until_complete(runner.setup())
-    loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", port).start())
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    state.url = f"http://127.0.0.1:{port}/v1"
-    try:
+    with running_aiohttp_app(app) as url:
+        state.url = f"{url}/v1"
         yield state
-    finally:
-        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
-        loop.close()
 
 
 class RecordingModel(OpenAIModel):

@@ -8,7 +8,7 @@ import pytest
 from nemo_gym.base_resources_server import BaseResourcesServerConfig, SimpleResourcesServer, tool
 from nemo_gym.launch.launcher import free_port
 from nemo_gym.serving.server_client import ServerCallError, ServerClient
-from nemo_gym.testing import running_server
+from nemo_gym.testing import running_server, serving_aiohttp_app
 
 
 class Probe(SimpleResourcesServer):
@@ -146,18 +146,13 @@ async def test_a_burst_of_first_calls_shares_one_head_lookup():
 
     app = web.Application()
     app.router.add_get("/server_instances", instances)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    client = ServerClient(f"http://127.0.0.1:{port}")
-    try:
-        urls = await asyncio.gather(*(client.base_url("env") for _ in range(50)))
-        assert set(urls) == {"http://127.0.0.1:9"} and len(lookups) == 1
-        with pytest.raises(ServerCallError) as info:
-            await client.resolve("nope", refresh=True)
-        assert info.value.kind == "not_found" and len(lookups) == 2
-    finally:
-        await client.close()
-        await runner.cleanup()
+    async with serving_aiohttp_app(app) as url:
+        client = ServerClient(url)
+        try:
+            urls = await asyncio.gather(*(client.base_url("env") for _ in range(50)))
+            assert set(urls) == {"http://127.0.0.1:9"} and len(lookups) == 1
+            with pytest.raises(ServerCallError) as info:
+                await client.resolve("nope", refresh=True)
+            assert info.value.kind == "not_found" and len(lookups) == 2
+        finally:
+            await client.close()

@@ -281,26 +281,19 @@ async def test_raise_for_status_reads_the_body_stream() -> None:
     from aiohttp import web
 
     from nemo_gym.server_utils import raise_for_status
+    from nemo_gym.testing import serving_aiohttp_app
 
     async def offline(request: web.Request) -> web.Response:
         return web.json_response({"error": "judge offline"}, status=503)
 
     app = web.Application()
     app.router.add_post("/v1/responses", offline)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    try:
-        async with aiohttp.ClientSession() as session:
-            response = await session.post(f"http://127.0.0.1:{port}/v1/responses", json={})
-            with pytest.raises(aiohttp.ClientResponseError) as caught:
-                await raise_for_status(response)
-            assert caught.value.status == 503
-            assert json.loads(caught.value.response_content) == {"error": "judge offline"}  # type: ignore[attr-defined]
-    finally:
-        await runner.cleanup()
+    async with serving_aiohttp_app(app) as url, aiohttp.ClientSession() as session:
+        response = await session.post(f"{url}/v1/responses", json={})
+        with pytest.raises(aiohttp.ClientResponseError) as caught:
+            await raise_for_status(response)
+        assert caught.value.status == 503
+        assert json.loads(caught.value.response_content) == {"error": "judge offline"}  # type: ignore[attr-defined]
 
 
 def test_a_bad_skills_path_is_a_config_error(tmp_path: Path) -> None:

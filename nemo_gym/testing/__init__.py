@@ -13,7 +13,14 @@ from __future__ import annotations
 
 from nemo_gym.testing.http_clients import SyncClient, http_call
 from nemo_gym.testing.jsonl_rows import distinct_example_rows, read_jsonl, write_jsonl
-from nemo_gym.testing.servers import lazy_servers, running_agent, running_app, running_server
+from nemo_gym.testing.servers import (
+    lazy_servers,
+    running_agent,
+    running_aiohttp_app,
+    running_app,
+    running_server,
+    serving_aiohttp_app,
+)
 from nemo_gym.testing.stacks import (
     SCRIPTED_MODEL_CONFIG,
     collect_examples,
@@ -54,9 +61,11 @@ __all__ = [
     "read_jsonl",
     "replay_recorded",
     "running_agent",
+    "running_aiohttp_app",
     "running_app",
     "running_server",
     "running_stack",
+    "serving_aiohttp_app",
     "verify_text",
     "write_jsonl",
 ]

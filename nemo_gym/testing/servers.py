@@ -6,8 +6,10 @@ import asyncio
 import contextlib
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
+
+from aiohttp import web
 
 from nemo_gym.serving.server import BaseServer
 from nemo_gym.serving.sockets import bind_socket
@@ -81,6 +83,39 @@ def running_app(app: Any, host: str = "127.0.0.1", header_timeout_s: float = 15.
         uv.should_exit = True
         thread.join(10)
         loop.close()
+
+
+@contextlib.contextmanager
+def running_aiohttp_app(app: web.Application) -> Iterator[str]:
+    """Serve an aiohttp app (a fake upstream speaking some protocol) on a free loopback port in a
+    background thread with its own loop; yields its base URL, ``http://127.0.0.1:PORT``."""
+    loop = asyncio.new_event_loop()
+    runner = web.AppRunner(app)
+    loop.run_until_complete(runner.setup())
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    loop.run_until_complete(site.start())
+    port = runner.addresses[0][1]
+    thread = threading.Thread(target=loop.run_forever, name="aiohttp-app", daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
+
+
+@contextlib.asynccontextmanager
+async def serving_aiohttp_app(app: web.Application) -> AsyncIterator[str]:
+    """Serve an aiohttp app on a free loopback port in the running loop; yields its base URL."""
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    try:
+        yield f"http://127.0.0.1:{runner.addresses[0][1]}"
+    finally:
+        await runner.cleanup()
 
 
 @contextlib.contextmanager

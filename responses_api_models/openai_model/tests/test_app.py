@@ -19,7 +19,7 @@ import pytest
 from aiohttp import web
 
 from nemo_gym.launch.launcher import free_port
-from nemo_gym.testing import SyncClient, running_server
+from nemo_gym.testing import SyncClient, running_aiohttp_app, running_server
 from responses_api_models.openai_model.app import OpenAIModel
 
 
@@ -108,21 +108,9 @@ def fake_openai(state: FakeOpenAI) -> Iterator[FakeOpenAI]:
 
     app = web.Application()
     app.router.add_post("/v1/responses", responses)
-    loop = asyncio.new_event_loop()
-    runner = web.AppRunner(app)
-    port = free_port()
-    loop.run_until_complete(runner.setup())
-    loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", port).start())
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    state.url = f"http://127.0.0.1:{port}/v1"
-    try:
+    with running_aiohttp_app(app) as url:
+        state.url = f"{url}/v1"
         yield state
-    finally:
-        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
-        loop.close()
 
 
 def model_server(fake: FakeOpenAI, **extra: Any) -> OpenAIModel:

@@ -6,9 +6,7 @@ generated IDs only as ``token_id:<id>`` logprob tokens and prompt IDs only throu
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import threading
 import zlib
 from collections.abc import Iterator
 from typing import Any
@@ -18,7 +16,7 @@ import pytest
 from aiohttp import web
 
 from nemo_gym.launch.launcher import free_port
-from nemo_gym.testing import SyncClient, running_server
+from nemo_gym.testing import SyncClient, running_aiohttp_app, running_server
 from responses_api_models.local_hf_model.app import LocalHFModel
 from responses_api_models.vllm_model.app import VLLMModel, VLLMModelConfig
 
@@ -226,20 +224,8 @@ def old_vllm_server(seen: list[dict[str, Any]]) -> Iterator[str]:
     app = web.Application()
     app.router.add_post("/v1/chat/completions", chat)
     app.router.add_post("/tokenize", tokenize)
-    loop = asyncio.new_event_loop()
-    runner = web.AppRunner(app)
-    port = free_port()
-    loop.run_until_complete(runner.setup())
-    loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", port).start())
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{port}/v1"
-    finally:
-        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
-        loop.close()
+    with running_aiohttp_app(app) as url:
+        yield f"{url}/v1"
 
 
 def test_old_vllm_token_ids_come_from_logprobs_and_tokenize() -> None:
