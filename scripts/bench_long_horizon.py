@@ -39,6 +39,7 @@ import json
 import math
 import os
 import shutil
+import signal
 import socket
 import statistics
 import subprocess
@@ -171,8 +172,13 @@ def collect(
     k: int,
     work: Path,
     idle_cpu_s_per_s: dict[str, float],
+    py_spy: Path | None = None,
 ) -> dict[str, Any]:
-    """One ``ng_collect_rollouts`` run: its rate, and the stack's CPU per rollout by role."""
+    """One ``ng_collect_rollouts`` run: its rate, and the stack's CPU per rollout by role.
+
+    With ``py_spy`` (a folder), each server (model, agent, resources) is sampled by ``py-spy
+    record`` for the run's length, one flame-graph input (``-f raw``) per server in that folder.
+    """
     out_dir = work / f"{s.label}_k{k}_{time.monotonic_ns()}"
     out_dir.mkdir()
     output = out_dir / "rollouts.jsonl"
@@ -185,6 +191,7 @@ def collect(
         f"++head_server.port={s.head_port}",
     ]
     roles = {p.pid: role_of(p) for p in s.stack_processes()}
+    spies = start_py_spy(py_spy, f"{s.label}_k{k}", roles) if py_spy else []
     started = time.perf_counter()
     with (out_dir / "collector.log").open("wb") as log:
         collector = subprocess.Popen(argv, cwd=s.tree, env=s.env, stdout=log, stderr=subprocess.STDOUT)
@@ -217,6 +224,9 @@ def collect(
             break
         time.sleep(0.05)
     wall = time.perf_counter() - started
+    for spy in spies:
+        spy.send_signal(signal.SIGINT)
+        spy.wait(timeout=30)
     if collector.returncode != 0:
         tail = (out_dir / "collector.log").read_text(errors="replace")[-3000:]
         raise RuntimeError(f"{s.label}: ng_collect_rollouts exited {collector.returncode}:\n{tail}")
@@ -260,6 +270,26 @@ def collect(
     }
 
 
+def start_py_spy(folder: Path, prefix: str, roles: dict[int, str]) -> list[subprocess.Popen[bytes]]:
+    """``py-spy record`` on every server process (the busiest one per role is what you want)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    spies = []
+    for pid, role in roles.items():
+        if role == "other":
+            continue
+        out = folder / f"{prefix}_{role}_{pid}.txt"
+        spies.append(
+            subprocess.Popen(
+                [spy, "record", "-r", "250", "-f", "raw", "-o", str(out), "--pid", str(pid)],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        )
+    time.sleep(1.0)  # py-spy attaches
+    return spies
+
+
 def fit_exponent(points: list[tuple[int, float]]) -> float | None:
     """Least-squares slope of log(cpu) against log(K)."""
     points = [(k, v) for k, v in points if v > 0]
@@ -294,6 +324,13 @@ def main() -> None:
         "interleaved with the others, run with this checkout's venv",
     )
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument(
+        "--py-spy",
+        type=Path,
+        default=None,
+        help="sample every server with `py-spy record -f raw` during each measured run, into this folder "
+        "(its CPU is not the stack's, but it shares the machine: use it to find hot spots, not for the table)",
+    )
     args = parser.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="bench_long_"))
@@ -356,7 +393,7 @@ def main() -> None:
                     collect(s, warm, 40, args.concurrency, 2, work, idle)
                     for k in args.turns:
                         path, n = inputs[k]
-                        r = collect(s, path, n, args.concurrency, k, work, idle)
+                        r = collect(s, path, n, args.concurrency, k, work, idle, args.py_spy)
                         r["load_avg"] = os.getloadavg()[0]
                         s.results["runs"].setdefault(str(k), []).append(r)
                         roles = r["cpu_ms_per_rollout_by_role"]

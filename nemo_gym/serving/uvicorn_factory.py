@@ -11,12 +11,15 @@ from starlette.types import ASGIApp
 
 from nemo_gym.serving.process_hooks import SHUTDOWN_CLEANUPS
 from nemo_gym.serving.request_guard import DEFAULT_HEADER_TIMEOUT_S, header_timeout_protocol
+from nemo_gym.serving.write_coalescing import coalescing_protocol
 
 
 def make_uvicorn_server(
     app: ASGIApp, embedded: bool = False, header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S
 ) -> Any:
-    """A uvicorn server for ``app`` tuned for internal hops: no access log, keep-alive, big backlog.
+    """A uvicorn server for ``app`` tuned for internal hops: no access log, keep-alive, big backlog,
+    one write per answer (:mod:`nemo_gym.serving.write_coalescing`), no ``X-Forwarded-*`` rewriting
+    (nothing here reads the client address, and a server is reached directly, never through a proxy).
 
     Connections whose request headers are not complete within ``header_timeout_s`` are closed.
     ``embedded`` servers do not install signal handlers (their host process owns the signals).
@@ -33,7 +36,8 @@ def make_uvicorn_server(
         access_log=False,
         lifespan="off",
         loop="none",
-        http=header_timeout_protocol(protocol, header_timeout_s),
+        http=header_timeout_protocol(coalescing_protocol(protocol), header_timeout_s),
+        proxy_headers=False,
         timeout_keep_alive=75,
         backlog=4096,
     )
