@@ -63,6 +63,7 @@ from nemo_gym.models.openai_client import (
     RETRY_ERROR_CODES,
     NeMoGymAsyncOpenAI,
 )
+from nemo_gym.models.token_usage import NEWER_INPUT_DETAILS, add_usage, without_unknown
 
 __all__ = [
     "MAX_NUM_TRIES",
@@ -455,6 +456,11 @@ class NeMoGymResponseInputTokensDetails(InputTokensDetails):
     cached_tokens: int | None = 0  # type: ignore[assignment]
     cache_write_tokens: int | None = None  # type: ignore[assignment]
 
+    @model_serializer(mode="wrap")
+    def _with_nemo_gym_keys(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # An agent's summed usage is compared with dicts of NeMo Gym's openai version's keys.
+        return without_unknown(handler(self), NEWER_INPUT_DETAILS)
+
 
 class NeMoGymResponseOutputTokensDetails(OutputTokensDetails):
     """Output token details; ``reasoning_tokens`` may be unknown."""
@@ -478,15 +484,10 @@ class NeMoGymResponseUsage(ResponseUsage):
     @classmethod
     def sum_from_list(cls, usages: Any) -> NeMoGymResponseUsage:
         """The sum of ``usages`` (zero for none); a detail count unknown in any of them stays unknown."""
-        total = cls()
+        total: NeMoGymResponseUsage | None = None
         for usage in usages:
-            total = accumulate_response_usage(total, usage) or total
-        return total
-
-
-def _add_counts(left: int | None, right: int | None) -> int | None:
-    # An unknown count stays unknown rather than becoming a measurement.
-    return None if left is None or right is None else left + right
+            total = accumulate_response_usage(total, usage)
+        return total if total is not None else cls()
 
 
 def accumulate_response_usage(
@@ -497,17 +498,7 @@ def accumulate_response_usage(
         return total
     if total is None:
         return additional.model_copy(deep=True)
-    result = total.model_copy(deep=True)
-    result.input_tokens += additional.input_tokens
-    result.output_tokens += additional.output_tokens
-    result.total_tokens += additional.total_tokens
-    result.input_tokens_details.cached_tokens = _add_counts(
-        result.input_tokens_details.cached_tokens, additional.input_tokens_details.cached_tokens
-    )
-    result.output_tokens_details.reasoning_tokens = _add_counts(
-        result.output_tokens_details.reasoning_tokens, additional.output_tokens_details.reasoning_tokens
-    )
-    return result
+    return add_usage(total.model_copy(deep=True), additional)  # type: ignore[no-any-return]
 
 
 def _attr(value: Any, key: str) -> Any:

@@ -535,6 +535,33 @@ def test_what_nemo_gym_agents_read_from_the_request_and_usage_types() -> None:
     assert NeMoGymResponseUsage.sum_from_list([]).total_tokens == 0
 
 
+def test_usage_dumps_carry_nemo_gym_keys_and_sum_cache_writes() -> None:
+    """NeMo Gym's agents compare summed usage dumps with dicts of its openai version's keys: an
+    unknown cache-write count is left out of the dump; a known one is kept and summed."""
+    from nemo_gym.openai_utils import NeMoGymResponseUsage, accumulate_response_usage
+
+    def usage(cached: int, writes: int | None = None) -> NeMoGymResponseUsage:
+        details: dict[str, int] = {"cached_tokens": cached}
+        if writes is not None:
+            details["cache_write_tokens"] = writes
+        return NeMoGymResponseUsage.model_validate(
+            {"input_tokens": 10, "output_tokens": 2, "total_tokens": 12,
+             "input_tokens_details": details, "output_tokens_details": {"reasoning_tokens": 1}}
+        )  # fmt: skip
+
+    total = accumulate_response_usage(usage(3), usage(4))
+    assert total is not None
+    assert total.model_dump()["input_tokens_details"] == {"cached_tokens": 7}
+    assert '"cache_write' not in total.model_dump_json()
+    written = accumulate_response_usage(usage(3, 2), usage(4, 5))
+    assert written is not None
+    assert written.model_dump()["input_tokens_details"] == {"cached_tokens": 7, "cache_write_tokens": 7}
+    assert (
+        NeMoGymResponseUsage.sum_from_list([usage(1, 1), usage(1, 2)]).input_tokens_details.cache_write_tokens
+        == 3
+    )
+
+
 def test_text_parts_stay_parts_and_part_models_validate() -> None:
     from nemo_gym.openai_utils import NeMoGymEasyInputMessage, NeMoGymResponseInputText
 

@@ -86,3 +86,37 @@ def _default(value: Any, default: Any) -> Any:
 
 def _detail(usage: dict[str, Any], details: str, key: str) -> int:
     return (usage.get(details) or {}).get(key) or 0
+
+
+# Usage counts whose fields NeMo Gym's pinned openai version lacks: left out of a dump while
+# unknown, so a dump has NeMo Gym's keys.
+NEWER_INPUT_DETAILS = ("cache_write_tokens", "cache_write_tokens_details")
+
+
+def without_unknown(dumped: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+    """``dumped`` without those of ``keys`` whose value is ``None``."""
+    for key in keys:
+        if key in dumped and dumped[key] is None:
+            del dumped[key]
+    return dumped
+
+
+def _add_counts(left: int | None, right: int | None) -> int | None:
+    # An unknown count stays unknown rather than becoming a measurement.
+    return None if left is None or right is None else left + right
+
+
+def add_usage(total: Any, additional: Any) -> Any:
+    """Add ``additional``'s counts (a Responses usage model) into ``total`` (one of the same
+    shape), details included: a detail count unknown in either stays unknown. Returns ``total``."""
+    total.input_tokens += additional.input_tokens
+    total.output_tokens += additional.output_tokens
+    total.total_tokens += additional.total_tokens
+    for group, key in (
+        ("input_tokens_details", "cached_tokens"),
+        ("input_tokens_details", "cache_write_tokens"),
+        ("output_tokens_details", "reasoning_tokens"),
+    ):
+        mine, theirs = getattr(total, group), getattr(additional, group)
+        setattr(mine, key, _add_counts(getattr(mine, key, None), getattr(theirs, key, None)))
+    return total
