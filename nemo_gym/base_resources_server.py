@@ -40,7 +40,7 @@ from starlette.routing import Route
 
 from nemo_gym.config_types import AggregateMetrics, AggregateMetricsRequest
 from nemo_gym.episode_types import EpisodeId, TaskId
-from nemo_gym.response_items import create_params_shape_errors, response_shape_errors
+from nemo_gym.response_items import ENVELOPE_DEFAULTS, create_params_shape_errors, response_shape_errors
 from nemo_gym.serving.protocol import (  # noqa: F401 (re-exported at NeMo Gym's path)
     MCP_METADATA_KEY,
     MCP_SESSION_TOKEN_HEADER,
@@ -113,6 +113,15 @@ class _LazyTyped:
             if errors:
                 raise ValueError("; ".join(errors[:5]))
             return value
+        if self.type_name == "NeMoGymResponse" and isinstance(value, dict):
+            # NeMo Gym's model requires the envelope (id, created_at, ...); a verify body carrying
+            # only ``output`` is still a response here: the rest is filled in and left unset.
+            missing = [key for key in ENVELOPE_DEFAULTS if key not in value]
+            typed = self.typed().__pydantic_validator__.validate_python(
+                {**value, **{key: ENVELOPE_DEFAULTS[key] for key in missing}}, context=info.context
+            )
+            typed.__pydantic_fields_set__.difference_update(missing)
+            return typed
         return self.typed().__pydantic_validator__.validate_python(value, context=info.context)
 
     def __get_pydantic_core_schema__(self, source: Any, handler: Any) -> core_schema.CoreSchema:

@@ -509,18 +509,21 @@ def _attr(value: Any, key: str) -> Any:
 class NeMoGymResponse(_FieldAccess, Response):
     """A Responses API response object with NeMo Gym's item types.
 
-    Fields a recorded or minimal response may lack (``id``, ``created_at``, ``model``, ...)
-    default instead of failing validation.
+    As in NeMo Gym (and the ``openai`` model it extends), ``id``, ``created_at``, ``model``,
+    ``object``, ``output``, ``parallel_tool_calls``, ``tool_choice`` and ``tools`` are required:
+    ``NeMoGymResponse.model_validate({})`` fails naming them. A verify request's ``response``
+    is taken more leniently (the envelope filled from :data:`nemo_gym.response_items.ENVELOPE_DEFAULTS`): a body carrying only ``output``
+    is still a response there.
     """
 
-    id: str = ""
-    created_at: float = 0
-    model: str = ""  # type: ignore[assignment]
-    object: Literal["response"] = "response"
-    output: list[NeMoGymResponseOutputItem] = Field(default_factory=list)  # type: ignore[valid-type,assignment]
-    parallel_tool_calls: bool | None = True  # type: ignore[assignment]
-    tool_choice: Any = "auto"
-    tools: list[Any] = Field(default_factory=list)  # type: ignore[assignment]
+    id: str
+    created_at: float
+    model: str  # type: ignore[assignment]
+    object: Literal["response"]
+    output: list[NeMoGymResponseOutputItem]  # type: ignore[valid-type,assignment]
+    parallel_tool_calls: bool | None  # type: ignore[assignment]
+    tool_choice: Any
+    tools: list[Any]  # type: ignore[assignment]
     usage: NeMoGymResponseUsage | None = None
 
     @property

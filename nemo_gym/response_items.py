@@ -253,3 +253,16 @@ def create_params_shape_errors(params: Any, where: str = "responses_create_param
     if instructions is not None and not isinstance(instructions, str):
         errors.append(f"{where}.instructions: must be a string, got {type(instructions).__name__}")
     return errors
+
+
+# What a response without its envelope gets on intake (a verify body carrying only ``output``).
+ENVELOPE_DEFAULTS: dict[str, Any] = {
+    "id": "",
+    "created_at": 0,
+    "model": "",
+    "object": "response",
+    "output": [],
+    "parallel_tool_calls": True,
+    "tool_choice": "auto",
+    "tools": [],
+}

@@ -10,6 +10,7 @@ import pytest
 
 from nemo_gym.anthropic_converter import SUPPORTED_ANTHROPIC_IMAGE_MEDIA_TYPES, AnthropicConverter
 from nemo_gym.openai_utils import NeMoGymResponse, NeMoGymResponseCreateParamsNonStreaming
+from nemo_gym.response_items import ENVELOPE_DEFAULTS
 
 PNG = "iVBORw0KGgo="
 WEATHER = {
@@ -142,7 +143,9 @@ def test_client_request_round_trips_through_responses_and_back() -> None:
 
 def test_response_streams_as_messages_events() -> None:
     converter = AnthropicConverter()
+    envelope = {k: v for k, v in ENVELOPE_DEFAULTS.items() if k not in ("id", "output")}
     response = NeMoGymResponse(
+        **envelope,
         id="resp_7",
         output=[
             {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "Hmm."}]},

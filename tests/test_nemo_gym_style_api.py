@@ -142,7 +142,10 @@ def rollout_response(n_calls: int, answer: str) -> NeMoGymResponse:
         for i in range(n_calls)
     ]
     output.append(NeMoGymResponseOutputMessage(id="m", content=[NeMoGymResponseOutputText(text=answer)]))
-    return NeMoGymResponse(id="r", created_at=0, model="m", output=output)
+    return NeMoGymResponse(
+        id="r", created_at=0, model="m", object="response", output=output,
+        parallel_tool_calls=True, tool_choice="auto", tools=[],
+    )  # fmt: skip
 
 
 def build(notes_app, **config) -> SimpleResourcesServer:
@@ -202,6 +205,34 @@ async def test_verify_called_directly_gets_typed_models(notes_module) -> None:
     assert body.response.get("output")[0]["name"] == "add_note"
     assert body.responses_create_params["input"] == "three notes"
     assert result.model_dump()["mask_sample"] is False  # NeMo Gym's diagnostics, at their defaults
+
+
+def test_a_response_needs_its_envelope_but_a_verify_body_may_carry_only_output() -> None:
+    """NeMo Gym's NeMoGymResponse requires id, created_at, model, ... (math_with_judge's tests
+    rely on ``{}`` failing with "Field required"); a verify body's ``response`` is taken with
+    only ``output``, its envelope filled in and left unset."""
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="Field required") as failure:
+        NeMoGymResponse.model_validate({})
+    missing = {error["loc"][0] for error in failure.value.errors()}
+    assert missing == {
+        "id",
+        "created_at",
+        "model",
+        "object",
+        "output",
+        "parallel_tool_calls",
+        "tool_choice",
+        "tools",
+    }
+    body = BaseVerifyRequest.model_validate(
+        {"responses_create_params": {"input": "q"}, "response": {"output": [{"type": "message", "id": "m", "role": "assistant",
+         "content": [{"type": "output_text", "text": "4", "annotations": []}]}]}}
+    )  # fmt: skip
+    assert isinstance(body.response, NeMoGymResponse)
+    assert body.response.output_text == "4" and body.response.tools == []
+    assert body.response.get("id") is None and "id" not in body.response
 
 
 def test_our_style_class_is_not_served_by_fastapi() -> None:

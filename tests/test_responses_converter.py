@@ -22,6 +22,7 @@ from nemo_gym.openai_utils import (
     NeMoGymResponseOutputMessage,
     NeMoGymResponseReasoningItem,
 )
+from nemo_gym.response_items import ENVELOPE_DEFAULTS
 from nemo_gym.responses_converter import (
     ResponsesConverter,
     VLLMConverter,
@@ -481,12 +482,13 @@ def test_responses_stream_body_flattens_namespaces_and_events_restore_them() -> 
     assert params.input[1].name == "fs__ls"
     assert "client_metadata" not in cleaned and "stream" not in cleaned
 
-    response = NeMoGymResponse(
-        id="resp_1",
-        model="m",
-        output=[{"type": "function_call", "id": "fc_1", "call_id": "c1", "name": "fs__ls", "arguments": "{}",
-                 "status": "completed"}],
-    ).model_dump(mode="json")  # fmt: skip
+    response = NeMoGymResponse.model_validate({
+        **ENVELOPE_DEFAULTS,
+        "id": "resp_1",
+        "model": "m",
+        "output": [{"type": "function_call", "id": "fc_1", "call_id": "c1", "name": "fs__ls", "arguments": "{}",
+                    "status": "completed"}],
+    }).model_dump(mode="json")  # fmt: skip
     events = [
         (chunk.split("\n", 1)[0].removeprefix("event: "), json.loads(chunk.split("\ndata: ", 1)[1]))
         for chunk in synthesize_responses_sse(response, names)

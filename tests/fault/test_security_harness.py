@@ -289,7 +289,7 @@ def test_a_program_can_run_as_a_uid_of_its_own(stack):
 
 def test_output_text_helpers_read_assistant_messages_only():
     from nemo_gym.openai_utils import NeMoGymResponse
-    from nemo_gym.response_items import all_output_text, message_item, output_text
+    from nemo_gym.response_items import ENVELOPE_DEFAULTS, all_output_text, message_item, output_text
 
     forged = [{"type": "output_text", "text": "\\boxed{B}", "annotations": []}]
     response = {
@@ -302,7 +302,7 @@ def test_output_text_helpers_read_assistant_messages_only():
     assert all_output_text(response) == "no idea"
     assert output_text(response) == "no idea"
     # The pydantic model (a message without a role does not validate there at all).
-    typed = NeMoGymResponse.model_validate({"output": response["output"][:2]})
+    typed = NeMoGymResponse.model_validate({**ENVELOPE_DEFAULTS, "output": response["output"][:2]})
     assert typed.output_text == "no idea"
 
 
