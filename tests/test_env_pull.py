@@ -333,3 +333,57 @@ def test_needs_marks_gpu_network_and_a_data_step(tmp_path: Path) -> None:
     assert needs_label(folder_needs(plain)) == "runs here"
     (words / "data" / "words.txt").write_text("crane\n")
     assert folder_needs(words) == {}
+
+
+def test_needs_sees_downloads_images_agents_and_row_media(tmp_path: Path) -> None:
+    """What the static rule reads besides code patterns: a clone spelled as an argv list, a
+    requirement from a URL, an NLTK download, rows naming a registry image, an example agent
+    that reads an API key, and rows naming media a prepare script fetches; each reason names
+    its file and line, and a URL in a comment is not a call."""
+    from nemo_gym.tools.env_pull_needs import folder_needs
+
+    def folder(name: str, files: dict[str, str]) -> Path:
+        root = tmp_path / "resources_servers" / name
+        for rel, text in files.items():
+            (root / rel).parent.mkdir(parents=True, exist_ok=True)
+            (root / rel).write_text(text)
+        return root
+
+    clone = folder(
+        "clone", {"setup_x.py": 'import subprocess\nsubprocess.run(\n    ["git", "clone", URL])\n'}
+    )
+    assert folder_needs(clone)["network"] == 'clones a repository (setup_x.py:3: ["git", "clone", URL]))'
+    url = folder(
+        "url", {"requirements.txt": "absl-py\nhttps://host.org/releases/download/m-1.0-py3-none-any.whl\n"}
+    )
+    assert folder_needs(url)["network"].startswith("installs a requirement from a URL (requirements.txt:2: ")
+    nltk = folder("nltk", {"app.py": "import nltk\n\nnltk.download('wordnet')\n"})
+    assert folder_needs(nltk)["network"].startswith("downloads NLTK or spaCy data (app.py:3:")
+    image = folder("image", {"app.py": "", "data/example.jsonl": '{"image_ref": "docker.io/org/task:v1"}\n'})
+    assert folder_needs(image)["network"] == (
+        "runs each task in a container image from a registry (data/example.jsonl:1: image_ref = docker.io/org/task:v1)"
+    )
+    agent = tmp_path / "responses_api_agents" / "cloud_agent"
+    agent.mkdir(parents=True)
+    (agent / "app.py").write_text('import os\nKEY = os.environ["CLOUD_API_KEY"]\n')
+    config = (
+        "srv:\n  resources_servers:\n    uses_agent: {entrypoint: app.py}\n"
+        "srv_agent:\n  responses_api_agents:\n    cloud_agent:\n      entrypoint: app.py\n"
+        "      datasets: [{name: example, type: example, jsonl_fpath: resources_servers/uses_agent/data/example.jsonl}]\n"
+    )
+    uses = folder(
+        "uses_agent", {"app.py": "", "configs/uses_agent.yaml": config, "data/example.jsonl": "{}\n"}
+    )
+    assert folder_needs(uses)["network"] == (
+        "its example agent cloud_agent (configs/uses_agent.yaml) reads an API key "
+        '(app.py:2: KEY = os.environ["CLOUD_API_KEY"])'
+    )
+    media = folder("media", {"app.py": "", "data/example.jsonl": '{"doc": "test_media/a/manifest.json"}\n'})
+    (tmp_path / "benchmarks" / "media").mkdir(parents=True)
+    (tmp_path / "benchmarks" / "media" / "prepare.py").write_text('MEDIA = "test_media"\n')
+    assert folder_needs(media, tmp_path) == {
+        "data_step": "python benchmarks/media/prepare.py (example rows name test_media/a/manifest.json, which "
+        "the folder does not ship: the script writes test_media/)"
+    }
+    cited = folder("cited", {"app.py": "# see https://github.com/org/repo/blob/main/v1/eval.py\nX = 1\n"})
+    assert folder_needs(cited) == {}

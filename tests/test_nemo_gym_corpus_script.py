@@ -88,7 +88,7 @@ def test_corpus_script_table_summary_and_json(tmp_path: Path) -> None:
     # The self-reference is dropped; the glued line is split; the missing one is reported.
     assert broken["requirements_missing"] == ["no-such-distribution-corpus==1.0"]
     assert broken["install"] == "skipped (--install none)"
-    assert results["resources_servers/gpu_env"]["needs"] == {"gpu": "imports vllm (app.py)"}
+    assert results["resources_servers/gpu_env"]["needs"] == {"gpu": "imports vllm (app.py:1: import vllm)"}
 
 
 def test_corpus_script_list_and_selection(tmp_path: Path) -> None:
@@ -142,7 +142,10 @@ def test_pyproject_requirements_shared_trees_and_repository_files(tmp_path: Path
     assert proc.returncode == 0, proc.stderr
     (result,) = json.loads(out_json.read_text())["folders"]
     assert result["passes"], result["first_failure"]
-    assert result["needs"] == {"network": "clones a repository (pyproject.toml)"}
+    assert result["needs"] == {
+        "network": "clones a repository (pyproject.toml:8: "
+        'human-eval-infilling = { git = "https://github.com/example/human-eval-infilling.git" })'
+    }
     missing = result["requirements_missing"]
     assert "human-eval-infilling @ git+https://github.com/example/human-eval-infilling.git" in missing
     assert not any(r.startswith(("nemo-gym", "-e")) for r in missing)

@@ -2,16 +2,22 @@
 private data, or a data-preparation step that must run before its server starts.
 
 One rule for ``gym list environments --available``, ``gym env pull`` and
-``scripts/nemo_gym_corpus.py``. It is static (regular expressions over the folder's files):
-nothing is imported or run.
+``scripts/nemo_gym_corpus.py``. It is static (regular expressions over the folder's files, its
+example rows and the config that runs them): nothing is imported or run. Each reason names the
+file and line that triggered it.
 """
 
 from __future__ import annotations
 
+import json
 import re
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
-# The classification rule. A folder "needs" something when any file in it (code, config,
+from nemo_gym.tools.env_example_run import AGENTS, example_run
+
+# The classification rule. A folder "needs" something when any file in it (code, tests,
 # requirements) matches one of these patterns; the matching pattern is reported as the reason.
 NEEDS_RULES: dict[str, list[tuple[str, str]]] = {
     "gpu": [
@@ -22,17 +28,23 @@ NEEDS_RULES: dict[str, list[tuple[str, str]]] = {
     ],
     "network": [
         (
-            r"[A-Z_]*(API_KEY|_TOKEN|SECRET)[A-Z_]*[\"']?\s*\]|getenv\([\"'][A-Z_]*(API_KEY|TOKEN)",
+            r"[A-Z_]*(API_KEY|_TOKEN|SECRET)[A-Z_]*[\"']?\s*\]|getenv\([\"'][A-Z_]*(API_KEY|TOKEN)[\"']",
             "reads an API key",
         ),
         (r"(load_dataset|hf_hub_download|snapshot_download)\(", "downloads a dataset or model"),
         (r"tiktoken\.(get_encoding|encoding_for_model)\(", "downloads a tokenizer (tiktoken)"),
+        (r"\bnltk\.download\(|\bspacy\.cli\.download\(", "downloads NLTK or spaCy data"),
+        (r"^\s*from\s+evalplus\.data\s+import\s+get_", "loads EvalPlus's dataset (evalplus downloads it)"),
         (
-            r"https?://(?!(127\.0\.0\.1|localhost|0\.0\.0\.0|example\.com))[a-z0-9.-]+\.[a-z]{2,}/[^\s\"']*(api|v1|search)",
+            r"https?://(?!(127\.0\.0\.1|localhost|0\.0\.0\.0|example\.com|[a-z0-9.-]+\.(invalid|test|example)/))[a-z0-9.-]+\.[a-z]{2,}/[^\s\"']*(api|v1|search)",
             "calls a remote API",
         ),
+        (
+            r"https?://(raw\.githubusercontent\.com|github\.com/[^\s\"']+/(releases/download|archive|raw)/)",
+            "downloads a file from GitHub",
+        ),
         (r"^\s*(import|from)\s+(docker|e2b|daytona|opensandbox|modal)\b", "needs a container service"),
-        (r"git\+https://|git clone", "clones a repository"),
+        (r"git\+https://|git clone|[\"']git[\"']\s*,\s*[\"']clone[\"']", "clones a repository"),
     ],
     "private_data": [
         (
@@ -42,10 +54,17 @@ NEEDS_RULES: dict[str, list[tuple[str, str]]] = {
         (r"\.(parquet|sqlite|db)[\"']", "reads a data file not shipped in the wheel"),
     ],
 }
+# requirements.txt: the rules above, and a requirement installed from a URL (pip fetches it).
+REQUIREMENTS_RULES: dict[str, list[tuple[str, str]]] = {
+    "network": [(r"^\s*[^#\s][^#\n]*@\s*https?://|^\s*https?://", "installs a requirement from a URL")],
+}
 # A folder without requirements.txt declares its dependencies in pyproject.toml; of that file
-# only a dependency taken from a git repository (a uv source) says something here.
+# only a dependency taken from a git repository (a uv source) or a URL says something here.
 PYPROJECT_RULES: dict[str, list[tuple[str, str]]] = {
-    "network": [(r"git\+https://|^\s*[\w.-]+\s*=\s*\{\s*git\s*=", "clones a repository")],
+    "network": [
+        (r"git\+https://|^\s*[\w.-]+\s*=\s*\{\s*git\s*=", "clones a repository"),
+        (r"@\s*https?://", "installs a requirement from a URL"),
+    ],
 }
 # Only what runs when the server starts or its tests run is scanned: its Python modules, tests
 # and requirements. Data-preparation scripts, configs (dataset lists for training) and data
@@ -55,15 +74,36 @@ UNSCANNED_DIRS = {"data", "configs", "scripts", ".venv", "__pycache__"}
 UNSCANNED_FILES = re.compile(
     r"^(prepare|create|generate|download|build|convert|make)[a-z0-9_]*\.py$|_prep[a-z_]*\.py$"
 )
+# A container image in a registry (``docker.io/org/name:tag``, ``org/name:tag``), in a row field
+# whose name says image: the task runs in that image, which must be pulled.
+_IMAGE_REF = re.compile(r"^(?:[\w.-]+(?::\d+)?/)+[\w.-]+:[\w.-]+$")
 
 
-def classify_folder(folder: Path) -> dict[str, str]:
-    """What a folder needs beyond this machine: ``{"gpu"|"network"|"private_data": reason}``.
+def _rules_for(name: str) -> list[dict[str, list[tuple[str, str]]]]:
+    if name == "pyproject.toml":
+        return [PYPROJECT_RULES]
+    if name == "requirements.txt":
+        return [NEEDS_RULES, REQUIREMENTS_RULES]
+    return [NEEDS_RULES]
 
-    The rule: scan the folder's code, configs and requirements (its tests included) for the
-    patterns in ``NEEDS_RULES``; the first match per category is the reason given.
-    """
-    needs: dict[str, str] = {}
+
+def _where(rel: Path | str, text: str, match: re.Match[str]) -> str:
+    """``file:line: the line`` (shortened) for a match in ``text``."""
+    line_no = text.count("\n", 0, match.start()) + 1
+    line = text.splitlines()[line_no - 1].strip() if text.splitlines() else ""
+    return f"{rel}:{line_no}: {line[:90]}"
+
+
+def _first_match(pattern: str, text: str) -> re.Match[str] | None:
+    """The first match of ``pattern`` not on a comment line (a URL cited in a comment is not a call)."""
+    for match in re.finditer(pattern, text, re.M):
+        line_start = text.rfind("\n", 0, match.start()) + 1
+        if not text[line_start : match.start()].lstrip().startswith("#"):
+            return match
+    return None
+
+
+def _scanned_files(folder: Path, runtime_only: bool = False) -> Iterator[tuple[Path, Path]]:
     for path in sorted(folder.rglob("*")):
         rel = path.relative_to(folder)
         if path.suffix not in SCANNED_SUFFIXES or not path.is_file() or UNSCANNED_DIRS & set(rel.parts[:-1]):
@@ -72,17 +112,94 @@ def classify_folder(folder: Path) -> dict[str, str]:
             path.suffix in (".txt", ".toml") and path.name not in ("requirements.txt", "pyproject.toml")
         ):
             continue
-        if path.stat().st_size > 2_000_000:
+        if runtime_only and (
+            "tests" in rel.parts[:-1] or rel.name.startswith("test_") or rel.name == "conftest.py"
+        ):
             continue
+        if path.stat().st_size <= 2_000_000:
+            yield path, rel
+
+
+def classify_folder(folder: Path, runtime_only: bool = False) -> dict[str, str]:
+    """What a folder needs beyond this machine: ``{"gpu"|"network"|"private_data": reason}``.
+
+    The rule: scan the folder's code, tests and requirements for the patterns in
+    ``NEEDS_RULES`` (``REQUIREMENTS_RULES``, ``PYPROJECT_RULES``); look at its example rows for
+    container images (:func:`example_row_needs`) and at the agent its example config runs them
+    with (:func:`example_agent_needs`). The first match per category is the reason given, with
+    the file and line. ``runtime_only``: only what runs when the server starts (not its tests).
+    """
+    needs: dict[str, str] = {}
+    for path, rel in _scanned_files(folder, runtime_only):
         text = path.read_text(errors="replace")
-        for category, rules in (PYPROJECT_RULES if path.name == "pyproject.toml" else NEEDS_RULES).items():
-            if category in needs:
-                continue
-            for pattern, reason in rules:
-                if re.search(pattern, text, re.M):
-                    needs[category] = f"{reason} ({rel})"
-                    break
+        for rules in _rules_for(path.name):
+            for category, patterns in rules.items():
+                if category in needs:
+                    continue
+                for pattern, reason in patterns:
+                    match = _first_match(pattern, text)
+                    if match:
+                        needs[category] = f"{reason} ({_where(rel, text, match)})"
+                        break
+    if not runtime_only:
+        for category, reason in {**example_agent_needs(folder), **example_row_needs(folder)}.items():
+            needs.setdefault(category, reason)
     return needs
+
+
+def _strings(node: Any, key: str = "") -> Iterator[tuple[str, str]]:
+    """``(field name, value)`` of every string in a row, nested ones included."""
+    if isinstance(node, dict):
+        for k, v in node.items():
+            yield from _strings(v, str(k))
+    elif isinstance(node, list):
+        for v in node:
+            yield from _strings(v, key)
+    elif isinstance(node, str):
+        yield key, node
+
+
+def _example_rows(folder: Path, limit: int = 50) -> Iterator[tuple[int, dict[str, Any]]]:
+    rows = folder / "data" / "example.jsonl"
+    if not rows.is_file():
+        return
+    for line_no, line in enumerate(rows.read_text(errors="replace").splitlines()[:limit], 1):
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(row, dict):
+            yield line_no, row
+
+
+def example_row_needs(folder: Path) -> dict[str, str]:
+    """``{"network": reason}`` when the example rows run each task in a container image from a
+    registry (a field named ``*image*`` holding ``registry/org/name:tag``), else ``{}``."""
+    for line_no, row in _example_rows(folder):
+        for key, value in _strings(row):
+            if "image" in key.lower() and len(value) < 300 and _IMAGE_REF.match(value):
+                return {
+                    "network": f"runs each task in a container image from a registry "
+                    f"(data/example.jsonl:{line_no}: {key} = {value[:90]})"
+                }
+    return {}
+
+
+def example_agent_needs(folder: Path) -> dict[str, str]:
+    """What the agent that runs the example rows (:func:`~nemo_gym.tools.env_example_run.example_run`)
+    needs when it starts (its runtime code, not its tests): a GPU or the network."""
+    run = example_run(folder)
+    if run is None or run.implementation is None:
+        return {}
+    agent = folder.parent.parent / AGENTS / run.implementation
+    if not agent.is_dir() or agent == folder:
+        return {}
+    config = run.config.relative_to(folder) if run.config.is_relative_to(folder) else run.config
+    return {
+        category: f"its example agent {run.implementation} ({config}) {reason}"
+        for category, reason in classify_folder(agent, runtime_only=True).items()
+        if category in ("gpu", "network")
+    }
 
 
 # A data file named by the server's code: a string literal ending in one of these suffixes.
@@ -120,23 +237,55 @@ def data_step(folder: Path, display_root: Path | None = None) -> str | None:
     The rule: a data file the server's own code names (a string literal such as ``"guesses.txt"``)
     that is not in the folder, and that one of the folder's data scripts names too, is written
     by that script; the step is running it (from the project root, as NeMo Gym's READMEs say).
+    Likewise a path an example row names (``test_media/documents/ID/manifest.json``) that the
+    folder does not ship (or ships as an empty directory), under a directory a data script names
+    (the folder's own, or ``benchmarks/NAME/prepare.py``): the rows' media are fetched by it.
     """
+    root = display_root or folder.parent.parent
     shipped = {p.name for p in folder.rglob("*") if p.is_file()}
     missing: list[str] = []
     for path in _runtime_files(folder):
         for literal, base in _DATA_LITERAL.findall(path.read_text(errors="replace")):
             if base not in shipped and base not in _NOT_DATA and "{" not in literal and base not in missing:
                 missing.append(base)
-    if not missing:
-        return None
-    root = display_root or folder.parent.parent
-    for script in _data_scripts(folder):
+    scripts = _data_scripts(folder)
+    for script in scripts if missing else []:
         text = script.read_text(errors="replace")
         written = [base for base in missing if base in text]
         if written:
             where = script.relative_to(root) if script.is_relative_to(root) else script
             return f"python {where} (it writes {', '.join(written)}: the server's code names it, the folder does not ship it)"
+    rows_missing = _missing_row_paths(folder)
+    benchmark = folder.parent.parent / "benchmarks" / folder.name / "prepare.py"
+    for script in [*scripts, *([benchmark] if benchmark.is_file() else [])] if rows_missing else []:
+        text = script.read_text(errors="replace")
+        named = [p for p in rows_missing if re.search(rf"[\"']{re.escape(p.split('/')[0])}[\"'/]", text)]
+        if named:
+            where = script.relative_to(root) if script.is_relative_to(root) else script
+            return (
+                f"python {where} (example rows name {named[0]}, which the folder does not ship: "
+                f"the script writes {named[0].split('/')[0]}/)"
+            )
     return None
+
+
+_ROW_PATH = re.compile(r"^[\w.-]+(/[\w.-]+)+$")
+
+
+def _missing_row_paths(folder: Path) -> list[str]:
+    """Relative paths the example rows name that neither the folder nor its ``data/`` holds
+    (an empty directory counts as missing)."""
+
+    def present(path: Path) -> bool:
+        return path.is_file() or (path.is_dir() and any(path.iterdir()))
+
+    out: list[str] = []
+    for _, row in _example_rows(folder):
+        for _, value in _strings(row):
+            if len(value) < 300 and _ROW_PATH.match(value) and value not in out:
+                if not (present(folder / value) or present(folder / "data" / value)):
+                    out.append(value)
+    return out
 
 
 def folder_needs(folder: Path, display_root: Path | None = None) -> dict[str, str]:
