@@ -96,7 +96,7 @@ def test_unlaunched_instance_needs_host_and_port() -> None:
         return LaunchHooks(setup_env_command=lambda *a: "true", run_command=lambda *a: object())
 
     from nemo_gym.launch.config import ConfigError
-    from nemo_gym.launch.launcher import LocalProcessBackend
+    from nemo_gym.launch.server_processes import LocalProcessBackend
 
     with pytest.raises(ConfigError, match="'policy_model': its launch started no process.*host and port"):
         StackHandle.start(config, backend=LocalProcessBackend(no_process_hooks()))

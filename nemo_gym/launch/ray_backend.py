@@ -42,7 +42,7 @@ import aiohttp
 from nemo_gym.launch.config import RAY_HEAD_NODE_ADDRESS_KEY_NAME, ConfigError, server_instances
 from nemo_gym.launch.head_server import Registry
 from nemo_gym.launch.launch_hooks import DEFAULT_HOOKS, LaunchHooks, die_with_parent
-from nemo_gym.launch.launcher import LaunchSpec, LocalProcessBackend, ProcessBackend, ServerProcess
+from nemo_gym.launch.server_processes import LaunchSpec, LocalProcessBackend, ProcessBackend, ServerProcess
 from nemo_gym.serving.launch_payload import LaunchPayload
 from nemo_gym.serving.protocol import ENV_NODE_ID, ENV_NODE_IP
 
