@@ -10,8 +10,7 @@ import os
 
 import pytest
 
-from nemo_gym.serving.protocol import ENV_LAUNCH_PAYLOAD
-from nemo_gym.serving.protocol import ENV_AUTH_TOKEN, REGISTRATION_SECRET_HEADER
+from nemo_gym.serving.protocol import ENV_AUTH_TOKEN, ENV_LAUNCH_PAYLOAD, REGISTRATION_SECRET_HEADER
 from nemo_gym.testing import SyncClient, running_stack
 
 ONLY_ENV = """
