@@ -15,7 +15,6 @@ import importlib
 import re
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,216 +22,11 @@ import yaml
 
 from nemo_gym.console.command_help import HELP_WORDS, help_text, wants_help
 from nemo_gym.launch.config import ConfigError, project_root
+from nemo_gym.tools.gym_commands import FLAGS, GROUPS, Flag, Subcommand
 
+__all__ = ["FLAGS", "GROUPS", "Flag", "Subcommand", "main", "translate"]
 
-@dataclass(frozen=True)
-class Subcommand:
-    """``gym <group> <name>``: runs ``target`` (``module:function`` of an ``ng_*`` command)."""
-
-    name: str
-    target: str
-    command: str
-    summary: str
-    positional: str | None = None
-    """What a bare positional argument means: ``entrypoint`` (an environment name)."""
-    keys: tuple[tuple[str, str], ...] = ()
-    """Flags whose override key differs for this command (``ng_viewer`` reads ``+input``)."""
-    raw: bool = False
-    """The command parses its own arguments (and ``--help``): they pass through untranslated."""
-
-
-@dataclass(frozen=True)
-class Flag:
-    """A NeMo Gym style ``--flag value`` and the override it becomes."""
-
-    flag: str
-    key: str
-    text: str
-    takes_value: bool = True
-
-
-FLAGS = (
-    Flag("--config", "config_paths", "a config file to add to +config_paths (repeatable)"),
-    Flag(
-        "--resources-server",
-        "config_paths",
-        "an environment by name: adds resources_servers/NAME/configs/NAME.yaml",
-    ),
-    Flag(
-        "--model-type",
-        "config_paths",
-        "a model server by name: adds responses_api_models/NAME/configs/NAME.yaml",
-    ),
-    Flag("--agent", "agent_name", "+agent_name"),
-    Flag("--input", "input_jsonl_fpath", "+input_jsonl_fpath"),
-    Flag("--output", "output_jsonl_fpath", "+output_jsonl_fpath"),
-    Flag("--limit", "limit", "+limit"),
-    Flag("--num-repeats", "num_repeats", "+num_repeats"),
-    Flag("--benchmark", "benchmark", "+benchmark"),
-    Flag(
-        "--available",
-        "available",
-        "gym list environments/agents/models: what the nemo-gym wheel offers (optionally: VERSION)",
-        False,
-    ),
-    Flag(
-        "--no-serve",
-        "",
-        "gym eval run: use the running stack (ng_collect_rollouts) instead of starting one",
-        False,
-    ),
-)
-_FLAGS = {flag.flag: flag for flag in FLAGS}
 _SENTENCE_END = re.compile(r"(?<!e\.g)(?<!i\.e)\.\s")
-
-GROUPS: dict[str, tuple[str, tuple[Subcommand, ...]]] = {
-    "env": (
-        "run and check environments",
-        (
-            Subcommand("start", "nemo_gym.cli:ng_run", "ng_run", "start the servers of a config"),
-            Subcommand(
-                "status", "nemo_gym.cli:ng_status", "ng_status", "show the head server and running servers"
-            ),
-            Subcommand(
-                "test",
-                "nemo_gym.tools.authoring:ng_test",
-                "ng_test",
-                "test environments (all if none is named)",
-                "entrypoint",
-            ),
-            Subcommand(
-                "init",
-                "nemo_gym.tools.scaffold:ng_init_resources_server",
-                "ng_init_resources_server",
-                "scaffold a new environment",
-                "entrypoint",
-            ),
-            Subcommand("resolve", "nemo_gym.cli:ng_dump_config", "ng_dump_config", "print the merged config"),
-            Subcommand(
-                "pull",
-                "nemo_gym.tools.env_pull:ng_pull_environment",
-                "ng_pull_environment",
-                "bring one of NeMo Gym's environments in by name (NAME[==VERSION])",
-            ),
-        ),
-    ),
-    "eval": (
-        "collect rollouts and score them",
-        (
-            Subcommand(
-                "run",
-                "nemo_gym.rollout_collection:ng_e2e_collect_rollouts",
-                "ng_e2e_collect_rollouts",
-                "start the servers, collect rollouts, stop (--no-serve: on a running stack)",
-            ),
-            Subcommand(
-                "aggregate",
-                "nemo_gym.rollout_collection:ng_aggregate_rollouts",
-                "ng_aggregate_rollouts",
-                "merge sharded rollout results and compute metrics",
-            ),
-            Subcommand(
-                "reverify",
-                "nemo_gym.tools.reverify:ng_reverify_rollouts",
-                "ng_reverify_rollouts",
-                "re-score rollouts with the current environment and report what changed",
-            ),
-            Subcommand(
-                "certify",
-                "nemo_gym.tools.certify_harness:ng_certify_harness",
-                "ng_certify_harness",
-                "certificate of RL fidelity for a harness on an engine (prefix, loss mask, log-probs)",
-            ),
-            Subcommand(
-                "profile",
-                "nemo_gym.reward_profile:ng_reward_profile",
-                "ng_reward_profile",
-                "per-task pass rate and reward variance; tasks always or never solved",
-            ),
-            Subcommand(
-                "prepare",
-                "nemo_gym.tools.benchmarks:ng_prepare_benchmark",
-                "ng_prepare_benchmark",
-                "write a benchmark's rows to disk",
-            ),
-            Subcommand(
-                "submit",
-                "nemo_gym.orchestration.commands:eval_submit",
-                "",
-                "submit a collection to Slurm (--config PATH [--dry-run])",
-                raw=True,
-            ),
-            Subcommand(
-                "status", "nemo_gym.orchestration.commands:eval_status", "", "a submission's jobs", raw=True
-            ),
-            Subcommand(
-                "logs", "nemo_gym.orchestration.commands:eval_logs", "", "a submission's logs", raw=True
-            ),
-            Subcommand(
-                "cancel", "nemo_gym.orchestration.commands:eval_cancel", "", "scancel a submission", raw=True
-            ),
-            Subcommand(
-                "resume",
-                "nemo_gym.orchestration.commands:eval_resume",
-                "",
-                "submit again what ended unfinished",
-                raw=True,
-            ),
-        ),
-    ),
-    "list": (
-        "discover what is bundled",
-        (
-            Subcommand(
-                "environments",
-                "nemo_gym.tools.gym_cli:list_environments",
-                "",
-                "environments (resources servers)",
-            ),
-            Subcommand(
-                "resources-servers",
-                "nemo_gym.tools.gym_cli:list_environments",
-                "",
-                "the same list under NeMo Gym 0.7.0's name",
-            ),
-            Subcommand("agents", "nemo_gym.tools.gym_cli:list_agents", "", "agent harnesses"),
-            Subcommand("models", "nemo_gym.tools.gym_cli:list_models", "", "model servers"),
-            Subcommand(
-                "benchmarks",
-                "nemo_gym.tools.benchmarks:ng_list_benchmarks",
-                "ng_list_benchmarks",
-                "benchmarks",
-            ),
-        ),
-    ),
-    "dataset": (
-        "validate and collate datasets",
-        (
-            Subcommand(
-                "collate",
-                "nemo_gym.tools.prepare_data:ng_prepare_data",
-                "ng_prepare_data",
-                "validate a config's datasets and collate them (+mode=...)",
-            ),
-        ),
-    ),
-    "view": (
-        "browse rollouts in a web page",
-        (
-            Subcommand(
-                "",
-                "nemo_gym.viewer:ng_viewer",
-                "ng_viewer",
-                "browse rollouts in a web page",
-                keys=(("--input", "input"),),
-            ),
-        ),
-    ),
-    "version": (
-        "print the version",
-        (Subcommand("", "nemo_gym.cli:ng_version", "ng_version", "print the version"),),
-    ),
-}
 
 
 def _suggest(word: str, choices: Sequence[str]) -> str:
@@ -278,36 +72,46 @@ def group_help(group: str) -> str:
 def flags_help(command: Subcommand) -> str:
     """The translated flags, as shown under a command's help."""
     lines = ["NeMo Gym flags (translated to the overrides above):"]
-    if command.positional:
+    if command.positional == "entrypoint":
         lines.append(f"  {'NAME':<26} an environment by name: +entrypoint=resources_servers/NAME")
+    elif isinstance(command.positional, tuple):
+        for key in command.positional:
+            lines.append(f"  {key.upper():<26} +{key}")
     keys = dict(command.keys)
-    for flag in FLAGS:
-        shown = flag.flag + (" VALUE" if flag.takes_value else "")
-        lines.append(f"  {shown:<26} {'+' + keys[flag.flag] if flag.flag in keys else flag.text}")
+    for flag in command.flags or FLAGS:
+        shown = ", ".join((*flag.aliases, flag.flag)) + (" VALUE" if flag.takes_value else "")
+        text = "+" + keys[flag.flag] if flag.flag in keys else flag.text
+        lines.append(f"  {shown:<26} {text}")
     return "\n".join(lines) + "\n"
+
+
+def _flag_table(command: Subcommand) -> dict[str, Flag]:
+    return {name: flag for flag in command.flags or FLAGS for name in (flag.flag, *flag.aliases)}
 
 
 def translate(args: Sequence[str], command: Subcommand) -> tuple[list[str], bool]:
     """Hydra-style arguments for ``args``; also whether ``--no-serve`` was given."""
     out: list[str] = []
     config_paths: list[str] = []
+    positionals: list[str] = []
     no_serve = False
+    table = _flag_table(command)
     index = 0
     while index < len(args):
         arg = args[index]
         index += 1
-        if arg.startswith("--"):
+        if arg.startswith("-") and not arg.lstrip("-").replace(".", "").isdigit():
             name, has_inline, inline = arg.partition("=")
-            flag = _FLAGS.get(name)
+            flag = table.get(name)
             if flag is None:
                 raise ConfigError(
-                    f"unknown flag {name!r}{_suggest(name, list(_FLAGS))} (gym ... --help lists them)"
+                    f"unknown flag {name!r}{_suggest(name, list(table))} (gym ... --help lists them)"
                 )
             if not flag.takes_value:
                 if name == "--no-serve":
                     no_serve = True
                 else:
-                    out.append(f"+{flag.key}=true")
+                    out.append(f"+{flag.key}={flag.const}")
                 continue
             if has_inline:
                 value = inline
@@ -316,18 +120,30 @@ def translate(args: Sequence[str], command: Subcommand) -> tuple[list[str], bool
                 index += 1
             else:
                 raise ConfigError(f"flag {name} needs a value")
-            if name == "--config":
-                config_paths += [part for part in value.split(",") if part]
-            elif name == "--resources-server":
+            if flag.key == "entrypoint":
+                out.append(f"+entrypoint={value if '/' in value else 'resources_servers/' + value}")
+            elif flag.key != "config_paths":
+                out.append(f"+{dict(command.keys).get(flag.flag, flag.key)}={value}")
+            elif flag.flag == "--resources-server":
                 config_paths.append(_component_config("resources_servers", value))
-            elif name == "--model-type":
+            elif flag.flag == "--model-type":
                 config_paths.append(_component_config("responses_api_models", value))
             else:
-                out.append(f"+{dict(command.keys).get(name, flag.key)}={value}")
+                config_paths += [part for part in value.split(",") if part]
         elif "=" not in arg and command.positional == "entrypoint":
             out.append(f"+entrypoint={arg if '/' in arg else 'resources_servers/' + arg}")
+        elif "=" not in arg and isinstance(command.positional, tuple):
+            positionals.append(arg)
         else:
             out.append(arg)
+    if positionals:
+        keys = command.positional if isinstance(command.positional, tuple) else ()
+        if len(positionals) > len(keys):
+            raise ConfigError(f"takes at most {len(keys)} positional arguments ({', '.join(keys)})")
+        out += [
+            f"+{key}={value}"
+            for key, value in zip(keys[len(keys) - len(positionals) :], positionals, strict=True)
+        ]
     if config_paths:
         out.insert(0, f"+config_paths=[{','.join(config_paths)}]")
     return out, no_serve
@@ -392,6 +208,10 @@ def _main(args: list[str]) -> int:
         return _call(prog, command.target, command.target, rest)
     if wants_help(rest):
         entry = _load(command.target)
+        generated = getattr(entry, "command_help", None)
+        if generated is not None:
+            sys.stdout.write(generated.render(prog, flags_help(command)))
+            return 0
         listing = group == "list"
         doc = getattr(entry, "__doc__", None) if listing else None
         extra = "" if listing else flags_help(command)

@@ -1,0 +1,5 @@
+"""NeMo Gym 0.7.0's ``nemo_gym.cli.models``: ``list_models`` (``gym list models``)."""
+
+from nemo_gym.cli._names import names_from
+
+__getattr__, __dir__ = names_from(__name__, {"list_models": "nemo_gym.tools.gym_cli:list_models"})

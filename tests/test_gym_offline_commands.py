@@ -1,0 +1,162 @@
+"""NeMo Gym 0.7.0's offline commands on this repository's example data: ``gym dataset render``,
+``gym env schema``, ``gym env packages``, ``gym env validate``, ``gym search``, ``gym list
+resources-servers``, ``gym dev test`` and ``gym eval compare``; each with a bad input named."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nemo_gym.tools.gym_cli import main as gym_main
+
+ROOT = Path(__file__).resolve().parents[1]
+MULTI_STEP = "resources_servers/example_multi_step/configs/example_multi_step.yaml"
+SCRIPTED = "responses_api_models/scripted_model/configs/scripted_model.yaml"
+
+
+def gym(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as done:
+        gym_main(args)
+    out, err = capsys.readouterr()
+    return int(done.value.code or 0), out, err
+
+
+def test_dataset_render(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    raw = tmp_path / "raw.jsonl"
+    subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks/math_arithmetic/prepare.py"), "--output", str(raw)],
+        check=True,
+        capture_output=True,
+    )
+    rendered = tmp_path / "out" / "rendered.jsonl"
+    prompt = ROOT / "benchmarks/math_arithmetic/prompt.yaml"
+    code, out, err = gym(
+        ["dataset", "render", "-i", str(raw), "--prompt-config", str(prompt), "-o", str(rendered)], capsys
+    )
+    assert code == 0, err
+    rows = [json.loads(line) for line in rendered.read_text().splitlines()]
+    first = json.loads(raw.read_text().splitlines()[0])
+    assert len(rows) == 200 and rows[0]["prompt_config_used"] == str(prompt)
+    [message] = rows[0]["responses_create_params"]["input"]
+    assert (
+        message["role"] == "user"
+        and message["content"].endswith(first["question"])
+        and "\\boxed{}" in message["content"]
+    )
+    # A row that already has an input is named by file and line; nothing is written.
+    example = ROOT / "resources_servers/mcqa/data/example.jsonl"
+    code, _, err = gym(
+        [
+            "dataset",
+            "render",
+            "-i",
+            str(example),
+            "--prompt-config",
+            str(prompt),
+            "-o",
+            str(tmp_path / "x.jsonl"),
+        ],
+        capsys,
+    )
+    assert code == 2 and f"{example}:1: the row already has responses_create_params.input" in err
+    assert not (tmp_path / "x.jsonl").exists()
+
+
+def test_env_schema(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = gym(["env", "schema", "--resources-server", "example_multi_step"], capsys)
+    schema = json.loads(out)
+    assert code == 0 and schema["properties"]["expected_synonym_values"]["items"] == {"type": "integer"}
+    assert set(schema["required"]) >= {"minefield_label", "expected_synonyms"}
+    code, out, _ = gym(["env", "schema", "mcqa"], capsys)
+    assert code == 1 and "ships no task_data.py" in out
+    code, _, err = gym(["env", "schema", "no_such_server"], capsys)
+    assert code == 2 and "no_such_server" in err
+
+
+def test_env_packages(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = gym(["env", "packages", "--resources-server", "math_with_judge", "--json"], capsys)
+    packages = {p["name"]: p["version"] for p in json.loads(out)}
+    from importlib.metadata import version
+
+    assert code == 0 and packages["math-verify"] == version("math-verify")
+
+
+def test_env_validate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = gym(["env", "validate", "--config", f"{MULTI_STEP},{SCRIPTED}"], capsys)
+    assert code == 0, err
+    assert "valid: 3 server(s), 1 dataset file(s) checked" in out
+    # A dataset row that breaks the server's task_data.py schema: named by file and line.
+    bad = tmp_path / "bad.jsonl"
+    lines = (ROOT / "resources_servers/example_multi_step/data/example.jsonl").read_text().splitlines()
+    row = json.loads(lines[1])
+    row["expected_synonym_values"] = "not a list"
+    bad.write_text(lines[0] + "\n" + json.dumps(row) + "\n")
+    override = f"++example_multi_step_simple_agent.responses_api_agents.simple_agent.datasets=[{{name: e, type: example, jsonl_fpath: {bad}}}]"
+    code, out, _ = gym(["env", "validate", "--config", f"{MULTI_STEP},{SCRIPTED}", override], capsys)
+    assert code == 1 and f"{bad}:2: does not match" in out and "expected_synonym_values" in out
+    # A ref to a server the config does not have fails before anything else.
+    code, _, err = gym(["env", "validate", "--config", MULTI_STEP], capsys)
+    assert code == 2 and "server ref 'policy_model'" in err
+
+
+def test_search_and_list_resources_servers(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = gym(["search", "math"], capsys)
+    assert code == 0 and "math_with_judge" in out and "mcqa" not in out
+    code, out, _ = gym(["search", "agents", "codex", "--json"], capsys)
+    assert code == 0 and "codex_agent" in {a["name"] for a in json.loads(out)}
+    code, out, _ = gym(["search", "nothing-at-all-matches-this"], capsys)
+    assert code == 1 and "no environments match" in out
+    code, out, _ = gym(["list", "resources-servers", "mcqa", "--json"], capsys)
+    assert code == 0 and json.loads(out)["domain"] == "knowledge"
+    code, _, err = gym(["list", "resources-servers", "mcqq"], capsys)
+    assert code == 2 and "did you mean 'mcqa'" in err
+
+
+def test_dev_test_runs_pytest(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, _ = gym(
+        ["dev", "test", "tests/test_import_graph.py", "-k", "test_layer_rule_sees_an_upward_import"], capsys
+    )
+    assert code == 0
+    code, _, err = gym(["dev", "test", "tests/no_such_file.py"], capsys)
+    assert code == 2 and "no_such_file.py" in err
+
+
+def test_eval_compare(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rows = [
+        json.loads(line)
+        for line in (ROOT / "tests/compat/nemo_gym/math_with_judge/example_rollouts.jsonl").open()
+    ]
+    base, new = tmp_path / "base.jsonl", tmp_path / "new" / "new.jsonl"
+    new.parent.mkdir()
+    indexed = [{**row, "_ng_task_index": i, "_ng_rollout_index": 0} for i, row in enumerate(rows)]
+    base.write_text("".join(json.dumps(r) + "\n" for r in indexed))
+    passed = [i for i, r in enumerate(indexed) if r["reward"] == 1.0]
+    failed = [i for i, r in enumerate(indexed) if r["reward"] == 0.0]
+    flipped = {passed[0]: 0.0, failed[0]: 1.0, failed[1]: 1.0}
+    new.write_text(
+        "".join(
+            json.dumps({**r, "reward": flipped.get(i, r["reward"])}) + "\n" for i, r in enumerate(indexed)
+        )
+    )
+    code, out, err = gym(["eval", "compare", "--baseline", str(base), "--candidates", str(new)], capsys)
+    assert code == 0, err
+    report = json.loads((new.parent / "compare_report.json").read_text())
+    [block] = report["comparisons"]
+    [flips] = block["flips"]
+    assert flips["mode"] == "binary" and (
+        flips["fail_to_pass_count"],
+        flips["pass_to_fail_count"],
+        flips["net"],
+    ) == (2, 1, 1)
+    assert flips["flips"][0] == {**flips["flips"][0], "task_index": passed[0], "direction": "pass_to_fail"}
+    mean = next(row for row in block["metrics"] if row["metric"] == "mean/reward")
+    assert mean["candidates"][0]["delta"] == pytest.approx(1 / len(rows))
+    assert "| **mean/reward** |" in (new.parent / "compare_report.md").read_text()
+    code, _, err = gym(
+        ["eval", "compare", "--baseline", str(base), "--candidates", str(tmp_path / "nope.jsonl")], capsys
+    )
+    assert code == 2 and "+candidate_rollouts_jsonl_fpaths[0]: no such file" in err
