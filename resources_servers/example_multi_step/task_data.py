@@ -16,11 +16,14 @@ class TaskData(BaseModel):
         json_schema_extra={"consumed_by": ["provenance"]},
     )
     expected_synonym_values: list[int] = Field(
-        description="The values /verify expects, one per synonym.", json_schema_extra={"consumed_by": ["verify"]}
+        description="The values /verify expects, one per synonym.",
+        json_schema_extra={"consumed_by": ["verify"]},
     )
     minefield_label: str = Field(
-        description="The term itself, which must not be looked up.", json_schema_extra={"consumed_by": ["verify"]}
+        description="The term itself, which must not be looked up.",
+        json_schema_extra={"consumed_by": ["verify"]},
     )
     minefield_label_value: int = Field(
-        description="The term's own value; sending it scores 0.", json_schema_extra={"consumed_by": ["verify"]}
+        description="The term's own value; sending it scores 0.",
+        json_schema_extra={"consumed_by": ["verify"]},
     )
