@@ -433,7 +433,7 @@ def grouped_folders(wheel_root: Path, kinds: list[str]) -> list[tuple[str, str]]
 def select_folders(wheel_root: Path, opts: argparse.Namespace) -> list[tuple[str, str]]:
     """The folders chosen by ``--kind``, ``--folders`` and ``--runnable``."""
     kinds = opts.kind or list(KINDS)
-    folders = sorted(list_folders(wheel_root, kinds) + grouped_folders(wheel_root, kinds))
+    folders = sorted(set(list_folders(wheel_root, kinds)) | set(grouped_folders(wheel_root, kinds)))
     if opts.folders:
         wanted = {w.strip() for w in opts.folders.split(",") if w.strip()}
         folders = [(k, n) for k, n in folders if n in wanted or f"{k}/{n}" in wanted]

@@ -137,10 +137,17 @@ def run_user_path(
     result.pulled = code == 0
     result.pull_note = _error_line(out) if code != 0 else _pull_summary(out)
     if result.pulled:
-        code, out = run_bounded([*gym, "env", "test", f"{kind}/{name}"], project, env, timeout)
-        result.tested = code == 0
-        result.test_note = _error_line(out) if code != 0 else ""
         folder = project / kind / name
+        # A group of servers (one per stage, sharing a requirements.txt) passes when each does.
+        group = (
+            [] if (folder / "app.py").is_file() else sorted(p.parent.name for p in folder.glob("*/app.py"))
+        )
+        result.tested = True
+        for target in [f"{kind}/{name}/{g}" for g in group] or [f"{kind}/{name}"]:
+            code, out = run_bounded([*gym, "env", "test", target], project, env, timeout)
+            if code != 0 and result.tested:
+                result.tested = False
+                result.test_note = (f"{target}: " if group else "") + _error_line(out)
         config = _server_config(folder)
         rows = folder / "data" / "example.jsonl"
         if result.tested and kind == "resources_servers" and config is not None and rows.is_file():

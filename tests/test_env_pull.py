@@ -269,6 +269,39 @@ def test_closure_brings_helpers_and_benchmarks_and_names_a_clash(tmp_path: Path)
     assert ("resources_servers", "judge") in replaced
 
 
+def test_a_group_of_servers_is_one_folder_to_pull_and_tested_server_by_server(tmp_path: Path) -> None:
+    """NeMo Gym's ``conversational_tool_use``: an agent per stage one level down, one
+    requirements.txt, configs naming ``conversational_tool_use/<stage>``. It is listed and found
+    by its name, brings its helper but not its own stages, and is tested stage by stage."""
+    from nemo_gym.tools.authoring import ServerCheck, _check_configs
+    from nemo_gym.tools.env_pull import next_steps
+    from nemo_gym.tools.env_pull_closure import folder_closure
+    from nemo_gym.tools.env_pull_wheel import find_folder, list_folders
+
+    wheel = tmp_path / "wheel"
+    group = wheel / "responses_api_agents/group"
+    files = {
+        group / "requirements.txt": "-e nemo-gym[dev] @ ../../\n",
+        group / "stage/app.py": "from resources_servers.helper import Base\n",
+        group / "stage/configs/stage.yaml": "group_stage:\n  responses_api_agents:\n    group/stage:\n      entrypoint: app.py\n",
+        group / "other/app.py": "",
+        wheel / "resources_servers/helper/__init__.py": "class Base: ...\n",
+    }  # fmt: skip
+    for path, text in files.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    assert ("responses_api_agents", "group") in list_folders(wheel)
+    assert find_folder(wheel, "group", None) == ("responses_api_agents", group)
+    assert folder_closure(wheel, "responses_api_agents", "group") == ([("resources_servers", "helper")], [])
+    steps = next_steps({"kind": "responses_api_agents", "name": "group"}, group)
+    assert [s.split()[-1] for s in steps if s.startswith("test it")] == [
+        str(group / "other"),
+        str(group / "stage"),
+    ]
+    check = ServerCheck(name="stage", folder=group / "stage")
+    assert _check_configs(check)["name"] == "group_stage" and check.problems == []
+
+
 def test_a_folder_with_only_a_pyproject_toml(tmp_path: Path) -> None:
     from nemo_gym.tools.env_pull import folder_requirements
 

@@ -55,6 +55,7 @@ from nemo_gym.tools.prepare_data import (
 )
 
 KIND_FOLDER = "resources_servers"
+SERVER_KINDS = ("resources_servers", "responses_api_agents", "responses_api_models")
 EXAMPLE_DATA = Path("data") / "example.jsonl"
 DEFAULT_TEST_TIMEOUT_S = 1800.0
 PYTEST_SUMMARY = re.compile(r"(\d+) (passed|failed|errors?|skipped|xfailed|xpassed|deselected)")
@@ -146,6 +147,10 @@ def _check_configs(check: ServerCheck) -> dict[str, Any]:
         check.problems.append(f"{check.folder}/configs: no YAML config (expected configs/{check.name}.yaml)")
         return {}
     found: dict[str, Any] | None = None
+    # A server one level inside a group (responses_api_agents/conversational_tool_use/simulation)
+    # is declared by its path below the kind folder: conversational_tool_use/simulation.
+    kind_dir = next((p for p in check.folder.parents if p.name in SERVER_KINDS), check.folder.parent)
+    impl = check.folder.relative_to(kind_dir).as_posix()
     for path in configs:
         try:
             instances = server_instances(load_yaml_file(path))
@@ -153,11 +158,11 @@ def _check_configs(check: ServerCheck) -> dict[str, Any]:
             check.problems.append(str(exc))
             continue
         for instance in instances.values():
-            if instance.kind == check.folder.parent.name and instance.impl == check.name and found is None:
+            if instance.kind == kind_dir.name and instance.impl == impl and found is None:
                 found = {**instance.fields, "name": instance.name}
     if found is None:
         check.problems.append(
-            f"{check.folder}/configs: no config declares a {check.folder.parent.name}.{check.name} server instance"
+            f"{check.folder}/configs: no config declares a {kind_dir.name}.{impl} server instance"
         )
         return {"name": check.name}
     return found

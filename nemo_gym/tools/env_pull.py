@@ -260,7 +260,9 @@ def next_steps(record: dict[str, Any], where: Path) -> list[str]:
     ):
         if key in needs:
             lines.append(f"it needs {word}: {needs[key]}")
-    lines.append(f"test it:  gym env test {where}")
+    # A group of servers (an agent per stage, sharing one requirements.txt) is tested server by server.
+    group = [] if (where / "app.py").is_file() else sorted(p.parent for p in where.glob("*/app.py"))
+    lines += [f"test it:  gym env test {folder}" for folder in group or [where]]
     if kind == "resources_servers":
         configs = sorted((where / "configs").glob("*.yaml"))
         config = where / "configs" / f"{name}.yaml"

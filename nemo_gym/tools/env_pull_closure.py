@@ -57,8 +57,10 @@ def referenced_folders(
         refs = set(_FOLDER_REFERENCE.findall(text))
         if path.suffix in (".yaml", ".yml"):
             refs |= _config_servers(text)
-        found |= {ref for ref in refs if ref != (kind, name) and (wheel_root / ref[0] / ref[1]).is_dir()}
-    return found
+        found |= {ref for ref in refs if (wheel_root / ref[0] / ref[1]).is_dir()}
+    # A folder never brings itself, nor a server inside it (a group's ``conversational_tool_use/simulation``).
+    here = wheel_root / kind / name
+    return {ref for ref in found if not (wheel_root / ref[0] / ref[1]).is_relative_to(here)}
 
 
 def folder_closure(

@@ -102,12 +102,18 @@ def wheel_version_of(wheel_root: Path) -> str:
 
 
 def list_folders(wheel_root: Path, kinds: tuple[str, ...] | list[str] = KINDS) -> list[tuple[str, str]]:
-    """Every server folder (one holding an ``app.py``) of the given kinds: ``(kind, name)``, sorted."""
+    """Every server folder of the given kinds: ``(kind, name)``, sorted. A server folder holds an
+    ``app.py``, or is a group of servers one level down sharing its ``requirements.txt``
+    (NeMo Gym's ``responses_api_agents/conversational_tool_use``: an agent per stage)."""
     out = []
     for kind in kinds:
         base = wheel_root / kind
         if base.is_dir():
-            out += [(kind, p.name) for p in sorted(base.iterdir()) if (p / "app.py").is_file()]
+            out += [
+                (kind, p.name)
+                for p in sorted(base.iterdir())
+                if (p / "app.py").is_file() or (p.is_dir() and any(p.glob("*/app.py")))
+            ]
     return out
 
 
