@@ -16,7 +16,6 @@ import os
 import socket
 import sys
 import typing
-import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar, Literal
 
@@ -26,10 +25,11 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
-from starlette.types import ASGIApp
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from nemo_gym.serving import local_socket
 from nemo_gym.serving.access_guard import AccessGuard
+from nemo_gym.serving.direct_routes import DirectRoutes, read_body, session_cookie
 
 # The pieces of a server that live in their own modules are re-exported here: servers, tests and
 # scripts import them from nemo_gym.serving.server.
@@ -80,7 +80,7 @@ from nemo_gym.serving.request_guard import (  # noqa: F401 - HTTPError is part o
 from nemo_gym.serving.rollout_prefix import TOKEN_CAPTURE_SCOPE_KEY, StripRolloutPrefix  # noqa: F401
 from nemo_gym.serving.secrets import remember_secret_values, secret_values
 from nemo_gym.serving.server_logging import configure_logging
-from nemo_gym.serving.sessions import SessionStore
+from nemo_gym.serving.sessions import SessionStore, new_session_id
 from nemo_gym.serving.sockets import bind_socket, bind_socket_in_range
 from nemo_gym.serving.uvicorn_factory import loop_factory, make_uvicorn_server
 
@@ -323,40 +323,41 @@ class BaseServer(BaseModel):
     def endpoint(
         self, handler: Callable[[Any], Awaitable[Any]], body_model_of: Callable[..., Any] | None = None
     ) -> Callable[[Request], Awaitable[Response]]:
-        """The starlette endpoint for a handler: parse, validate, call, serialize, catch."""
+        """The starlette endpoint for a handler: parse, validate, call, serialize, catch.
+
+        Its ASGI form, the same steps without a starlette ``Request``, is ``endpoint._ng_asgi``:
+        what :class:`~nemo_gym.serving.direct_routes.DirectRoutes` serves the route's path with.
+        """
         model = body_model(body_model_of or handler)
         server_name = self.name
         plain = self.plain_bodies
+        sessions = self.sessions
 
-        async def run(request: Request) -> Response:
-            # The body limit and deadline are enforced while reading by RequestGuard.
-            raw = await request.body()
+        async def answer(
+            raw: bytes, incoming: str | None, receive: Receive, method: str, path: str
+        ) -> Response:
             try:
                 data = parse_json_object(raw)
             except HTTPError as exc:
                 return json_response(
                     {"error": exc.message, "server": server_name, **exc.extra}, exc.status_code
                 )
-
-            incoming = request.cookies.get(SESSION_COOKIE) if "cookie" in request.headers else None
-            session_id = incoming or uuid.uuid4().hex
+            session_id = incoming or new_session_id()
             token = _current_session_id.set(session_id)
             plain_token = plain_bodies_in_effect.set(plain)
             try:
                 body = model.model_validate(data) if model is not None else data
-                result = await until_disconnect(request.receive, handler(body))
+                result = await until_disconnect(receive, handler(body))
             except ClientGone:
                 return Response(status_code=499)  # nobody is left to read it
             except Exception as exc:  # noqa: BLE001 - every failure becomes a JSON error naming the server
-                return error_response(exc, server_name, request.method, request.url.path)
+                return error_response(exc, server_name, method, path)
             else:
                 # A handler may answer with a ready response (a model server's event stream).
                 try:
                     response = result if isinstance(result, Response) else json_response(result)
                 except (TypeError, orjson.JSONEncodeError) as exc:
-                    logger.exception(
-                        "%s: %s %s: answer not serializable", server_name, request.method, request.url.path
-                    )
+                    logger.exception("%s: %s %s: answer not serializable", server_name, method, path)
                     return json_response(
                         {
                             "error": f"the answer could not be serialized as JSON: {exc}",
@@ -366,14 +367,36 @@ class BaseServer(BaseModel):
                     )
                 # Only a handler that opened state needs the cookie: stateless hops (model calls,
                 # stateless tools) skip building a Set-Cookie header.
-                if incoming is None and session_id in self.sessions:
+                if incoming is None and session_id in sessions:
                     response.set_cookie(SESSION_COOKIE, session_id, httponly=True, samesite="strict")
                 return response
             finally:
                 plain_bodies_in_effect.reset(plain_token)
                 _current_session_id.reset(token)
 
+        async def run(request: Request) -> Response:
+            # The body limit and deadline are enforced while reading by RequestGuard.
+            raw = await request.body()
+            incoming = request.cookies.get(SESSION_COOKIE) if "cookie" in request.headers else None
+            return await answer(raw, incoming, request.receive, request.method, request.url.path)
+
+        async def run_asgi(scope: Scope, receive: Receive, send: Send) -> None:
+            try:
+                raw = await read_body(receive)
+            except (
+                HTTPError
+            ) as exc:  # too large or too slow (RequestGuard): as starlette's handler answers it
+                response = json_response(
+                    {"error": exc.message, "server": server_name, **exc.extra}, exc.status_code
+                )
+            else:
+                if raw is None:
+                    return  # the caller hung up before its body was read: nobody to answer
+                response = await answer(raw, session_cookie(scope), receive, scope["method"], scope["path"])
+            await response(scope, receive, send)
+
         run.__name__ = getattr(handler, "__name__", "endpoint")
+        run._ng_asgi = run_asgi  # type: ignore[attr-defined]
         return run
 
     def uses_setup_webserver(self) -> bool:
@@ -395,7 +418,10 @@ class BaseServer(BaseModel):
 
             app = finish_app(self, self.setup_webserver())  # type: ignore[attr-defined]
         else:
-            app = Starlette(routes=self.routes(), exception_handlers=json_error_handlers(self.name))
+            routes = self.routes()
+            app = DirectRoutes(
+                Starlette(routes=routes, exception_handlers=json_error_handlers(self.name)), routes
+            )
         path_limits = {}
         path_body_timeouts = {}
         spooled = getattr(self.config, "max_aggregate_metrics_body_bytes", None)
