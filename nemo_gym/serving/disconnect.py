@@ -6,7 +6,10 @@ import asyncio
 from collections.abc import Awaitable
 from typing import Any
 
-from starlette.types import Receive
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+# The scope key under which this project's HTTP protocol puts its connection's "gone" future.
+CONNECTION_GONE_SCOPE_KEY = "nemo_gym.connection_gone"
 
 
 class ClientGone(Exception):
@@ -18,12 +21,16 @@ async def _await_disconnect(receive: Receive) -> None:
         pass
 
 
-async def until_disconnect(receive: Receive, awaitable: Awaitable[Any]) -> Any:
+async def until_disconnect(receive: Receive, awaitable: Awaitable[Any], scope: Scope | None = None) -> Any:
     """Await ``awaitable`` (a handler), cancelling it if the caller disconnects first.
 
     A caller that gave up (its deadline passed, it was killed) must not leave work running here:
     a model server would otherwise keep retrying its upstream for minutes for nobody. Raises
     :class:`ClientGone` when that happened. Call only once the request body has been read.
+
+    On this project's HTTP protocol (:func:`connection_gone_protocol`) the ``scope`` carries a
+    future of the connection that resolves when it is lost, and the handler is cancelled from its
+    callback; elsewhere a task waits on ``receive`` for ``http.disconnect`` (a task per request).
     """
     task = asyncio.current_task()
     state = {"gone": False, "finished": False}
@@ -34,8 +41,15 @@ async def until_disconnect(receive: Receive, awaitable: Awaitable[Any]) -> Any:
         state["gone"] = True
         task.cancel()
 
-    watcher = asyncio.ensure_future(_await_disconnect(receive))
-    watcher.add_done_callback(on_disconnect)
+    gone = scope.get(CONNECTION_GONE_SCOPE_KEY) if scope is not None else None
+    if gone is not None:
+        if gone.done():
+            raise ClientGone
+        gone.add_done_callback(on_disconnect)
+        watcher = None
+    else:
+        watcher = asyncio.ensure_future(_await_disconnect(receive))
+        watcher.add_done_callback(on_disconnect)
     try:
         return await awaitable
     except asyncio.CancelledError:
@@ -45,4 +59,33 @@ async def until_disconnect(receive: Receive, awaitable: Awaitable[Any]) -> Any:
         raise ClientGone from None
     finally:
         state["finished"] = True
-        watcher.cancel()
+        if watcher is not None:
+            watcher.cancel()
+        elif gone is not None:
+            gone.remove_done_callback(on_disconnect)
+
+
+def connection_gone_protocol(base: type[asyncio.Protocol]) -> type[asyncio.Protocol]:
+    """A subclass of uvicorn's HTTP protocol ``base`` whose requests carry a future of their
+    connection (``scope[CONNECTION_GONE_SCOPE_KEY]``) that resolves when the connection is lost:
+    one future per connection, where waiting on ``receive`` costs a task per request."""
+
+    class ConnectionGoneProtocol(base):  # type: ignore[valid-type, misc]
+        def connection_made(self, transport: Any) -> None:
+            gone = self._ng_gone = asyncio.get_running_loop().create_future()
+            app: ASGIApp = self.app  # type: ignore[has-type]
+
+            async def app_with_gone(scope: Scope, receive: Receive, send: Send) -> None:
+                scope[CONNECTION_GONE_SCOPE_KEY] = gone
+                await app(scope, receive, send)
+
+            self.app = app_with_gone
+            super().connection_made(transport)
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            super().connection_lost(exc)
+            if not self._ng_gone.done():
+                self._ng_gone.set_result(None)
+
+    ConnectionGoneProtocol.__name__ = f"ConnectionGone{base.__name__}"
+    return ConnectionGoneProtocol

@@ -334,7 +334,7 @@ class BaseServer(BaseModel):
         sessions = self.sessions
 
         async def answer(
-            raw: bytes, incoming: str | None, receive: Receive, method: str, path: str
+            raw: bytes, incoming: str | None, scope: Scope, receive: Receive, method: str, path: str
         ) -> Response:
             try:
                 data = parse_json_object(raw)
@@ -347,7 +347,7 @@ class BaseServer(BaseModel):
             plain_token = plain_bodies_in_effect.set(plain)
             try:
                 body = model.model_validate(data) if model is not None else data
-                result = await until_disconnect(receive, handler(body))
+                result = await until_disconnect(receive, handler(body), scope)
             except ClientGone:
                 return Response(status_code=499)  # nobody is left to read it
             except Exception as exc:  # noqa: BLE001 - every failure becomes a JSON error naming the server
@@ -378,21 +378,25 @@ class BaseServer(BaseModel):
             # The body limit and deadline are enforced while reading by RequestGuard.
             raw = await request.body()
             incoming = request.cookies.get(SESSION_COOKIE) if "cookie" in request.headers else None
-            return await answer(raw, incoming, request.receive, request.method, request.url.path)
+            return await answer(
+                raw, incoming, request.scope, request.receive, request.method, request.url.path
+            )
 
         async def run_asgi(scope: Scope, receive: Receive, send: Send) -> None:
             try:
                 raw = await read_body(receive)
             except (
                 HTTPError
-            ) as exc:  # too large or too slow (RequestGuard): as starlette's handler answers it
+            ) as exc:  # too large or too slow (RequestGuard): answered as starlette's handler does
                 response = json_response(
                     {"error": exc.message, "server": server_name, **exc.extra}, exc.status_code
                 )
             else:
                 if raw is None:
                     return  # the caller hung up before its body was read: nobody to answer
-                response = await answer(raw, session_cookie(scope), receive, scope["method"], scope["path"])
+                response = await answer(
+                    raw, session_cookie(scope), scope, receive, scope["method"], scope["path"]
+                )
             await response(scope, receive, send)
 
         run.__name__ = getattr(handler, "__name__", "endpoint")

@@ -9,6 +9,7 @@ from typing import Any
 
 from starlette.types import ASGIApp
 
+from nemo_gym.serving.disconnect import connection_gone_protocol
 from nemo_gym.serving.process_hooks import SHUTDOWN_CLEANUPS
 from nemo_gym.serving.request_guard import DEFAULT_HEADER_TIMEOUT_S, header_timeout_protocol
 from nemo_gym.serving.write_coalescing import coalescing_protocol
@@ -36,7 +37,9 @@ def make_uvicorn_server(
         access_log=False,
         lifespan="off",
         loop="none",
-        http=header_timeout_protocol(coalescing_protocol(protocol), header_timeout_s),
+        http=header_timeout_protocol(
+            connection_gone_protocol(coalescing_protocol(protocol)), header_timeout_s
+        ),
         proxy_headers=False,
         timeout_keep_alive=75,
         backlog=4096,
