@@ -316,7 +316,7 @@ def test_compare_finds_the_flipped_tasks(viewer_url: str) -> None:
 
 
 def test_compare_warns_when_the_paired_tasks_have_different_prompts(tmp_path: Path) -> None:
-    from nemo_gym.viewer.collection import compare
+    from nemo_gym.viewer.compare import compare
 
     def collection(name: str, prompts: list[str]) -> Collection:
         rows = [

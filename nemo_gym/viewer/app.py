@@ -41,7 +41,8 @@ from nemo_gym.console.command import console_command
 from nemo_gym.launch.config import ConfigError, load_config
 from nemo_gym.serving.access_guard import AccessGuard
 from nemo_gym.serving.protocol import AUTH_HEADER, auth_token
-from nemo_gym.viewer.collection import Collection, ViewerInputError, compare
+from nemo_gym.viewer.collection import Collection, ViewerInputError
+from nemo_gym.viewer.compare import compare
 from nemo_gym.viewer.tokens import TokenDecoder, load_tokenizer, token_view
 
 __all__ = ["TOKEN_COOKIE", "Viewer", "build_app", "ng_viewer"]

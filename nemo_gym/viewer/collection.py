@@ -5,7 +5,7 @@ reads the collector's side files beside it (``x_failures.jsonl``, ``x_aggregate_
 ``x_materialized_inputs.jsonl`` for progress). Per-task statistics are kept in memory (one small
 record per task, never the rows) and updated as the index grows, so every page answers from
 them: :meth:`Collection.overview`, :meth:`Collection.tasks`, :meth:`Collection.rollout` and
-:func:`compare`.
+:func:`nemo_gym.viewer.compare.compare`.
 
 A task is *solved* by a rollout whose reward is at least ``solved_threshold`` (1.0 by
 default: NeMo Gym's binary rewards). pass@k uses the unbiased estimator of
@@ -19,21 +19,21 @@ import os
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from operator import itemgetter
 from pathlib import Path
 from typing import Any, Final
 
 import orjson
 
 from nemo_gym.collection.collection_io import ERROR_KEY, FAILURE_CLASS_KEY, CollectionPaths
-from nemo_gym.collection.metrics import is_percent_metric, pass_at_k
+from nemo_gym.collection.metrics import is_percent_metric
+from nemo_gym.viewer.charts import histogram, mean, pass_at_k_curve, sorted_pass_rates
 from nemo_gym.viewer.index import FLAG_BAD_LINE, FLAG_TOKEN_IDS, RowIndex
 
-__all__ = ["Collection", "TaskStats", "ViewerInputError", "compare", "TASK_STATUSES"]
+__all__ = ["Collection", "TaskStats", "ViewerInputError", "TASK_STATUSES"]
 
 TASK_STATUSES: Final = ("any", "failed", "never", "always", "mixed")
 _MAX_PLOT_POINTS: Final = 400
-_MAX_PAGE: Final = 500
+MAX_PAGE: Final = 500
 _FAILURE_SAMPLES: Final = 50  # failure records shown on the Overview (the counts cover them all)
 
 
@@ -320,7 +320,7 @@ class Collection:
                     "rollouts": agent.rollouts,
                     "tasks": agent.tasks,
                     "mean_reward": agent.total / agent.scored if agent.scored else None,
-                    "pass_at_k": _pass_at_k_curve(agent.groups),
+                    "pass_at_k": pass_at_k_curve(agent.groups),
                     "solved_never": sum(t for (n, c), t in agent.groups.items() if c == 0),
                     "solved_always": sum(t for (n, c), t in agent.groups.items() if c == n),
                 }
@@ -330,11 +330,11 @@ class Collection:
             "failures_by_class": failures["by_class"],
             "failure_samples": failures["samples"],
             "agents": agents,
-            "reward_histogram": _histogram(self.reward_counts),
-            "task_pass_rates": _sorted_pass_rates(overall, _MAX_PLOT_POINTS),
+            "reward_histogram": histogram(self.reward_counts),
+            "task_pass_rates": sorted_pass_rates(overall, _MAX_PLOT_POINTS),
             "num_tasks": len(self.tasks_by_key),
-            "pass_at_k": _pass_at_k_curve(overall),
-            "mean_reward": _mean(self.reward_counts),
+            "pass_at_k": pass_at_k_curve(overall),
+            "mean_reward": mean(self.reward_counts),
             "rows_with_token_ids": self.token_rows,
             "bad_lines": self.bad_rows,
             "metrics_file": self.metrics_file(),
@@ -412,8 +412,8 @@ class Collection:
             raise ViewerInputError(f"status must be one of {', '.join(TASK_STATUSES)}; got {status!r}")
         if sort not in ("task", "reward", "-reward"):
             raise ViewerInputError(f"sort must be task, reward or -reward; got {sort!r}")
-        if offset < 0 or not 1 <= limit <= _MAX_PAGE:
-            raise ViewerInputError(f"offset must be >= 0 and limit between 1 and {_MAX_PAGE}")
+        if offset < 0 or not 1 <= limit <= MAX_PAGE:
+            raise ViewerInputError(f"offset must be >= 0 and limit between 1 and {MAX_PAGE}")
         agent_id: int | None = None
         if agent:
             names = {name or "(no agent_ref)": i for i, name in enumerate(self.index.agents)}
@@ -499,187 +499,3 @@ class Collection:
             "repeats": repeats,
             "data": self.index.read_row(row),
         }
-
-
-def _mean(counts: Counter[float]) -> float | None:
-    n = sum(counts.values())
-    return sum(value * count for value, count in counts.items()) / n if n else None
-
-
-def _histogram(counts: Counter[float], bins: int = 20) -> dict[str, Any]:
-    """Reward counts: exact values when there are few distinct ones, else ``bins`` equal bins."""
-    if not counts:
-        return {"kind": "values", "bars": []}
-    if len(counts) <= bins:
-        return {
-            "kind": "values",
-            "bars": [{"label": f"{v:g}", "value": v, "count": c} for v, c in sorted(counts.items())],
-        }
-    low, high = min(counts), max(counts)
-    width = (high - low) / bins
-    totals = [0] * bins
-    for value, count in counts.items():
-        totals[min(int((value - low) / width), bins - 1)] += count
-    return {
-        "kind": "bins",
-        "bars": [
-            {
-                "label": f"{low + i * width:.3g}–{low + (i + 1) * width:.3g}",
-                "value": low + i * width,
-                "count": c,
-            }
-            for i, c in enumerate(totals)
-        ],
-    }
-
-
-def _pass_at_k_curve(groups: Counter[tuple[int, int]]) -> list[dict[str, float]]:
-    """Mean pass@k over tasks for k = 1 .. the largest repeat count (tasks with n >= k count);
-    ``groups`` counts tasks by (scored repeats, solved repeats)."""
-    if not groups:
-        return []
-    top = max(n for n, _ in groups)
-    ks = (
-        sorted({1, 2, 4, 8, 16, 32, 64, 128, top} & set(range(1, top + 1))) if top > 16 else range(1, top + 1)
-    )
-    curve = []
-    for k in ks:
-        total = count = 0.0
-        for (n, c), tasks in groups.items():
-            if n >= k:
-                total += pass_at_k(n, c, k) * tasks
-                count += tasks
-        if count:
-            curve.append({"k": k, "pass": 100.0 * total / count, "tasks": count})
-    return curve
-
-
-def _sorted_pass_rates(groups: Counter[tuple[int, int]], points: int) -> list[float]:
-    """Every task's pass rate (solved / scored), best first, thinned to at most ``points`` values."""
-    by_rate: Counter[float] = Counter()
-    for (n, c), tasks in groups.items():
-        by_rate[c / n] += tasks
-    ordered = sorted(by_rate.items(), reverse=True)
-    total = sum(by_rate.values())
-    if total <= points:
-        return [rate for rate, tasks in ordered for _ in range(tasks)]
-    out, cumulative, position = [], 0, 0
-    for rate, tasks in ordered:
-        cumulative += tasks
-        while position < points and position * total / points < cumulative:
-            out.append(rate)
-            position += 1
-    return out
-
-
-def compare(
-    a: Collection, b: Collection, *, show: str = "all", offset: int = 0, limit: int = 100
-) -> dict[str, Any]:
-    """The Compare page: tasks present in both collections (matched by ``_ng_task_index``),
-    the change in mean reward, and the tasks that flipped.
-
-    Pairing by task index is only meaningful when both collections ran the same input: tasks
-    whose prompts differ are counted in ``prompts_differ``, flagged per row, and ``warning``
-    says so (two runs on different data, or on differently ordered data, compare nothing).
-
-    A task *passes* in a collection when at least half of its scored repeats are solved.
-    ``show``: ``all``, ``flipped``, ``gained`` (fails in ``a``, passes in ``b``), ``lost``
-    or ``changed`` (any change in mean reward). Rows are sorted by the change, largest first.
-
-    Raises:
-        ViewerInputError: for an unknown ``show`` or a bad page.
-    """
-    if show not in ("all", "flipped", "gained", "lost", "changed"):
-        raise ViewerInputError(f"show must be all, flipped, gained, lost or changed; got {show!r}")
-    if offset < 0 or not 1 <= limit <= _MAX_PAGE:
-        raise ViewerInputError(f"offset must be >= 0 and limit between 1 and {_MAX_PAGE}")
-
-    key_ab = (id(b), a.version, b.version)
-    cached = a._compare_cache.get(key_ab)
-    if cached is None:
-        changed: list[tuple[float, int, TaskStats, TaskStats, str | None]] = []
-        same: list[tuple[float, int, TaskStats, TaskStats, str | None]] = []
-        other = b.tasks_by_key
-        gained = lost = 0
-        sum_a = sum_b = 0.0
-        snippets_a, snippets_b = a.index.snippets, b.index.snippets
-        differ: set[int] = set()
-        for key, sa in a.tasks_by_key.items():
-            sb = other.get(key)
-            if sb is None or key < 0 or not sa.scored or not sb.scored:
-                continue
-            if snippets_a.get(key, "") != snippets_b.get(key, ""):
-                differ.add(key)
-            mean_a, mean_b = sa.total / sa.scored, sb.total / sb.scored
-            sum_a += mean_a
-            sum_b += mean_b
-            pass_a, pass_b = 2 * sa.solved >= sa.scored, 2 * sb.solved >= sb.scored
-            flip = None
-            if pass_a != pass_b:
-                flip = "gained" if pass_b else "lost"
-                gained += pass_b
-                lost += pass_a
-            delta = mean_b - mean_a
-            (changed if delta else same).append((delta, key, sa, sb, flip))
-        # Biggest change first, then by task; most tasks usually did not change at all.
-        changed.sort(key=lambda r: (-abs(r[0]), r[1]))
-        same.sort(key=itemgetter(1))
-        cached = {
-            "rows": changed + same,
-            "changed": len(changed),
-            "gained": gained,
-            "lost": lost,
-            "sum_a": sum_a,
-            "sum_b": sum_b,
-            "only_a": sum(1 for k in a.tasks_by_key.keys() - other.keys() if k >= 0),
-            "only_b": sum(1 for k in other.keys() - a.tasks_by_key.keys() if k >= 0),
-            "differ": differ,
-        }
-        a._compare_cache.clear()  # keep one comparison: files grow and the pair changes
-        a._compare_cache[key_ab] = cached
-    rows = cached["rows"]
-    common = len(rows)
-    if show == "flipped":
-        rows = [r for r in rows if r[4]]
-    elif show in ("gained", "lost"):
-        rows = [r for r in rows if r[4] == show]
-    elif show == "changed":
-        rows = rows[: cached["changed"]]
-    page = rows[offset : offset + limit]
-    differ = cached["differ"]
-    warning = None
-    if differ:
-        warning = (
-            f"{len(differ)} of the {common} tasks in both collections have different prompts: tasks "
-            "are paired by _ng_task_index, so these two collections did not run the same input "
-            "(or not in the same order) and their comparison is not meaningful"
-        )
-    return {
-        "a": a.summary(),
-        "b": b.summary(),
-        "common_tasks": common,
-        "only_a": cached["only_a"],
-        "only_b": cached["only_b"],
-        "mean_a": cached["sum_a"] / common if common else None,
-        "mean_b": cached["sum_b"] / common if common else None,
-        "gained": cached["gained"],
-        "lost": cached["lost"],
-        "prompts_differ": len(differ),
-        "warning": warning,
-        "total": len(rows),
-        "offset": offset,
-        "tasks": [
-            {
-                "task": key,
-                "prompt": a.index.snippets.get(key) or b.index.snippets.get(key, ""),
-                "prompt_b": b.index.snippets.get(key, "") if key in differ else None,
-                "mean_a": sa.mean,
-                "mean_b": sb.mean,
-                "delta": delta,
-                "rows_a": a.rows_of(sa),
-                "rows_b": b.rows_of(sb),
-                "flip": flip,
-            }
-            for delta, key, sa, sb, flip in page
-        ],
-    }
