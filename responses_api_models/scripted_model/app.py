@@ -8,6 +8,8 @@ Templates in ``text`` and tool ``arguments`` can use ``{last_user}``, ``{tool_ou
 (regex groups) and ``{metadata[KEY]}`` (the request's metadata). Scripts are checked when the
 server starts: a regex that does not compile or a template outside this list is a config error
 naming the script and the template. Answers carry the model name ``GET /v1/models`` lists.
+A request asking for structured output (a JSON schema) is answered with a small instance of
+that schema instead of the script's text, as a model decoding under the constraint would.
 """
 
 from __future__ import annotations
@@ -182,6 +184,11 @@ class ScriptedModel(SimpleResponsesAPIModel):
             name, arguments = self._tool_call(turn, tools, fields)
             output = [function_call_item(name, orjson.dumps(arguments).decode())]
             answer = output[0]["arguments"]
+        elif requested_schema(body) is not None:
+            # A request for structured output (a JSON schema) gets an instance of that schema, as
+            # from a model decoding under the constraint: a script's text could not be one.
+            answer = orjson.dumps(schema_instance(requested_schema(body) or {})).decode()
+            output = [message_item(answer)]
         else:
             answer = _fill(turn.text or "", fields)
             output = [message_item(answer)]
@@ -211,7 +218,10 @@ class ScriptedModel(SimpleResponsesAPIModel):
             for t in body.get("tools") or []
             if "function" in t
         ]
-        response = await self.responses({"input": items, "tools": tools, "model": body.get("model")})
+        request: dict[str, Any] = {"input": items, "tools": tools, "model": body.get("model")}
+        if isinstance(body.get("response_format"), dict):
+            request["response_format"] = body["response_format"]
+        response = await self.responses(request)
         item = response["output"][0]
         message: dict[str, Any] = {"role": "assistant", "content": None}
         if item["type"] == "function_call":
@@ -277,6 +287,57 @@ class ScriptedModel(SimpleResponsesAPIModel):
             key: _auto_value(prop, fields["last_user"])
             for key, prop in (schema.get("properties") or {}).items()
         }
+
+
+def requested_schema(body: dict[str, Any]) -> dict[str, Any] | None:
+    """The JSON schema a request asks the answer to follow (Responses ``text.format`` or Chat
+    Completions ``response_format`` of type ``json_schema``), or None."""
+    text = body.get("text")
+    fmt = text.get("format") if isinstance(text, dict) else None
+    if isinstance(fmt, dict) and fmt.get("type") == "json_schema":
+        return fmt.get("schema") if isinstance(fmt.get("schema"), dict) else {}
+    chat = body.get("response_format")
+    if isinstance(chat, dict) and chat.get("type") == "json_schema":
+        inner = chat.get("json_schema") or {}
+        return inner.get("schema") if isinstance(inner.get("schema"), dict) else {}
+    return None
+
+
+def schema_instance(schema: dict[str, Any], defs: dict[str, Any] | None = None, depth: int = 0) -> Any:
+    """A small value valid against ``schema``: the first ``enum``/``const``, the first non-null
+    branch of ``anyOf``/``oneOf``, every required property of an object (all when none is
+    marked required), ``minItems`` items, a number at its minimum."""
+    defs = {**(defs or {}), **(schema.get("$defs") or schema.get("definitions") or {})}
+    if depth > 20:
+        return None
+    ref = schema.get("$ref")
+    if isinstance(ref, str) and ref.rsplit("/", 1)[-1] in defs:
+        return schema_instance(defs[ref.rsplit("/", 1)[-1]], defs, depth + 1)
+    if "const" in schema:
+        return schema["const"]
+    if schema.get("enum"):
+        return schema["enum"][0]
+    for key in ("anyOf", "oneOf", "allOf"):
+        branches = [b for b in schema.get(key) or [] if isinstance(b, dict)]
+        if branches:
+            chosen = next((b for b in branches if b.get("type") != "null"), branches[0])
+            return schema_instance(chosen, defs, depth + 1)
+    kind = schema.get("type")
+    kind = next((k for k in kind if k != "null"), "null") if isinstance(kind, list) else kind
+    if kind == "object" or (kind is None and "properties" in schema):
+        props = schema.get("properties") or {}
+        names = schema.get("required") or list(props)
+        return {name: schema_instance(props.get(name) or {}, defs, depth + 1) for name in names}
+    if kind == "array":
+        item = schema.get("items") if isinstance(schema.get("items"), dict) else {}
+        return [schema_instance(item, defs, depth + 1) for _ in range(int(schema.get("minItems") or 0))]
+    if kind in ("integer", "number"):
+        return schema.get("minimum", 0)
+    if kind == "boolean":
+        return False
+    if kind == "null":
+        return None
+    return "x" * int(schema.get("minLength") or 0)
 
 
 def _auto_value(prop: dict[str, Any], last_user: str) -> Any:

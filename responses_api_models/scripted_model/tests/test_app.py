@@ -165,3 +165,42 @@ def test_responses_carry_the_model_name_the_model_list_gives(url: str):
 def test_bad_script_config_is_rejected():
     with pytest.raises(ValueError, match="turns"):
         ScriptedModel({"scripts": [{"match": "x"}]})
+
+
+def test_a_json_schema_request_gets_an_instance_of_the_schema():
+    """Structured output: the answer is a small value valid against the schema the request names
+    (Responses text.format or Chat Completions response_format), not the script's text."""
+    import json
+
+    schema = {
+        "type": "object",
+        "$defs": {"Verdict": {"type": "string", "enum": ["uncertain", "actor_a"]}},
+        "properties": {
+            "selected_answer": {"anyOf": [{"$ref": "#/$defs/Verdict"}, {"type": "null"}]},
+            "score": {"type": "integer", "minimum": 1},
+            "reasons": {"type": "array", "items": {"type": "string"}, "minItems": 1},
+            "note": {"type": "string"},
+        },
+        "required": ["selected_answer", "score", "reasons"],
+    }
+    expected = {"selected_answer": "uncertain", "score": 1, "reasons": [""]}
+    model = ScriptedModel({"name": "judge", "scripts": [{"turns": [{"text": "Yes"}]}]})
+    with running_server(model) as base, SyncClient() as client:
+        _, plain = client.post(base + "/v1/responses", {"input": "judge this"})
+        assert plain["output"][0]["content"][0]["text"] == "Yes"
+        _, body = client.post(
+            base + "/v1/responses",
+            {
+                "input": "judge this",
+                "text": {"format": {"type": "json_schema", "name": "v", "schema": schema}},
+            },
+        )
+        assert json.loads(body["output"][0]["content"][0]["text"]) == expected
+        _, chat = client.post(
+            base + "/v1/chat/completions",
+            {
+                "messages": [{"role": "user", "content": "judge this"}],
+                "response_format": {"type": "json_schema", "json_schema": {"name": "v", "schema": schema}},
+            },
+        )
+        assert json.loads(chat["choices"][0]["message"]["content"]) == expected
