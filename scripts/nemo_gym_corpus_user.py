@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from nemo_gym.launch.config import project_root
+from nemo_gym.tools.env_example_run import example_run
 from nemo_gym.tools.env_pull_needs import classify_folder, folder_needs
 
 SCRIPTED = "responses_api_models/scripted_model/configs/scripted_model.yaml"
@@ -148,14 +149,15 @@ def run_user_path(
             if code != 0 and result.tested:
                 result.tested = False
                 result.test_note = (f"{target}: " if group else "") + _error_line(out)
-        config = _server_config(folder)
+        run = example_run(folder) if kind == "resources_servers" else None
         rows = folder / "data" / "example.jsonl"
-        if result.tested and kind == "resources_servers" and config is not None and rows.is_file():
+        if result.tested and run is not None and rows.is_file():
             if "data_step" in result.needs:
                 result.run_note = f"not run: needs a data step ({result.needs['data_step']})"
             else:
                 output = scratch / f"{kind}__{name}.rollouts.jsonl"
-                run_config = scripted_config(config, project / f"{name}.corpus_scripted.yaml")
+                run_config = scripted_config(run.config, project / f"{name}.corpus_scripted.yaml")
+                rows = routed_rows(rows, run.agent, scratch / f"{kind}__{name}.rows.jsonl", limit=2)
                 code, out = run_bounded(
                     [*gym, "eval", "run", f"+config_paths=[{run_config},{SCRIPTED}]", f"+input_jsonl_fpath={rows}",
                      f"+output_jsonl_fpath={output}", "+limit=2", "head_server.port=0", *_script_for(rows)],
@@ -168,29 +170,20 @@ def run_user_path(
     return result
 
 
-def _server_config(folder: Path) -> Path | None:
-    """The config that declares the agent the example rows name (``agent_ref.name``), else
-    ``configs/NAME.yaml``, else the first config under ``configs/`` that declares the server."""
-    configs = sorted((folder / "configs").glob("*.yaml"))
-    try:
-        first = json.loads((folder / "data" / "example.jsonl").read_text().splitlines()[0])
-        agent = str((first.get("agent_ref") or {}).get("name") or "")
-    except (OSError, IndexError, ValueError, AttributeError):
-        agent = ""
-    for path in configs if agent else []:
-        if re.search(rf"^{re.escape(agent)}:", path.read_text(errors="replace"), re.M):
-            return path
-    named = folder / "configs" / f"{folder.name}.yaml"
-    if named.is_file():
-        return named
-    for path in configs:
-        if re.search(
-            rf"^\s+resources_servers:\s*\n\s+{re.escape(folder.name)}:",
-            path.read_text(errors="replace"),
-            re.M,
-        ):
-            return path
-    return None
+def routed_rows(rows: Path, agent: str | None, dest: Path, limit: int) -> Path:
+    """The first ``limit`` example rows, routed to ``agent`` (its ``agent_ref``) when one was
+    chosen: what NeMo Gym's ``+agent_name`` does from 0.6.0 on (it overrides a row's
+    ``agent_ref``; rows naming an agent their config does not declare exist in the wheels)."""
+    if agent is None:
+        return rows
+    out = []
+    for line in rows.read_text().splitlines():
+        if line.strip() and len(out) < limit:
+            row = json.loads(line)
+            row["agent_ref"] = {**(row.get("agent_ref") or {}), "name": agent}
+            out.append(json.dumps(row))
+    dest.write_text("\n".join(out) + "\n")
+    return dest
 
 
 # The scripted model's default script calls the first tool the request offers; rows that offer

@@ -237,7 +237,8 @@ def data_step(folder: Path, display_root: Path | None = None) -> str | None:
     The rule: a data file the server's own code names (a string literal such as ``"guesses.txt"``)
     that is not in the folder, and that one of the folder's data scripts names too, is written
     by that script; the step is running it (from the project root, as NeMo Gym's READMEs say).
-    Likewise a path an example row names (``test_media/documents/ID/manifest.json``) that the
+    A missing file the README fetches on a download line (``hf download REPO db.json``) is
+    fetched by that command. Likewise a path an example row names (``test_media/documents/ID/manifest.json``) that the
     folder does not ship (or ships as an empty directory), under a directory a data script names
     (the folder's own, or ``benchmarks/NAME/prepare.py``): the rows' media are fetched by it.
     """
@@ -255,6 +256,16 @@ def data_step(folder: Path, display_root: Path | None = None) -> str | None:
         if written:
             where = script.relative_to(root) if script.is_relative_to(root) else script
             return f"python {where} (it writes {', '.join(written)}: the server's code names it, the folder does not ship it)"
+    readme = folder / "README.md"
+    for line_no, line in enumerate(
+        readme.read_text(errors="replace").splitlines() if missing and readme.is_file() else [], 1
+    ):
+        named = [base for base in missing if base in line]
+        if named and _DOWNLOAD_COMMAND.search(line):
+            return (
+                f"{line.strip().rstrip(chr(92)).strip()[:120]} (README.md:{line_no}: it fetches {', '.join(named)}: "
+                "the server's code names it, the folder does not ship it)"
+            )
     rows_missing = _missing_row_paths(folder)
     benchmark = folder.parent.parent / "benchmarks" / folder.name / "prepare.py"
     for script in [*scripts, *([benchmark] if benchmark.is_file() else [])] if rows_missing else []:
@@ -269,6 +280,8 @@ def data_step(folder: Path, display_root: Path | None = None) -> str | None:
     return None
 
 
+# A README line that downloads something: ``hf download REPO FILE``, ``wget URL``, ``curl -O URL``.
+_DOWNLOAD_COMMAND = re.compile(r"\b(hf|huggingface-cli)\s+download\b|^\s*(wget|curl)\s")
 _ROW_PATH = re.compile(r"^[\w.-]+(/[\w.-]+)+$")
 
 
