@@ -418,5 +418,16 @@ def test_needs_sees_downloads_images_agents_and_row_media(tmp_path: Path) -> Non
         "data_step": "python benchmarks/media/prepare.py (example rows name test_media/a/manifest.json, which "
         "the folder does not ship: the script writes test_media/)"
     }
+    hosted = folder(
+        "hosted",
+        {
+            "app.py": 'DB = os.path.join(DATA, "db.json")\n',
+            "README.md": "Fetch once:\n\n    hf download org/repo db.json \\\n",
+        },
+    )
+    assert folder_needs(hosted)["data_step"] == (
+        "hf download org/repo db.json (README.md:3: it fetches db.json: the server's code names it, "
+        "the folder does not ship it)"
+    )
     cited = folder("cited", {"app.py": "# see https://github.com/org/repo/blob/main/v1/eval.py\nX = 1\n"})
     assert folder_needs(cited) == {}
