@@ -119,7 +119,7 @@ NEMO_GYM_PUBLIC_PATHS = {
     "base_resources_server", "base_responses_api_agent", "base_responses_api_model", "cli",
     "config_types", "deliverables", "episode_types", "failure_kinds", "global_config", "judge",
     "mcp_auto_exposure", "openai_utils", "path_utils", "prompt", "reward_profile",
-    "rollout_collection", "rollout_correlation", "rollout_observability", "server_utils", "testing", "tool_access",
+    "rollout_collection", "rollout_correlation", "rollout_health", "rollout_observability", "server_utils", "testing", "tool_access",
     "verifier_fixture",
     "responses_converter",
     "chat_streaming",

@@ -13,5 +13,6 @@ __getattr__, __dir__ = names_from(
         "prepare_benchmark": "nemo_gym.tools.benchmarks:ng_prepare_benchmark",
         "list_benchmarks": "nemo_gym.tools.benchmarks:ng_list_benchmarks",
         "compare": "nemo_gym.tools.compare_runs:ng_compare_runs",
+        "health_check_rollouts": "nemo_gym.rollout_health:health_check_run_dir",
     },
 )

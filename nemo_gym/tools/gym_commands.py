@@ -204,6 +204,24 @@ GROUPS: dict[str, tuple[str, tuple[Subcommand, ...]]] = {
                 ),
             ),
             Subcommand(
+                "health-check",
+                "nemo_gym.tools.health_check:ng_health_check",
+                "ng_health_check",
+                "check the rollouts of a run folder; writes quality_summary.json",
+                ("run_dir",),
+                flags=(
+                    Flag("--rollouts-file", "rollout_file", "+rollout_file (relative to RUN_DIR)"),
+                    Flag("--workers", "workers", "+workers"),
+                    Flag(
+                        "--ignore-checks",
+                        "ignored_checks",
+                        "+ignored_checks (comma-separated)",
+                        aliases=("--ignore",),
+                    ),
+                    Flag("--json", "json", "print the summary as JSON", False),
+                ),
+            ),
+            Subcommand(
                 "submit",
                 "nemo_gym.orchestration.commands:eval_submit",
                 "",
