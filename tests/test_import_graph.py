@@ -269,7 +269,7 @@ COMPATIBILITY_MARK = "Compatibility:"
 THIN_CODE_LINES = 130
 # Adapters that still hold more logic than an adapter should (a ceiling each: they may shrink,
 # never grow). Moving their logic into the internals is open work.
-NOT_YET_THIN = {"openai_utils": 390, "task_data": 168, "verifier_fixture": 177}
+NOT_YET_THIN = {"task_data": 168, "verifier_fixture": 177}
 
 
 def code_lines(path: Path) -> int:
