@@ -2,6 +2,7 @@
 
     python scripts/train_trl.py                       # 24 steps, seed 0, results in ./trl_run
     python scripts/train_trl.py --steps 40 --output-dir /tmp/run
+    python scripts/train_trl.py --via openenv        # the same, each reward through OpenEnv's client
 
 What it does: builds the tiny random-weights model offline (``nemo_gym.engine.tiny_model``),
 starts a stack holding the ``mcqa`` resources server (``resources_servers/mcqa/configs/
@@ -10,6 +11,13 @@ trl_letter.yaml``, on a free head port), and runs ``trl.GRPOTrainer`` on
 of the policy, and :class:`nemo_gym.bridges.trl_rewards.VerifyReward` scores each one through the
 server's real ``/verify`` over HTTP (1.0 when the answer starts with the expected letter, A). The
 random-weights policy starts at about 0.14 and learns to lead with the letter.
+
+With ``--via openenv`` the server is put behind this stack's OpenEnv bridge
+(:mod:`nemo_gym.bridges.openenv_server`) and TRL reaches it the way it reaches any OpenEnv
+environment: ``environment_factory`` (:func:`nemo_gym.bridges.trl_openenv.openenv_environment_factory`,
+one OpenEnv client session per rollout, ``reset`` on the rollout's row) and a reward function that
+steps each completion into its episode (:func:`nemo_gym.bridges.trl_openenv.openenv_reward`). Needs
+the ``openenv`` extra too.
 
 Writes ``rewards.json`` (the mean reward of each step, the first- and last-quarter means, the
 seed, the time) and ``reward_curve.png`` into ``--output-dir``, and prints the summary. Exits 1
@@ -20,6 +28,7 @@ when the last-quarter mean is not above the first-quarter mean. Needs the ``trl`
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import time
@@ -56,6 +65,18 @@ def plot(rewards: list[float], path: Path, title: str) -> None:
     plt.close(fig)
 
 
+def _recorded(func: Any, history: list[list[float]]) -> Any:
+    """``func`` as a TRL reward function whose batches are appended to ``history``."""
+
+    def reward(*args: Any, **kwargs: Any) -> list[float]:
+        values = func(*args, **kwargs)
+        history.append(list(values))
+        return values
+
+    reward.__name__ = func.__name__
+    return reward
+
+
 def train(args: argparse.Namespace) -> dict[str, Any]:
     """Start the stack, run GRPO, stop the stack; the run's summary."""
     import torch
@@ -78,9 +99,20 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
     dataset = Dataset.from_dict(trl_dataset_columns(rows))
 
     handle = StackHandle.start(load_config([f"+config_paths=[{CONFIG}]", "++head_server.port=0"], cwd=ROOT))
+    bridge = contextlib.ExitStack()
     try:
         config = NeMoGymServerClient.load_from_global_config(handle.head_server_config).global_config_dict
         reward = VerifyReward(server_url(config, "mcqa"))
+        reward_funcs: Any = reward
+        extra: dict[str, Any] = {}
+        if args.via == "openenv":
+            from nemo_gym.bridges.openenv_server import openenv_app
+            from nemo_gym.bridges.trl_openenv import openenv_environment_factory, openenv_reward
+            from nemo_gym.testing import running_app
+
+            url = bridge.enter_context(running_app(openenv_app(server_url(config, "mcqa"), rows)))
+            reward_funcs = _recorded(openenv_reward, reward.history)
+            extra["environment_factory"] = openenv_environment_factory(url)
         grpo = GRPOConfig(
             output_dir=str(out / "trainer"),
             use_cpu=True,
@@ -100,14 +132,16 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
         trainer = GRPOTrainer(
             model=AutoModelForCausalLM.from_pretrained(model_path),
             processing_class=AutoTokenizer.from_pretrained(model_path),
-            reward_funcs=reward,
+            reward_funcs=reward_funcs,
             args=grpo,
             train_dataset=dataset,
+            **extra,
         )
         started = time.monotonic()
         trainer.train()
         seconds = time.monotonic() - started
     finally:
+        bridge.close()
         handle.stop()
 
     steps = [sum(batch) / len(batch) for batch in reward.history]
@@ -117,6 +151,7 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
         "steps": len(steps),
         "generations_per_step": args.generations,
         "learning_rate": args.lr,
+        "via": args.via,
         "verify_calls": sum(len(b) for b in reward.history),
         "step_mean_rewards": [round(r, 4) for r in steps],
         "first_quarter_mean": round(first, 4),
@@ -125,7 +160,12 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
     }
     (out / "rewards.json").write_text(json.dumps(summary, indent=2) + "\n")
     if not args.no_plot:
-        plot(steps, out / "reward_curve.png", f"TRL GRPO on CPU, tiny model, mcqa /verify (seed {args.seed})")
+        through = "through OpenEnv's client, " if args.via == "openenv" else ""
+        plot(
+            steps,
+            out / "reward_curve.png",
+            f"TRL GRPO on CPU, tiny model, {through}mcqa /verify (seed {args.seed})",
+        )
     return summary
 
 
@@ -139,6 +179,10 @@ def main(argv: list[str] | None = None) -> int:
         "--threads", type=int, default=1, help="torch threads (the model is tiny: 1 is fastest)"
     )
     parser.add_argument("--data", default=str(DATA), help="NeMo Gym JSONL rows for the mcqa server")
+    parser.add_argument(
+        "--via", choices=["verify", "openenv"], default="verify",
+        help="how TRL reaches the environment: its /verify as the reward function, or OpenEnv's client",
+    )  # fmt: skip
     parser.add_argument("--output-dir", default="trl_run")
     parser.add_argument("--no-plot", action="store_true", help="skip the PNG (no matplotlib needed)")
     args = parser.parse_args(argv)

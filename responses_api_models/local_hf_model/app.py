@@ -44,7 +44,7 @@ from nemo_gym.models.chat_backend import ChatBridge, is_context_length_error, te
 from nemo_gym.models.media import media_kind
 from nemo_gym.models.token_ids import TOKEN_ID_FIELDS, render_chat_token_ids, spliced_prompt_token_ids
 from nemo_gym.serving.server import HTTPError
-from responses_api_models.local_hf_model import scoring
+from responses_api_models.local_hf_model import scoring, weights
 from responses_api_models.local_hf_model.engine import (
     Generation,
     HFCausalLM,
@@ -105,6 +105,8 @@ class LocalHFModelConfig(BaseResponsesAPIModelConfig):
     # model here does not read pixels; tiny_template chatml_vision is such a template).
     vision: bool = False
     limit_mm_per_prompt: dict[str, int] | None = None
+    # POST /update_weights_from_disk: a trainer on this machine hands over its updated policy.
+    weight_updates: bool = False
 
     @model_validator(mode="after")
     def _check(self) -> LocalHFModelConfig:
@@ -162,6 +164,7 @@ class LocalHFModel(SimpleResponsesAPIModel):
             limit_mm_per_prompt=config.limit_mm_per_prompt,
         )
         self.requests_served = 0
+        self.weights_version = 0  # counts /update_weights_from_disk loads
         # When the last generation ended (time.monotonic()): streaming tests compare event times with it.
         self.last_generation_end: float | None = None
         # One thread: the model is not safe to run concurrently, and the CPU is the bottleneck.
@@ -174,6 +177,7 @@ class LocalHFModel(SimpleResponsesAPIModel):
             self.route("/detokenize", self.detokenize),
             self.route("/v1/completions", self.completions),
             self.route("/health", self.health, methods=("GET",)),
+            self.route("/update_weights_from_disk", self.update_weights_from_disk),
         ]
 
     async def on_shutdown(self) -> None:
@@ -239,6 +243,31 @@ class LocalHFModel(SimpleResponsesAPIModel):
         else:
             raise HTTPError(400, "tokenize needs 'prompt' (a string) or 'messages' (a list)")
         return {"count": len(ids), "max_model_len": self.lm.max_model_len, "tokens": ids, "token_strs": None}
+
+    async def update_weights_from_disk(self, body: dict[str, Any]) -> dict[str, Any]:
+        """SGLang's ``/update_weights_from_disk``: ``{model_path}`` (a ``save_pretrained`` folder of
+        safetensors) becomes the served weights, between two generations (see ``weights.py``)."""
+        if not self.config.weight_updates:
+            raise HTTPError(
+                403, "weight updates are off for this engine: set weight_updates: true in its config"
+            )
+        path = body.get("model_path")
+        if not isinstance(path, str) or not path:
+            raise HTTPError(400, "update_weights_from_disk needs 'model_path' (a folder of *.safetensors)")
+
+        def load() -> int:
+            return weights.load_weights(self.lm.model, weights.read_checkpoint_tensors(path))
+
+        try:
+            count = await asyncio.get_running_loop().run_in_executor(self.executor, load)
+        except weights.WeightsError as exc:
+            raise HTTPError(400, str(exc)) from exc
+        self.weights_version += 1
+        return {
+            "success": True,
+            "message": f"loaded {count} tensors from {path}",
+            "weights_version": self.weights_version,
+        }
 
     async def detokenize(self, body: dict[str, Any]) -> dict[str, Any]:
         """vLLM's ``/detokenize``: ``{tokens}`` -> ``{prompt}`` (special tokens kept)."""
