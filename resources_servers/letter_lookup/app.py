@@ -79,7 +79,9 @@ class LetterLookupServer(SimpleResourcesServer):
     async def verify(self, body: LetterVerifyRequest) -> LetterVerifyResponse:  # type: ignore[override]
         """1.0 when ``lookup`` was called and the final answer's first non-space character is the
         expected letter, in either case (``a`` names option A as well as ``A`` does); else 0.0."""
-        called = any(call.get("name") == "lookup" for call in function_calls(body.response.get("output") or []))
+        called = any(
+            call.get("name") == "lookup" for call in function_calls(body.response.get("output") or [])
+        )
         text = output_text(body.response).strip()
         letter = text[:1] or None
         return LetterVerifyResponse(

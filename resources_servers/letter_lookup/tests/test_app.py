@@ -35,7 +35,11 @@ def test_reward_needs_the_lookup_and_the_letter(url: str):
     row = ROWS[1]
     letter = row["expected_answer"]
     call = function_call_item("lookup", "{}")
-    output = {"type": "function_call_output", "call_id": call["call_id"], "output": f'{{"answer": "{letter}"}}'}
+    output = {
+        "type": "function_call_output",
+        "call_id": call["call_id"],
+        "output": f'{{"answer": "{letter}"}}',
+    }
     good = post_verify(url, row, {"output": [call, output, message_item(f" {letter}, looked up")]})
     assert (good["reward"], good["called_lookup"], good["answer_letter"]) == (1.0, True, letter)
     lower = post_verify(url, row, {"output": [call, output, message_item(letter.lower())]})

@@ -26,7 +26,9 @@ def engine() -> Iterator[str]:
 
 def scores(client: SyncClient, url: str) -> list[float]:
     """The served model's logprob of each prompt token (vLLM's scoring form)."""
-    status, body = client.post(url + "/v1/completions", {"prompt": PROMPT, "max_tokens": 1, "prompt_logprobs": 0})
+    status, body = client.post(
+        url + "/v1/completions", {"prompt": PROMPT, "max_tokens": 1, "prompt_logprobs": 0}
+    )
     assert status == 200, body
     return [float(next(iter(e.values()))["logprob"]) for e in body["choices"][0]["prompt_logprobs"][1:]]
 
@@ -45,7 +47,9 @@ def test_new_weights_are_served_after_the_update(engine: str, tmp_path: Path) ->
     model.save_pretrained(tmp_path / "step1", safe_serialization=True)
     with SyncClient() as client:
         before = scores(client, engine)
-        status, body = client.post(engine + "/update_weights_from_disk", {"model_path": str(tmp_path / "step1")})
+        status, body = client.post(
+            engine + "/update_weights_from_disk", {"model_path": str(tmp_path / "step1")}
+        )
         assert status == 200 and body["success"] is True and body["weights_version"] >= 1, body
         after = scores(client, engine)
     assert after != pytest.approx(before, abs=1e-3)
@@ -66,15 +70,22 @@ def test_a_bad_checkpoint_changes_nothing_and_names_what_is_wrong(engine: str, t
             folder = tmp_path / case
             folder.mkdir()
             # One good tensor changed first, so a partial load would show in the scores.
-            changed = {**changed, **{k: v + 1.0 for k, v in changed.items() if k.endswith("embed_tokens.weight")}}
+            changed = {
+                **changed,
+                **{k: v + 1.0 for k, v in changed.items() if k.endswith("embed_tokens.weight")},
+            }
             save_file(changed, str(folder / "model.safetensors"))
             status, body = client.post(engine + "/update_weights_from_disk", {"model_path": str(folder)})
             assert status == 400 and expected in body["error"]["message"], (case, body)
         assert scores(client, engine) == pytest.approx(before, abs=1e-6)
-        status, body = client.post(engine + "/update_weights_from_disk", {"model_path": str(tmp_path / "nope")})
+        status, body = client.post(
+            engine + "/update_weights_from_disk", {"model_path": str(tmp_path / "nope")}
+        )
         assert status == 400 and "is not a folder" in body["error"]["message"]
         (tmp_path / "empty").mkdir()
-        status, body = client.post(engine + "/update_weights_from_disk", {"model_path": str(tmp_path / "empty")})
+        status, body = client.post(
+            engine + "/update_weights_from_disk", {"model_path": str(tmp_path / "empty")}
+        )
         assert status == 400 and "safetensors" in body["error"]["message"]
         status, body = client.post(engine + "/update_weights_from_disk", {})
         assert status == 400 and "model_path" in body["error"]["message"]
