@@ -90,7 +90,7 @@ def _error_line(text: str) -> str:
     lines = [
         re.sub(r"^(E\s+|ng_\w+: )", "", ln.strip())
         for ln in text.splitlines()
-        if ln.strip() and not ln.startswith("(run '")
+        if ln.strip() and not ln.startswith("(run '") and ": on the index as " not in ln
     ]
     problems = [
         ln for ln in lines if ln.startswith("[") and not any(w in ln for w in ("FAILED", "] ok", "] note:"))
@@ -137,6 +137,9 @@ def run_user_path(
     )  # fmt: skip
     result.pulled = code == 0
     result.pull_note = _error_line(out) if code != 0 else _pull_summary(out)
+    served = [ln.strip() for ln in out.splitlines() if ": on the index as " in ln]
+    if code != 0 and served:  # a requirement from a git clone that the index would serve
+        result.pull_note = f"{result.pull_note[:150]} [{'; '.join(served)}]"
     if result.pulled:
         folder = project / kind / name
         # A group of servers (one per stage, sharing a requirements.txt) passes when each does.

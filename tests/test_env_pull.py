@@ -214,6 +214,29 @@ def test_unknown_name_and_available_listing(index_url: str, tmp_path: Path) -> N
     assert missing.returncode == 1 and "pip download nemo-gym==1.2.3 failed" in missing.stderr
 
 
+def test_a_pull_keeps_what_this_package_runs_on_and_names_the_index_version(index_url: str) -> None:
+    """A folder's pin of another version of a distribution this package uses (NeMo Gym's cvdp
+    pins pydantic==2.13.4) is not installed (pip is constrained to what is installed); a
+    requirement from a git clone whose distribution is on the index is reported with that version."""
+    from importlib import metadata
+
+    from nemo_gym.tools.env_pull_requirements import (
+        index_alternatives,
+        installed_conflicts,
+        protected_versions,
+    )
+
+    keep = protected_versions()
+    assert keep["pydantic"] == metadata.version("pydantic")
+    assert keep["pydantic-core"] == metadata.version("pydantic-core")  # pydantic's own, transitively
+    assert installed_conflicts(["pydantic==1.0", f"{DEP}==1.0"], keep) == ["pydantic==1.0"]
+    cloned = f"{DEP} @ git+https://example.invalid/dep.git@abc123"
+    unknown = "unheard-of @ git+https://example.invalid/unheard.git"
+    assert index_alternatives([cloned, unknown, "plain-name"], index_url) == [
+        f"{cloned}: on the index as {DEP}==1.0"
+    ]
+
+
 def test_requirement_lines_of_a_nemo_gym_folder(tmp_path: Path) -> None:
     from nemo_gym.tools.env_pull import pip_arguments, read_requirements, unmet_requirements
 

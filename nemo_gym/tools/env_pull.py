@@ -40,9 +40,12 @@ from nemo_gym.tools.env_pull_needs import folder_needs
 from nemo_gym.tools.env_pull_requirements import (
     GPU_REQUIREMENTS,
     folder_requirements,
+    index_alternatives,
     install_requirements,
+    installed_conflicts,
     nemo_gym_dependencies,
     pip_arguments,
+    protected_versions,
     read_requirements,
     requirement_name,
     runtime_requirements,
@@ -140,11 +143,21 @@ def _install(
     here (a git clone, a GPU stack) is reported, not fatal, since the pulled folder may never
     start it. ``(installed, not installed with why)``."""
 
+    # What this package runs on stays as it is: a folder's pin of another version is not
+    # installed, and pip is constrained to the installed versions.
+    keep = protected_versions()
+
     def split(reqs: list[str]) -> tuple[list[str], list[str]]:
         missing = unmet_requirements(reqs)
         gpu = [r for r in missing if requirement_name(r) in GPU_REQUIREMENTS and not install_gpu_requirements]
-        return ([r for r in missing if r not in gpu] if install else []), [
-            r for r in missing if r in gpu or not install
+        kept = [r for r in installed_conflicts(missing, keep) if r not in gpu]
+        wanted = [r for r in missing if r not in gpu and r not in kept]
+        return (wanted if install else []), [
+            *(r for r in missing if r in gpu or (not install and r in wanted)),
+            *(
+                f"{r} (kept {requirement_name(r)} {keep[requirement_name(r)]}, which this package uses)"
+                for r in kept
+            ),
         ]
 
     own: list[str] = list(folder_requirements(target))
@@ -152,14 +165,18 @@ def _install(
         own += [r for r in runtime_requirements(folder, dependencies) if r not in own]
     installed, skipped = split(own)
     if installed:
-        ok, last = install_requirements(installed, index_url)
+        ok, last = install_requirements(installed, index_url, keep)
         if not ok:
-            raise PullError(f"pip could not install {target.name}'s requirements {installed}: {last}")
+            served = index_alternatives(installed, index_url)
+            raise PullError(
+                f"pip could not install {target.name}'s requirements {installed}: {last}"
+                + "".join(f"\n  {line}" for line in served)
+            )
     for folder in companions:
         extra, more_skipped = split([r for r in folder_requirements(folder) if r not in own])
         skipped += [r for r in more_skipped if r not in skipped]
         if extra:
-            ok, last = install_requirements(extra, index_url)
+            ok, last = install_requirements(extra, index_url, keep)
             if ok:
                 installed += extra
             else:

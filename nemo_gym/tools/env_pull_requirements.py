@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import tempfile
 from importlib import metadata
 from pathlib import Path
 
@@ -140,23 +141,87 @@ def unmet_requirements(reqs: list[str]) -> list[str]:
     return out
 
 
-def install_requirements(reqs: list[str], index_url: str | None = None) -> tuple[bool, str]:
-    """``pip install`` ``reqs`` into the running environment; ``(ok, pip's last line)``."""
+def protected_versions(dist: str = "nemo_gym") -> dict[str, str]:
+    """The installed version of every distribution this package uses (its requirements, all
+    extras, and theirs, transitively), by normalised name: a pull never changes them. A folder
+    pinning ``pydantic==2.13.4`` next to another ``pydantic-core`` would break this package."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    found: dict[str, str] = {}
+    todo = [dist]
+    while todo:
+        name = todo.pop()
+        try:
+            meta = metadata.metadata(name)
+            requires = metadata.requires(name) or []
+        except metadata.PackageNotFoundError:
+            continue
+        if name != dist:
+            found[requirement_name(name)] = meta["Version"]
+        extras = meta.get_all("Provides-Extra") or [] if name == dist else []
+        for line in requires:
+            try:
+                req = Requirement(line)
+            except InvalidRequirement:
+                continue
+            wanted = req.marker is None or any(req.marker.evaluate({"extra": e}) for e in ["", *extras])
+            if wanted and requirement_name(req.name) not in found and _installed(req.name):
+                todo.append(req.name)
+    return found
+
+
+def installed_conflicts(reqs: list[str], protected: dict[str, str]) -> list[str]:
+    """Those of ``reqs`` (unmet ones) that would change a distribution this package uses."""
+    return [r for r in reqs if requirement_name(r) in protected]
+
+
+def install_requirements(
+    reqs: list[str], index_url: str | None = None, keep: dict[str, str] | None = None
+) -> tuple[bool, str]:
+    """``pip install`` ``reqs`` into the running environment, never changing the versions in
+    ``keep`` (a constraints file pins them); ``(ok, pip's last line)``."""
     if not reqs:
         return True, ""
-    cmd = [
-        sys.executable,
-        "-m",
-        "pip",
-        "install",
-        "--disable-pip-version-check",
-        "-q",
-        *_pip_index_args(index_url),
-        *reqs,
-    ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=PIP_TIMEOUT_S)
+    with tempfile.TemporaryDirectory(prefix="nemo_gym_pull.") as tmp:
+        constraints = Path(tmp) / "constraints.txt"
+        constraints.write_text(
+            "".join(f"{name}=={version}\n" for name, version in sorted((keep or {}).items()))
+        )
+        cmd = [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--disable-pip-version-check",
+            "-q",
+            "-c",
+            str(constraints),
+            *_pip_index_args(index_url),
+            *reqs,
+        ]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=PIP_TIMEOUT_S)
     tail = [line for line in (proc.stderr or proc.stdout).splitlines() if line.strip()]
     return proc.returncode == 0, tail[-1] if tail else ""
+
+
+def index_alternatives(reqs: list[str], index_url: str | None = None) -> list[str]:
+    """For each of ``reqs`` taken from a git clone or a URL whose distribution is on the package
+    index, ``"NAME @ git+...: on the index as NAME==VERSION"`` (the newest version pip would pick
+    for this interpreter, which may differ from the pinned revision)."""
+    out = []
+    for req in reqs:
+        if " @ " not in req and not req.startswith(("git+", "http")):
+            continue
+        name = requirement_name(req.split("[")[0])
+        proc = subprocess.run(
+            [sys.executable, "-m", "pip", "index", "versions", "--disable-pip-version-check",
+             *_pip_index_args(index_url), name],
+            capture_output=True, text=True, timeout=PIP_TIMEOUT_S,
+        )  # fmt: skip
+        match = re.match(r"\S+ \(([^)]+)\)", proc.stdout.strip()) if proc.returncode == 0 else None
+        if match:
+            out.append(f"{req.split(';')[0].strip()}: on the index as {name}=={match.group(1)}")
+    return out
 
 
 # NeMo Gym's folders list ``-e nemo-gym[dev]`` as a requirement: NeMo Gym's own dependencies
