@@ -266,7 +266,10 @@ class SimpleResponsesAPIAgent(BaseServer):
         """``http://host:port[/ng-rollout/<id>]/v1`` of a configured model server (from the
         global config), for harnesses that call it with their own OpenAI client."""
         server_config = get_first_server_config_dict(self._global_config(), model_server_name)
-        base_url = self.server_client._build_server_base_url(server_config)
+        if _has_address(server_config) or not hasattr(self.server_client, "registered_base_url"):
+            base_url = self.server_client._build_server_base_url(server_config)
+        else:  # started on port 0: the launch config has no address; the head server knows it
+            base_url = self.server_client.registered_base_url(model_server_name)
         prefixed = apply_rollout_prefix(base_url, rollout_id, token_capture=self._token_id_capture_enabled())
         return f"{prefixed}/v1"
 
@@ -572,3 +575,12 @@ def __getattr__(name: str) -> Any:
 
         return Body
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _has_address(block: Any) -> bool:
+    """Whether a server's config block says where it listens (a host and a non-zero port)."""
+    if isinstance(block, Mapping):
+        host, port = block.get("host"), block.get("port")
+    else:
+        host, port = getattr(block, "host", None), getattr(block, "port", None)
+    return bool(host) and bool(port)

@@ -12,6 +12,8 @@ PYTHON="${PYTHON:-python3}"
 # step so that a resolver failure there costs only those tests (they skip and say why).
 "$VENV/bin/python" -m pip install -q -e ".[openenv]" >/dev/null 2>&1 \
   || echo "note: could not install openenv-core; the OpenEnv bridge tests will skip" >&2
+"$VENV/bin/python" -m pip install -q -e ".[verifiers_agent]" >/dev/null 2>&1 \
+  || echo "note: could not install verifiers; tests/test_verifiers_pulled_agent.py will skip" >&2
 "$VENV/bin/python" -m pip install -q -e ".[skyrl,textarena]" >/dev/null 2>&1 \
   || echo "note: could not install skyrl-gym/textarena; skyrl_gym_env's and textarena_env's tests will skip" >&2
 # GEM (gem-llm) pins reasoning-gym and nltk exactly, against the verifiers extra: without its deps.

@@ -260,3 +260,23 @@ def test_a_mocked_client_reads_as_its_global_config_dict() -> None:
     assert mocked.url_path_for_run("/v1/responses", RUN_BODY) == "/v1/responses"
     client.global_config_dict = {"observability_enabled": True}
     assert mocked.url_path_for_run("/v1/responses", RUN_BODY) == "/ng-rollout/4-1/v1/responses"
+
+
+def test_resolve_model_base_url_asks_the_head_server_when_the_config_has_no_address() -> None:
+    """A model server started on port 0 has no address in the config its peers were launched
+    with; the head server's registry has it (NeMo Gym's verifiers_agent resolves this way)."""
+    from starlette.applications import Starlette
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    from nemo_gym.testing import running_app
+
+    instances = [{"name": "policy_model", "url": "http://127.0.0.1:8999", "host": "127.0.0.1", "port": 8999}]
+    head = Starlette(routes=[Route("/server_instances", lambda request: JSONResponse(instances))])
+    unaddressed = {"policy_model": {"responses_api_models": {"vllm_model": {"entrypoint": "app.py"}}}}
+    with running_app(head) as head_url:
+        client = ServerClient(head_url=head_url, global_config_dict=unaddressed)
+        observed = PathAgent(config={"name": "a"}, server_client=client)
+        assert observed.resolve_model_base_url("policy_model") == "http://127.0.0.1:8999/v1"
+        with pytest.raises(ValueError, match="no server named 'judge' is registered"):
+            client.registered_base_url("judge")

@@ -216,6 +216,33 @@ class NeMoGymServerClient(ServerClient):
             return "unknown_error"
         return "success"
 
+    def registered_base_url(self, server_name: str, *, timeout_seconds: float = 30) -> str:
+        """``http://host:port`` where the head server says ``server_name`` listens (its first
+        replica), looked up now, blocking: for a config block that carries no address, as a
+        server started on port 0 has in the config it was launched with. Raises ``ValueError``
+        naming the server and the head server when it is not registered or the head cannot be read.
+        """
+        import json
+        import urllib.request
+
+        if not self.head_url:
+            raise ValueError(f"no head server to ask where {server_name!r} listens (set {ENV_HEAD_URL})")
+        url = f"{self.head_url}/server_instances"
+        try:
+            request = urllib.request.Request(url, headers=auth_headers())
+            with urllib.request.urlopen(request, timeout=timeout_seconds) as answer:  # noqa: S310 - http URL
+                instances = json.loads(answer.read())
+        except (OSError, ValueError) as exc:
+            raise ValueError(
+                f"could not ask the head server at {url} where {server_name!r} listens: {exc}"
+            ) from exc
+        for instance in instances if isinstance(instances, list) else []:
+            if isinstance(instance, Mapping) and instance.get("name") == server_name and instance.get("url"):
+                return str(instance["url"]).rstrip("/")
+        raise ValueError(
+            f"no server named {server_name!r} is registered with the head server at {self.head_url}"
+        )
+
     def _build_server_base_url(self, server_config_dict: Any) -> str:
         """``http://host:port`` of one server instance's config block (attributes or keys)."""
         if isinstance(server_config_dict, Mapping):
