@@ -77,9 +77,11 @@ class UserPathResult:
 
 
 def fresh_project(dest: Path) -> Path:
-    """A copy of what a user's clone holds besides ``nemo_gym/``."""
+    """A copy of what a user's clone holds: ``nemo_gym/`` too, so that NeMo Gym's ``PARENT_DIR``
+    (the folder holding ``nemo_gym``, where its folders' tests look for their companions) is the
+    project, as in a clone."""
     dest.mkdir(parents=True)
-    for tree in PROJECT_TREES:
+    for tree in ("nemo_gym", *PROJECT_TREES):
         shutil.copytree(project_root() / tree, dest / tree, ignore=shutil.ignore_patterns("__pycache__"))
     for name in PROJECT_FILES:
         shutil.copy2(project_root() / name, dest / name)
@@ -121,14 +123,9 @@ def run_user_path(
     started = time.monotonic()
     result = UserPathResult(kind=kind, name=name, needs=folder_needs(wheel_root / kind / name, wheel_root))
     project = fresh_project(scratch / f"{kind}__{name}")
-    # The project is not nemo_gym's parent here (it is in a clone): NEMO_GYM_EXTRA_ROOTS names it,
-    # so paths resolve against it as they do against a clone's root.
-    env = dict(
-        os.environ,
-        PYTHONPATH=str(project_root()),
-        PYTHONDONTWRITEBYTECODE="1",
-        NEMO_GYM_EXTRA_ROOTS=str(project),
-    )
+    # The project's own nemo_gym is the one imported, as in a clone; nothing else points at it.
+    env = dict(os.environ, PYTHONPATH=str(project), PYTHONDONTWRITEBYTECODE="1")
+    env.pop("NEMO_GYM_EXTRA_ROOTS", None)
     gym = [str(python), "-c", "from nemo_gym.tools.gym_cli import main; main()"]
     code, out = run_bounded(
         [*gym, "env", "pull", f"{name}=={version}", f"+kind={kind}", f"+project_dir={project}",
