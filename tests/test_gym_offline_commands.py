@@ -160,3 +160,86 @@ def test_eval_compare(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
         ["eval", "compare", "--baseline", str(base), "--candidates", str(tmp_path / "nope.jsonl")], capsys
     )
     assert code == 2 and "+candidate_rollouts_jsonl_fpaths[0]: no such file" in err
+
+
+def _indexed_rollouts(env: str, target: Path) -> list[dict]:
+    rows = [
+        json.loads(line) for line in (ROOT / f"tests/compat/nemo_gym/{env}/example_rollouts.jsonl").open()
+    ]
+    agent = {"type": "responses_api_agents", "name": f"{env}_simple_agent"}
+    out = [{**r, "_ng_task_index": i, "_ng_rollout_index": 0, "agent_ref": agent} for i, r in enumerate(rows)]
+    target.write_text("".join(json.dumps(r) + "\n" for r in out))
+    return out
+
+
+def test_eval_export_atif(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import hashlib
+
+    rollouts = tmp_path / "rollouts.jsonl"
+    rows = _indexed_rollouts("example_multi_step", rollouts)
+    # One model call with token IDs: its step carries them as metrics.
+    rows[1]["response"]["output"][0].update(
+        prompt_token_ids=[1, 2, 3], generation_token_ids=[4, 5], generation_log_probs=[-0.1, -0.2]
+    )
+    rollouts.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out_dir = tmp_path / "atif"
+    args = ["eval", "export", "--format", "atif", "--rollouts", str(rollouts), "--output-dir", str(out_dir)]
+    code, out, err = gym([*args, "--session-id", "run-1", "--agent-version", "1.10"], capsys)
+    assert code == 0, err
+    manifest = [json.loads(line) for line in (out_dir / "manifest.jsonl").read_text().splitlines()]
+    assert [m["trajectory_path"] for m in manifest] == [f"{i}-0.json" for i in range(5)]
+    for entry in manifest:
+        data = (out_dir / entry["trajectory_path"]).read_bytes()
+        assert hashlib.sha256(data).hexdigest() == entry["expected_sha256"]
+    first = json.loads((out_dir / "0-0.json").read_text())
+    assert first["schema_version"] == "ATIF-v1.7" and first["trajectory_id"] == "run-1:0:0"
+    assert first["agent"] == {
+        "name": "example_multi_step_simple_agent",
+        "version": "1.10",
+        "model_name": rows[0]["response"]["model"],
+    }
+    sources = [step["source"] for step in first["steps"]]
+    assert sources[:2] == ["system", "user"] and set(sources[2:]) == {"agent"}
+    calls = [c for step in first["steps"] for c in step.get("tool_calls", [])]
+    function_calls = [item for item in rows[0]["response"]["output"] if item["type"] == "function_call"]
+    assert [c["tool_call_id"] for c in calls] == [item["call_id"] for item in function_calls]
+    assert first["steps"][2]["observation"]["results"][0]["source_call_id"] == calls[0]["tool_call_id"]
+    assert first["steps"][-1]["message"] == rows[0]["response"]["output"][-1]["content"][0]["text"]
+    assert first["final_metrics"]["total_steps"] == len(first["steps"])
+    assert first["final_metrics"]["total_prompt_tokens"] == rows[0]["response"]["usage"]["input_tokens"]
+    second = json.loads((out_dir / "1-0.json").read_text())
+    assert second["steps"][2]["metrics"] == {
+        "prompt_tokens": 3,
+        "completion_tokens": 2,
+        "prompt_token_ids": [1, 2, 3],
+        "completion_token_ids": [4, 5],
+        "logprobs": [-0.1, -0.2],
+    }
+    # The folder must be new; a bad row is named by line and field, and nothing is written.
+    code, _, err = gym([*args, "--session-id", "run-1", "--agent-version", "1"], capsys)
+    assert code == 2 and "already exists" in err
+    rows[3]["response"]["output"][0]["arguments"] = "[1, 2]"
+    del rows[4]["agent_ref"]
+    rollouts.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    fresh = tmp_path / "again"
+    code, _, err = gym(
+        [
+            "eval",
+            "export",
+            "--rollouts",
+            str(rollouts),
+            "--output-dir",
+            str(fresh),
+            "--session-id",
+            "s",
+            "--agent-version",
+            "1",
+        ],
+        capsys,
+    )
+    assert code == 2 and "2 row(s) cannot be exported" in err
+    assert (
+        "line 4: response.output[0].arguments: not a JSON object" in err
+        and "line 5: agent_ref.name: missing" in err
+    )
+    assert not fresh.exists()

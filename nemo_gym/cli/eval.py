@@ -14,5 +14,6 @@ __getattr__, __dir__ = names_from(
         "list_benchmarks": "nemo_gym.tools.benchmarks:ng_list_benchmarks",
         "compare": "nemo_gym.tools.compare_runs:ng_compare_runs",
         "health_check_rollouts": "nemo_gym.rollout_health:health_check_run_dir",
+        "export_rollouts_as_atif": "nemo_gym.tools.atif_export:ng_export_atif",
     },
 )

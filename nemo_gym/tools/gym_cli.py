@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import difflib
 import importlib
+import json
 import re
 import sys
 from collections.abc import Callable, Sequence
@@ -123,6 +124,7 @@ def translate(args: Sequence[str], command: Subcommand) -> tuple[list[str], bool
             if flag.key == "entrypoint":
                 out.append(f"+entrypoint={value if '/' in value else 'resources_servers/' + value}")
             elif flag.key != "config_paths":
+                value = json.dumps(value) if flag.quote else value
                 out.append(f"+{dict(command.keys).get(flag.flag, flag.key)}={value}")
             elif flag.flag == "--resources-server":
                 config_paths.append(_component_config("resources_servers", value))

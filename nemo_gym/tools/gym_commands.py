@@ -22,6 +22,8 @@ class Flag:
     """Other spellings (``-o`` for ``--output``)."""
     const: str = "true"
     """The value a flag without one stands for (``--json`` of ``gym env packages``: ``json``)."""
+    quote: bool = False
+    """Pass the value as a string, never a number (``--agent-version 1.10`` stays ``"1.10"``)."""
 
 
 @dataclass(frozen=True)
@@ -219,6 +221,19 @@ GROUPS: dict[str, tuple[str, tuple[Subcommand, ...]]] = {
                         aliases=("--ignore",),
                     ),
                     Flag("--json", "json", "print the summary as JSON", False),
+                ),
+            ),
+            Subcommand(
+                "export",
+                "nemo_gym.tools.atif_export:ng_export_atif",
+                "ng_export_atif",
+                "export rollouts as ATIF trajectories (--format atif)",
+                flags=(
+                    Flag("--format", "format", "+format (atif)"),
+                    Flag("--rollouts", "rollouts_jsonl_fpath", "+rollouts_jsonl_fpath"),
+                    Flag("--output-dir", "output_dirpath", "+output_dirpath (a new folder)"),
+                    Flag("--session-id", "session_id", "+session_id", quote=True),
+                    Flag("--agent-version", "agent_version", "+agent_version", quote=True),
                 ),
             ),
             Subcommand(
