@@ -18,7 +18,7 @@ See ``docs/TOKEN_IDS.md`` for the full story and how a trainer consumes the resu
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -252,6 +252,7 @@ def render_chat_token_ids(
     tools: Sequence[Mapping[str, Any]] | None = None,
     chat_template_kwargs: Mapping[str, Any] | None = None,
     add_generation_prompt: bool = True,
+    encode: Callable[[str], list[int]] | None = None,
 ) -> list[int]:
     """Render Chat Completions messages through the chat template and tokenize the text.
 
@@ -259,7 +260,9 @@ def render_chat_token_ids(
     tokens, as vLLM does for chat requests: the template already writes any BOS it wants, and
     a tokenizer that prepends one on plain ``encode`` (Llama 3) would otherwise double it.
     Engines should use this same function for unspliced prompts, so that both paths render
-    identically.
+    identically. ``encode`` replaces that encoding with one giving the same IDs (a rollout's
+    :class:`~nemo_gym.models.prompt_token_cache.PromptTokenCache`, which tokenizes only what is
+    new since the rollout's previous call).
     """
     text = tokenizer.apply_chat_template(
         [_without_token_ids(message) for message in messages],
@@ -268,6 +271,8 @@ def render_chat_token_ids(
         tokenize=False,
         **dict(chat_template_kwargs or {}),
     )
+    if encode is not None:
+        return encode(text)
     return list(tokenizer.encode(text, add_special_tokens=False))
 
 
@@ -277,6 +282,7 @@ def compute_splice_inputs(
     tools: Sequence[Mapping[str, Any]] | None = None,
     chat_template_kwargs: Mapping[str, Any] | None = None,
     turn_end_token_ids: Iterable[int] | None = None,
+    encode: Callable[[str], list[int]] | None = None,
 ) -> SpliceInputs | None:
     """Gather the splice inputs for a Chat Completions request, or None when there is nothing to splice.
 
@@ -286,7 +292,8 @@ def compute_splice_inputs(
     ``chat_template_kwargs`` as the request. Only the last such message matters: its prompt
     already contains every earlier turn as the engine saw it.
 
-    ``turn_end_token_ids`` defaults to :func:`detect_turn_end_token_ids`.
+    ``turn_end_token_ids`` defaults to :func:`detect_turn_end_token_ids`; ``encode`` is
+    :func:`render_chat_token_ids`'s.
 
     Raises:
         TokenSpliceError: when that message carries one of the two ID fields without the
@@ -321,10 +328,15 @@ def compute_splice_inputs(
             message_index=index,
             model_prefix_token_ids=model_prefix,
             template_prefix_token_ids=render_chat_token_ids(
-                messages[: index + 1], tokenizer, tools, chat_template_kwargs, add_generation_prompt=False
+                messages[: index + 1],
+                tokenizer,
+                tools,
+                chat_template_kwargs,
+                add_generation_prompt=False,
+                encode=encode,
             ),
             template_full_token_ids=render_chat_token_ids(
-                messages, tokenizer, tools, chat_template_kwargs, add_generation_prompt=True
+                messages, tokenizer, tools, chat_template_kwargs, add_generation_prompt=True, encode=encode
             ),
             turn_end_token_ids=turn_end,
         )
@@ -337,6 +349,7 @@ def spliced_prompt_token_ids(
     tools: Sequence[Mapping[str, Any]] | None = None,
     chat_template_kwargs: Mapping[str, Any] | None = None,
     turn_end_token_ids: Iterable[int] | None = None,
+    encode: Callable[[str], list[int]] | None = None,
 ) -> tuple[list[int], bool]:
     """Return the prompt IDs to feed the engine and whether they extend the previous call's IDs.
 
@@ -349,15 +362,17 @@ def spliced_prompt_token_ids(
 
     Refusing falls back instead of failing the request because the rollout is still valid
     for evaluation and reward; only its use as one contiguous training sequence is lost, and
-    that loss is now visible instead of silent.
+    that loss is now visible instead of silent. ``encode`` is :func:`render_chat_token_ids`'s.
     """
     try:
-        inputs = compute_splice_inputs(messages, tokenizer, tools, chat_template_kwargs, turn_end_token_ids)
+        inputs = compute_splice_inputs(
+            messages, tokenizer, tools, chat_template_kwargs, turn_end_token_ids, encode=encode
+        )
     except TokenSpliceError as error:
         logger.warning("token-ID splice refused, using the plain template render: %s", error)
-        return render_chat_token_ids(messages, tokenizer, tools, chat_template_kwargs), False
+        return render_chat_token_ids(messages, tokenizer, tools, chat_template_kwargs, encode=encode), False
     if inputs is None:
-        return render_chat_token_ids(messages, tokenizer, tools, chat_template_kwargs), True
+        return render_chat_token_ids(messages, tokenizer, tools, chat_template_kwargs, encode=encode), True
     try:
         return inputs.splice(), True
     except TokenSpliceError as error:

@@ -42,7 +42,14 @@ from starlette.routing import Route
 from nemo_gym.base_responses_api_model import BaseResponsesAPIModelConfig, SimpleResponsesAPIModel
 from nemo_gym.models.chat_backend import ChatBridge, is_context_length_error, template_messages
 from nemo_gym.models.media import media_kind
-from nemo_gym.models.token_ids import TOKEN_ID_FIELDS, render_chat_token_ids, spliced_prompt_token_ids
+from nemo_gym.models.prompt_token_cache import PromptTokenCache
+from nemo_gym.models.token_ids import (
+    TOKEN_ID_FIELDS,
+    TokenSpliceError,
+    detect_turn_end_token_ids,
+    render_chat_token_ids,
+    spliced_prompt_token_ids,
+)
 from nemo_gym.serving.server import HTTPError
 from responses_api_models.local_hf_model import scoring, weights
 from responses_api_models.local_hf_model.engine import (
@@ -107,6 +114,10 @@ class LocalHFModelConfig(BaseResponsesAPIModelConfig):
     limit_mm_per_prompt: dict[str, int] | None = None
     # POST /update_weights_from_disk: a trainer on this machine hands over its updated policy.
     weight_updates: bool = False
+    # Reuse a rollout's prompt tokenization from call to call (nemo_gym/models/prompt_token_cache.py):
+    # the IDs are the same, a call tokenizes only what is new. At most this many token IDs are kept.
+    prompt_token_cache: bool = True
+    prompt_token_cache_max_tokens: int = Field(default=16_000_000, gt=0)
 
     @model_validator(mode="after")
     def _check(self) -> LocalHFModelConfig:
@@ -163,12 +174,35 @@ class LocalHFModel(SimpleResponsesAPIModel):
             return_token_id_information=config.return_token_id_information,
             limit_mm_per_prompt=config.limit_mm_per_prompt,
         )
+        self.prompt_tokens = self._prompt_token_cache()
         self.requests_served = 0
         self.weights_version = 0  # counts /update_weights_from_disk loads
         # When the last generation ended (time.monotonic()): streaming tests compare event times with it.
         self.last_generation_end: float | None = None
         # One thread: the model is not safe to run concurrently, and the CPU is the bottleneck.
         self.executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="generate")
+
+    def _prompt_token_cache(self) -> PromptTokenCache | None:
+        if not self.config.prompt_token_cache:
+            return None
+        tokenizer = self.lm.tokenizer
+        try:
+            turn_end = self.config.turn_end_token_ids or detect_turn_end_token_ids(tokenizer)
+        except TokenSpliceError:
+            return None
+        cache = PromptTokenCache(tokenizer, turn_end, max_tokens=self.config.prompt_token_cache_max_tokens)
+        if not cache.enabled:
+            logger.info(
+                "%s: this tokenizer's turn ends are not split on first; prompts are not reused", self.name
+            )
+            return None
+        return cache
+
+    async def _delete_response(self, request: Any) -> Response:
+        """The rollout ended (its agent forgets the kept conversation): forget its prompt tokens too."""
+        if self.prompt_tokens is not None and self.rollout_id is not None:
+            self.prompt_tokens.free(self.rollout_id)
+        return await super()._delete_response(request)
 
     def routes(self) -> list[Route]:
         """The model-server routes plus vLLM's ``/tokenize`` and ``/health``."""
@@ -337,6 +371,9 @@ class ChatRequest:
             **(self.config.chat_template_kwargs or {}),
             **(body.get("chat_template_kwargs") or {}),
         }
+        cache = server.prompt_tokens
+        # On the loop (the rollout id is the request's): the generation thread does not see it.
+        self.encode = cache.encoder(server.rollout_id) if cache is not None else None
         self.want_logprobs = bool(body.get("logprobs"))
         self.top_n = int(body.get("top_logprobs") or 0) if self.want_logprobs else 0
         self.ids_as_text = bool(body.get("return_tokens_as_token_ids"))
@@ -474,7 +511,12 @@ class ChatRequest:
         try:
             if any(m.get(key) is not None for m in self.messages for key in TOKEN_ID_FIELDS[:2]):
                 ids, contiguous = spliced_prompt_token_ids(
-                    self.messages, tokenizer, self.tools, self.template_kwargs, self.config.turn_end_token_ids
+                    self.messages,
+                    tokenizer,
+                    self.tools,
+                    self.template_kwargs,
+                    self.config.turn_end_token_ids,
+                    encode=self.encode,
                 )
             else:
                 ids = render_chat_token_ids(
@@ -483,6 +525,7 @@ class ChatRequest:
                     self.tools,
                     self.template_kwargs,
                     add_generation_prompt=bool(self.body.get("add_generation_prompt", True)),
+                    encode=self.encode,
                 )
                 contiguous = True
         except HTTPError:
