@@ -15,11 +15,11 @@ import yaml
 
 from nemo_gym.launch.config import ConfigError, load_config
 from nemo_gym.testing import compat_dir
+from nemo_gym.tools.dataset_statistics import metrics_drift
 from nemo_gym.tools.prepare_data import (
     AgentDataset,
     DatasetConfig,
     check_dataset,
-    metrics_drift,
     ng_prepare_data,
     prepare_data,
     validate_row,

@@ -44,15 +44,9 @@ import orjson
 
 from nemo_gym.console.command import console_command
 from nemo_gym.launch.config import ConfigError, load_config, load_yaml_file, project_root, server_instances
-from nemo_gym.tools.prepare_data import (
-    DatasetConfig,
-    DatasetStatistics,
-    iter_json_lines,
-    metrics_drift,
-    metrics_path_for,
-    tool_names,
-    validate_row,
-)
+from nemo_gym.launch.datasets import DatasetConfig
+from nemo_gym.tools.dataset_statistics import DatasetStatistics, metrics_drift, metrics_path_for
+from nemo_gym.tools.prepare_data import iter_json_lines, tool_names, validate_row
 
 KIND_FOLDER = "resources_servers"
 SERVER_KINDS = ("resources_servers", "responses_api_agents", "responses_api_models")
