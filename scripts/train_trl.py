@@ -46,7 +46,7 @@ def quarter_means(values: list[float]) -> tuple[float, float]:
     return sum(values[:size]) / size, sum(values[-size:]) / size
 
 
-def plot(rewards: list[float], path: Path, title: str) -> None:
+def plot(rewards: list[float], path: Path, title: str, ylabel: str = "mean reward (mcqa /verify)") -> None:
     """The per-step mean reward as a PNG."""
     import matplotlib
 
@@ -56,7 +56,7 @@ def plot(rewards: list[float], path: Path, title: str) -> None:
     fig, ax = plt.subplots(figsize=(6, 3.5), dpi=100)
     ax.plot(range(1, len(rewards) + 1), rewards, marker="o", markersize=3)
     ax.set_xlabel("GRPO step")
-    ax.set_ylabel("mean reward (mcqa /verify)")
+    ax.set_ylabel(ylabel)
     ax.set_ylim(-0.05, 1.05)
     ax.set_title(title, fontsize=9)
     ax.grid(alpha=0.3)

@@ -129,7 +129,7 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
     (out / "rewards.json").write_text(json.dumps(summary, indent=2) + "\n")
     if not args.no_plot:
         title = f"TRL GRPO on CPU over agent rollouts (letter_lookup, tool call + answer; seed {args.seed})"
-        plot(steps, out / "reward_curve.png", title)
+        plot(steps, out / "reward_curve.png", title, ylabel="mean reward (letter_lookup /verify)")
     return summary
 
 
