@@ -181,6 +181,39 @@ def test_helpers_and_commands_end_to_end(head_port: int, tmp_path: Path) -> None
 
 
 @pytest.mark.slow
+def test_materialized_jsonl_fpath_is_settable(head_port: int, tmp_path: Path) -> None:
+    """NeMo Gym's API sets where the materialized inputs go; the collection writes and resumes from there."""
+    source = write_jsonl(tmp_path / "in.jsonl", rows(2))
+    out = tmp_path / "run" / "x.jsonl"
+    config = rc.RolloutCollectionConfig(
+        input_jsonl_fpath=str(source), output_jsonl_fpath=str(out), agent_name=AGENT
+    )
+    assert config.materialized_jsonl_fpath == out.with_name("x_materialized_inputs.jsonl")
+    chosen = tmp_path / "elsewhere" / "inputs.jsonl"
+    chosen.parent.mkdir()
+    config.materialized_jsonl_fpath = str(chosen)
+    assert config.materialized_jsonl_fpath == chosen
+    assert (
+        rc.RolloutCollectionConfig.model_validate(
+            {**config.model_dump(), "materialized_jsonl_fpath": chosen}
+        ).materialized_jsonl_fpath
+        == chosen
+    )
+
+    async def collect(resume: bool) -> Any:
+        config.resume_from_cache = resume
+        async with rc.RolloutCollectionHelper() as h:
+            h.server_client = h.setup_server_client({"host": "127.0.0.1", "port": head_port})
+            return await h.run_from_config(config)
+
+    asyncio.run(collect(False))
+    assert len(read_jsonl(chosen)) == 2 and len(read_jsonl(out)) == 2
+    assert not out.with_name("x_materialized_inputs.jsonl").exists()
+    out.write_bytes(out.read_bytes().splitlines(keepends=True)[0])
+    summary = asyncio.run(collect(True))
+    assert summary.succeeded == 1 and len(read_jsonl(out)) == 2
+
+
 def test_e2e_collection_of_a_prepared_split(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert rc.e2e_rollout_collection is rc.ng_e2e_collect_rollouts
     env = "resources_servers/example_single_tool_call"

@@ -136,7 +136,7 @@ class CollectionRun:
         self.settings = settings
         self.client = client
         self.verbose = verbose
-        self.paths = CollectionPaths.for_output(settings.output_jsonl_fpath)
+        self.paths = settings.collection_paths()
         self.summary = CollectionSummary(self.paths)
         self.done: IntTable = IntTable()
         self.attempts: dict[int, int] = {}

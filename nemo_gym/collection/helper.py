@@ -239,7 +239,7 @@ class RolloutCollectionHelper:
         result, in the same order.
         """
         config = RolloutCollectionConfig.from_config(config)
-        paths = CollectionPaths.for_output(config.output_jsonl_fpath)
+        paths = config.collection_paths()
         done: Container[int] = (
             scan_results(paths.output, repair=False).done if paths.output.exists() else set()
         )

@@ -9,11 +9,12 @@ whole global config dict, so unknown keys (server blocks, ``head_server``) are i
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
 from nemo_gym.agents.skills import SkillsConfig, load_skill_directory
 from nemo_gym.collection.collection_io import CollectionPaths, PromptConfig, RowMaterializer
@@ -171,10 +172,37 @@ class RolloutCollectionConfig(SharedRolloutCollectionConfig):
             raise ValueError(f"+shard_index={self.shard_index} must be < +num_shards={self.num_shards}")
         return self
 
+    _materialized_jsonl_fpath: Path | None = PrivateAttr(default=None)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _take_materialized_path(cls, data: Any, handler: Any) -> Any:
+        # NeMo Gym's API reads and sets materialized_jsonl_fpath; given as a key, it is set too.
+        given = data.get("materialized_jsonl_fpath") if isinstance(data, Mapping) else None
+        if given is not None:
+            data = {k: v for k, v in data.items() if k != "materialized_jsonl_fpath"}
+        config = handler(data)
+        if given is not None:
+            config.materialized_jsonl_fpath = given
+        return config
+
     @property
     def materialized_jsonl_fpath(self) -> Path:
-        """``x_materialized_inputs.jsonl`` next to the results file ``x.jsonl``."""
+        """Where the materialized input rows go: as set, else ``x_materialized_inputs.jsonl`` next
+        to the results file ``x.jsonl``."""
+        if self._materialized_jsonl_fpath is not None:
+            return self._materialized_jsonl_fpath
         return CollectionPaths.for_output(self.output_jsonl_fpath).materialized_inputs
+
+    @materialized_jsonl_fpath.setter
+    def materialized_jsonl_fpath(self, value: str | Path) -> None:
+        self._materialized_jsonl_fpath = Path(value)
+
+    def collection_paths(self) -> CollectionPaths:
+        """The collection's files: the results file's side files, with the materialized inputs
+        where :attr:`materialized_jsonl_fpath` says."""
+        paths = CollectionPaths.for_output(self.output_jsonl_fpath)
+        return dataclasses.replace(paths, materialized_inputs=self.materialized_jsonl_fpath)
 
     def row_materializer(self) -> RowMaterializer:
         """How this collection prepares each input row (agent, repeats, seeds, overrides, prompt)."""
