@@ -325,6 +325,30 @@ def test_a_group_of_servers_is_one_folder_to_pull_and_tested_server_by_server(tm
     assert _check_configs(check)["name"] == "group_stage" and check.problems == []
 
 
+def test_closure_follows_path_joins_to_other_folders(tmp_path: Path) -> None:
+    """A folder's tests name companions as path joins too (cline_agent reads
+    ``Path(__file__).parents[2] / "anyswe_agent" / "configs" / ...``): a join onto a kind and a
+    name, or onto the name of a server folder of the same kind, brings that folder."""
+    from nemo_gym.tools.env_pull_closure import folder_closure
+
+    wheel = tmp_path / "wheel"
+    files = {
+        wheel / "responses_api_agents/mine/app.py": "",
+        wheel / "responses_api_agents/mine/tests/test_app.py": "ROOT = Path(__file__).parents[3]\n"
+        'A = Path(__file__).parents[2] / "sibling" / "configs" / "x.yaml"\n'
+        'B = ROOT / "resources_servers" / "env" / "data"\n'
+        'C = ROOT / "data" / "not_a_server"\n',
+        wheel / "responses_api_agents/sibling/app.py": "",
+        wheel / "responses_api_agents/data/README.md": "",
+        wheel / "resources_servers/env/app.py": "",
+    }
+    for path, text in files.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    copied, _ = folder_closure(wheel, "responses_api_agents", "mine")
+    assert copied == [("resources_servers", "env"), ("responses_api_agents", "sibling")]
+
+
 def test_a_folder_with_only_a_pyproject_toml(tmp_path: Path) -> None:
     from nemo_gym.tools.env_pull import folder_requirements
 

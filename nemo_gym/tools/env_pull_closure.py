@@ -23,6 +23,11 @@ SOURCE_RECORD = ".nemo_gym_source.json"
 # the benchmarks (a benchmark's config.yaml, read by an environment's tests).
 TREES = (*KINDS, "benchmarks")
 _FOLDER_REFERENCE = re.compile(rf"\b({'|'.join(TREES)})[./](\w+)")
+# The same written as a path join: ``ROOT / "resources_servers" / "agentif"``.
+_JOINED_REFERENCE = re.compile(rf"[\"']({'|'.join(TREES)})[\"']\s*/\s*[\"'](\w+)[\"']")
+# A join onto a name alone (``Path(__file__).parents[2] / "anyswe_agent"``): a sibling server
+# folder of the same kind when the wheel has one of that name.
+_JOINED_NAME = re.compile(r"/\s*[\"'](\w+)[\"']")
 _SCANNED = (".py", ".yaml", ".yml")
 
 
@@ -54,7 +59,11 @@ def referenced_folders(
         if code_only and path.suffix != ".py":
             continue
         text = path.read_text(errors="replace")
-        refs = set(_FOLDER_REFERENCE.findall(text))
+        refs = set(_FOLDER_REFERENCE.findall(text)) | set(_JOINED_REFERENCE.findall(text))
+        if path.suffix == ".py":
+            refs |= {
+                (kind, n) for n in _JOINED_NAME.findall(text) if (wheel_root / kind / n / "app.py").is_file()
+            }
         if path.suffix in (".yaml", ".yml"):
             refs |= _config_servers(text)
         found |= {ref for ref in refs if (wheel_root / ref[0] / ref[1]).is_dir()}
