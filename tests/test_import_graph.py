@@ -323,3 +323,39 @@ def test_the_compatibility_rule_can_fail(tmp_path: Path) -> None:
     fat = tmp_path / "prompt.py"
     fat.write_text('"""Compatibility: NeMo Gym\'s prompt."""\n' + "x = 1\n" * (THIN_CODE_LINES + 1))
     assert "lines of code" in (compatibility_problem(fat) or "")
+
+
+# ---- one idea per module ---------------------------------------------------------------------
+# A module past ~600 lines probably holds two ideas (docs/STYLE): split it, or say in its
+# docstring, on a line starting "One idea:", why what it holds is one idea.
+MAX_MODULE_LINES = 600
+ONE_IDEA_MARK = "One idea:"
+
+
+def long_module_problem(path: Path) -> str | None:
+    """Why a module is too long for what its docstring claims, or None."""
+    source = path.read_text()
+    lines = source.count("\n")
+    if lines <= MAX_MODULE_LINES:
+        return None
+    docstring = ast.get_docstring(ast.parse(source)) or ""
+    if any(line.startswith(ONE_IDEA_MARK) for line in docstring.splitlines()):
+        return None
+    return (
+        f"{path.name} has {lines} lines: split it by idea, or say on a "
+        f"docstring line starting {ONE_IDEA_MARK!r} why it is one idea"
+    )
+
+
+def test_a_module_over_600_lines_is_split_or_says_why_it_is_one_idea(tmp_path: Path) -> None:
+    long = tmp_path / "long.py"
+    long.write_text('"""A module."""\n' + "x = 1\n" * MAX_MODULE_LINES)
+    assert "split it by idea" in (long_module_problem(long) or "")
+    long.write_text('"""A module.\n\nOne idea: it is.\n"""\n' + "x = 1\n" * MAX_MODULE_LINES)
+    assert long_module_problem(long) is None
+    problems = [
+        f"{path.relative_to(PACKAGE.parent)}: {problem}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if (problem := long_module_problem(path))
+    ]
+    assert problems == [], "\n".join(problems)

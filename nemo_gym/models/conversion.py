@@ -14,6 +14,9 @@ Mapping rules:
 - Token IDs for RL (:data:`TOKEN_ID_FIELDS`) ride on the last output item of a model call in
   Responses form and on the assistant message in Chat Completions form; a completion from vLLM
   carries them as ``prompt_token_ids``, ``choices[0].token_ids`` and ``choices[0].logprobs``.
+
+One idea: both directions apply one grammar of items (how a model call's items group into one
+assistant turn, which types and roles exist), kept in one place so the two cannot drift apart.
 """
 
 from __future__ import annotations

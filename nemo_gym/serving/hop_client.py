@@ -22,6 +22,9 @@ A pooled connection the server has closed meanwhile is sent again once on a new 
 and only when nothing at all came back on the old one: such a request never reached the
 server's handler. A request that got a byte of answer, or that was sent on a new connection,
 is never sent twice.
+
+One idea: the connection, its parser callbacks and the pool share private state (a connection
+returns itself to its pool, the pool opens, hands out and expires connections), so they stay together.
 """
 
 from __future__ import annotations

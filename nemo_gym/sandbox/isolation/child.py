@@ -37,6 +37,9 @@ Exit status 20 with a line starting ``__NG_SANDBOX__`` on stderr: the sandbox co
 The runner believes that only from the job's status pipe (``status_fd``): ``R`` once this
 process is confined and the command started, ``E<why>`` when it could not be; the pipe is closed
 before untrusted code runs, so that code cannot claim a sandbox failure by printing the marker.
+
+One idea: confining this process and running the job in it; one file, because it runs as
+``python -I child.py`` and may import nothing beside the standard library (not even a sibling).
 """
 
 from __future__ import annotations
