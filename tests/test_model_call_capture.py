@@ -397,3 +397,39 @@ def test_anthropic_messages_are_answered_through_responses(adapter, tmp_path: Pa
         {"call_id": calls[1].tool_calls[0]["call_id"], "name": "lookup", "arguments": {"q": 1}}
     ]
     assert calls[1].error_category is None
+
+
+def test_poll_for_status_learns_a_port_0_peer_from_the_head_server() -> None:
+    """NeMo Gym assigns every port up front; ours bind port 0, so a peer's block lacks host/port
+    until it registers (xstest polls its judge from setup_webserver): not registered yet is
+    'connection_error', registered is looked up on the head server and kept in the config."""
+    import http.server
+    import threading
+
+    listed: list = []
+
+    class Head(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            body = json.dumps(listed).encode()
+            self.send_response(200 if self.path == "/server_instances" else 404)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    head = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Head)
+    threading.Thread(target=head.serve_forever, daemon=True).start()
+    try:
+        port = head.server_address[1]
+        peers = ServerClient(
+            head_server_config={"host": "127.0.0.1", "port": port},
+            global_config_dict={"judge": {"responses_api_models": {"j": {"entrypoint": "app.py"}}}},
+        )
+        assert peers.poll_for_status("judge") == "connection_error"
+        listed.append({"name": "judge", "url": f"http://127.0.0.1:{port}"})
+        assert peers.poll_for_status("judge") == "success"
+        assert peers.global_config_dict["judge"]["responses_api_models"]["j"]["port"] == port
+    finally:
+        head.shutdown()

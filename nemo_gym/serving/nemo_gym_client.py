@@ -201,6 +201,11 @@ class NeMoGymServerClient(ServerClient):
         block = self.global_config_dict[server_name]
         if server_name != "head_server":  # instance name -> kind -> implementation -> fields
             block = next(iter(next(iter(block.values())).values()))
+        if "host" not in block or "port" not in block:
+            # Our servers bind port 0: a peer's address is known once it registered with the
+            # head server (NeMo Gym assigns ports up front). Not registered yet: not up yet.
+            if not self._learn_address(server_name, block):
+                return "connection_error"
         url = self._build_server_base_url(block) + "/"
         try:
             urllib.request.urlopen(
@@ -242,6 +247,18 @@ class NeMoGymServerClient(ServerClient):
         raise ValueError(
             f"no server named {server_name!r} is registered with the head server at {self.head_url}"
         )
+
+    def _learn_address(self, server_name: str, block: Any) -> bool:
+        """Copy where the head server says ``server_name`` listens into ``block`` (this client's
+        config for it, ``host`` and ``port``); False when it is not registered yet."""
+        from urllib.parse import urlsplit
+
+        try:
+            where = urlsplit(self.registered_base_url(server_name, timeout_seconds=10))
+        except ValueError:
+            return False
+        block["host"], block["port"] = where.hostname, where.port
+        return True
 
     def _build_server_base_url(self, server_config_dict: Any) -> str:
         """``http://host:port`` of one server instance's config block (attributes or keys)."""
