@@ -433,3 +433,19 @@ def test_poll_for_status_learns_a_port_0_peer_from_the_head_server() -> None:
         assert peers.global_config_dict["judge"]["responses_api_models"]["j"]["port"] == port
     finally:
         head.shutdown()
+
+
+def test_a_non_2xx_answer_is_an_aiohttp_client_response_error_that_can_be_built() -> None:
+    """HTTPStatusError is both our ServerCallError and aiohttp's ClientResponseError (whose
+    __init__ wants request_info and history): building one must not call the latter
+    (scicode_agent's raise_for_status died with a TypeError on every non-2xx verify)."""
+    import pickle
+
+    import aiohttp
+
+    from nemo_gym.serving.nemo_gym_client import HTTPStatusError
+
+    error = HTTPStatusError("scicode", "/verify", 500, b'{"error": "boom"}')
+    assert isinstance(error, aiohttp.ClientResponseError) and error.status == 500
+    assert str(error) == "scicode/verify: HTTP 500: boom" and error.response_content == b'{"error": "boom"}'
+    assert pickle.loads(pickle.dumps(error)).status == 500

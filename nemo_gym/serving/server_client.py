@@ -84,7 +84,9 @@ class ServerCallError(Exception):
         status: int | None = None,
         body: Any = None,
     ) -> None:
-        super().__init__(f"{server}{path}: {message}")
+        # Exception's own __init__, not the next class's: HTTPStatusError is also an
+        # aiohttp.ClientResponseError, whose __init__ takes (request_info, history, ...).
+        Exception.__init__(self, f"{server}{path}: {message}")
         self.kind = kind
         self.server = server
         self.path = path
