@@ -473,7 +473,8 @@ def test_needs_sees_downloads_images_agents_and_row_media(tmp_path: Path) -> Non
         },
     )
     assert folder_needs(hosted)["data_step"] == (
-        "hf download org/repo db.json (README.md:3: it fetches db.json: the server's code names it, "
+        "hf download org/repo db.json (resources_servers/hosted/README.md:3: it fetches db.json: the server's code "
+        "names it, "
         "the folder does not ship it)"
     )
     cited = folder("cited", {"app.py": "# see https://github.com/org/repo/blob/main/v1/eval.py\nX = 1\n"})

@@ -204,7 +204,7 @@ def example_agent_needs(folder: Path) -> dict[str, str]:
 
 # A data file named by the server's code: a string literal ending in one of these suffixes.
 _DATA_LITERAL = re.compile(
-    r"[\"']([\w./-]*?([\w.-]+\.(?:txt|jsonl?|csv|tsv|parquet|pkl|pickle|npy|npz|db|sqlite)))[\"']"
+    r"[\"']([\w./-]*?([\w.-]+\.(?:txt|jsonl?|csv|tsv|parquet|pkl|pickle|npy|npz|db|sqlite|h5|hdf5)))[\"']"
 )
 _NOT_DATA = {"requirements.txt", "example.jsonl", "example_rollouts.jsonl", "example_metrics.json"}
 
@@ -256,16 +256,6 @@ def data_step(folder: Path, display_root: Path | None = None) -> str | None:
         if written:
             where = script.relative_to(root) if script.is_relative_to(root) else script
             return f"python {where} (it writes {', '.join(written)}: the server's code names it, the folder does not ship it)"
-    readme = folder / "README.md"
-    for line_no, line in enumerate(
-        readme.read_text(errors="replace").splitlines() if missing and readme.is_file() else [], 1
-    ):
-        named = [base for base in missing if base in line]
-        if named and _DOWNLOAD_COMMAND.search(line):
-            return (
-                f"{line.strip().rstrip(chr(92)).strip()[:120]} (README.md:{line_no}: it fetches {', '.join(named)}: "
-                "the server's code names it, the folder does not ship it)"
-            )
     rows_missing = _missing_row_paths(folder)
     benchmark = folder.parent.parent / "benchmarks" / folder.name / "prepare.py"
     for script in [*scripts, *([benchmark] if benchmark.is_file() else [])] if rows_missing else []:
@@ -277,11 +267,36 @@ def data_step(folder: Path, display_root: Path | None = None) -> str | None:
                 f"python {where} (example rows name {named[0]}, which the folder does not ship: "
                 f"the script writes {named[0].split('/')[0]}/)"
             )
-    return None
+    return _readme_step(folder, missing, root)
 
 
 # A README line that downloads something: ``hf download REPO FILE``, ``wget URL``, ``curl -O URL``.
 _DOWNLOAD_COMMAND = re.compile(r"\b(hf|huggingface-cli)\s+download\b|^\s*(wget|curl)\s")
+
+
+def _readme_step(folder: Path, missing: list[str], root: Path) -> str | None:
+    """A README (the folder's, then ``benchmarks/NAME/README.md``) line naming a missing data
+    file: a download command (``hf download REPO db.json``) is the step itself; a line that (with
+    the next) says to download, stage or fetch it says where the step is written down."""
+    readmes = [folder / "README.md", folder.parent.parent / "benchmarks" / folder.name / "README.md"]
+    found: list[tuple[Path, int, str, list[str]]] = []
+    for readme in readmes if missing else []:
+        lines = readme.read_text(errors="replace").splitlines() if readme.is_file() else []
+        for line_no, line in enumerate(lines, 1):
+            named = [base for base in missing if base in line]
+            nearby = " ".join(lines[line_no - 1 : line_no + 1])
+            if named and (_DOWNLOAD_COMMAND.search(line) or _FETCH_WORD.search(nearby)):
+                found.append((readme, line_no, line.strip().rstrip("\\").strip(), named))
+    for readme, line_no, line, named in sorted(found, key=lambda f: not _DOWNLOAD_COMMAND.search(f[2])):
+        where = readme.relative_to(root) if readme.is_relative_to(root) else readme
+        if _DOWNLOAD_COMMAND.search(line):
+            return f"{line[:120]} ({where}:{line_no}: it fetches {', '.join(named)}: the server's code names it, the folder does not ship it)"
+        return f"fetch {', '.join(named)} as {where}:{line_no} says ({line[:120]}): the server's code names it, the folder does not ship it"
+    return None
+
+
+# Prose that says a file must be fetched by hand (on the line naming it, or the next).
+_FETCH_WORD = re.compile(r"\b(download\w*|stag(e|ed|ing)|fetch\w*)\b", re.I)
 _ROW_PATH = re.compile(r"^[\w.-]+(/[\w.-]+)+$")
 
 
