@@ -146,7 +146,7 @@ async def request(
                     raise
                 await asyncio.sleep(delay * (0.5 + random.random()))
                 delay *= 2
-        raise AssertionError("unreachable")
+        raise AssertionError("the loop returns or raises")
     finally:
         reset_server_name(label)
 

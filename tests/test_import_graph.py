@@ -359,3 +359,58 @@ def test_a_module_over_600_lines_is_split_or_says_why_it_is_one_idea(tmp_path: P
         if (problem := long_module_problem(path))
     ]
     assert problems == [], "\n".join(problems)
+
+
+# ---- the failure vocabulary has one home -----------------------------------------------------
+FAILURE_CLASSES_HOME = PACKAGE / "failure_classes.py"
+# Words that are only ever failure classes ("timeout" is also plain English: it is caught where
+# it names a class, as a failure_class keyword or key).
+DISTINCT_FAILURE_CLASSES = {
+    "unreachable", "rate_limited", "upstream_auth", "upstream_5xx", "bad_upstream_body",
+    "upstream_error", "judge_failed", "verifier_timeout", "verifier_error", "sandbox_failed",
+    "agent_error", "malformed_input",
+}  # fmt: skip
+FAILURE_CLASS_KEYS = {"failure_class", "_ng_failure_class"}
+# Other vocabularies that share a word with ours, each NeMo Gym's: its failure kinds
+# (``judge_failed``, ``verifier_error``) and its model-call capture's error categories.
+OTHER_VOCABULARIES = {"failure_kinds.py", "call_capture.py"}
+
+
+def failure_class_literals(path: Path) -> list[str]:
+    """Where ``path`` spells a failure class as a string instead of naming its constant."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        values: list[ast.expr] = []
+        if isinstance(node, ast.Constant) and node.value in DISTINCT_FAILURE_CLASSES:
+            values.append(node)
+        elif isinstance(node, ast.keyword) and node.arg in FAILURE_CLASS_KEYS:
+            values.append(node.value)
+        elif isinstance(node, ast.Dict):
+            values += [
+                v
+                for k, v in zip(node.keys, node.values, strict=True)
+                if isinstance(k, ast.Constant) and k.value in FAILURE_CLASS_KEYS
+            ]
+        for value in values:
+            if isinstance(value, ast.Constant) and isinstance(value.value, str) and value.value:
+                found.append(f"{path.name}:{value.lineno} spells {value.value!r}")
+    return sorted(set(found))
+
+
+def test_no_failure_class_is_spelled_outside_its_home(tmp_path: Path) -> None:
+    spelled = tmp_path / "spelled.py"
+    spelled.write_text(
+        'raise HTTPError(502, "x", failure_class="timeout")\nrow = {"_ng_failure_class": "agent_error"}\n'
+    )
+    assert len(failure_class_literals(spelled)) == 2  # the rule can fail
+    paths = [
+        p for p in PACKAGE.rglob("*.py") if p != FAILURE_CLASSES_HOME and p.name not in OTHER_VOCABULARIES
+    ]
+    for folder in ENVIRONMENT_FOLDERS:
+        paths += [
+            p
+            for p in (PACKAGE.parent / folder).rglob("*.py")
+            if "tests" not in p.relative_to(PACKAGE.parent).parts
+        ]
+    problems = [line for path in sorted(paths) for line in failure_class_literals(path)]
+    assert problems == [], "use the constants of nemo_gym/failure_classes.py:\n" + "\n".join(problems)

@@ -383,7 +383,7 @@ class VLLMModel(SimpleResponsesAPIModel):
         count = parse_json(answer, root).get("count")
         if not isinstance(count, int):
             raise HTTPError(
-                502, f"backend {root}/tokenize answered without a count", failure_class="bad_upstream_body"
+                502, f"backend {root}/tokenize answered without a count", failure_class=BAD_UPSTREAM_BODY
             )
         return count
 
