@@ -666,3 +666,25 @@ def test_chat_messages_to_items_keep_tool_parts_and_refuse_unknown_roles() -> No
         converter.responses_to_chat_completion_create_params(
             {"input": [{"type": "file_search_call", "id": "fs"}]}
         )
+
+
+def test_item_dumps_carry_the_keys_of_nemo_gyms_openai_version() -> None:
+    """aviary_agent's test compares a function call's dump with openai 2.44's keys: fields the
+    installed openai added (``caller``, ``async``) are left out while unset, kept when set."""
+    from nemo_gym.openai_utils import NeMoGymResponseFunctionCallOutput, NeMoGymResponseFunctionToolCall
+
+    call = NeMoGymResponseFunctionToolCall(call_id="c1", name="tool_1", arguments="{}")
+    assert set(call.model_dump()) == {"arguments", "call_id", "name", "type", "id", "namespace", "status"}
+    assert call.model_dump(by_alias=True) == call.model_dump()
+    assert (
+        NeMoGymResponseFunctionToolCall(call_id="c", name="t", arguments="{}", caller=None)
+        .model_dump()
+        .get("caller", "left out")
+        == "left out"
+    )
+    output = NeMoGymResponseFunctionCallOutput(
+        call_id="c1", output="x", id="o1", status="completed", type="function_call_output"
+    )
+    assert set(output.model_dump()) == {"call_id", "created_by", "id", "output", "status", "type"}
+    named = output.model_copy(update={"name": "t"})
+    assert named.model_dump()["name"] == "t"  # set: kept

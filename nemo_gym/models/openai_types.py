@@ -10,7 +10,7 @@ agents put in trajectories, and a request model for what the ``openai`` package 
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, ClassVar, Literal, Union
 
 from openai.types.responses import (
     EasyInputMessage,
@@ -191,7 +191,35 @@ class NeMoGymFunctionCallOutput(BaseModel):
     status: _STATUS | None = None
 
 
-class NeMoGymResponseFunctionToolCall(ResponseFunctionToolCall):
+# Fields the installed ``openai`` package has and NeMo Gym's pinned one (2.44.0) lacks. Left
+# unset, they are left out of a dump: NeMo Gym's agents compare dumps with dicts of its keys
+# (aviary_agent's function call, critpt_agent's summed usage), and an unset ``async`` dumped by
+# alias (the wire) and by name (``async_``) then agree.
+NEWER_OPENAI_FIELDS = (
+    "async",
+    "async_",
+    "caller",
+    "access_programs",
+    "image",
+    "input_transformations",
+    "prompt_cache_diagnostics",
+    "prompt_cache_options",
+    "tool_usage",
+    *NEWER_INPUT_DETAILS,
+)
+
+
+class _NeMoGymKeys(BaseModel):
+    """Dumps without the unset fields of :data:`NEWER_OPENAI_FIELDS` (and the class's own ``_newer``)."""
+
+    _newer: ClassVar[tuple[str, ...]] = ()
+
+    @model_serializer(mode="wrap")
+    def _with_nemo_gym_keys(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return without_unknown(handler(self), (*NEWER_OPENAI_FIELDS, *self._newer))
+
+
+class NeMoGymResponseFunctionToolCall(ResponseFunctionToolCall, _NeMoGymKeys):
     """A function call the model made (``type`` defaulted)."""
 
     # ``async_`` (wire name ``async``) is read back by either name: a model dumped without
@@ -200,19 +228,11 @@ class NeMoGymResponseFunctionToolCall(ResponseFunctionToolCall):
 
     type: Literal["function_call"] = "function_call"
 
-    @model_serializer(mode="wrap")
-    def _without_unset_async(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        # An unset ``async`` is left out, so a dump with aliases (the wire) and one without
-        # (``async_``) agree, as they do on NeMo Gym's openai version, which has no such field.
-        dumped: dict[str, Any] = handler(self)
-        for key in ("async", "async_"):
-            if key in dumped and dumped[key] is None:
-                del dumped[key]
-        return dumped
 
-
-class NeMoGymResponseFunctionCallOutput(ResponseFunctionToolCallOutputItem):
+class NeMoGymResponseFunctionCallOutput(ResponseFunctionToolCallOutputItem, _NeMoGymKeys):
     """A function call's result as a provider lists it in output (with ``id`` and ``status``)."""
+
+    _newer = ("name", "namespace")
 
 
 class NeMoGymResponseMcpCall(McpCall):
@@ -399,16 +419,11 @@ class NeMoGymResponseCreateParamsNonStreaming(_FieldAccess, BaseModel):
     stream_options: dict[str, Any] | None = None
 
 
-class NeMoGymResponseInputTokensDetails(InputTokensDetails):
+class NeMoGymResponseInputTokensDetails(InputTokensDetails, _NeMoGymKeys):
     """Input token details; ``cached_tokens`` may be unknown."""
 
     cached_tokens: int | None = 0  # type: ignore[assignment]
     cache_write_tokens: int | None = None  # type: ignore[assignment]
-
-    @model_serializer(mode="wrap")
-    def _with_nemo_gym_keys(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        # An agent's summed usage is compared with dicts of NeMo Gym's openai version's keys.
-        return without_unknown(handler(self), NEWER_INPUT_DETAILS)
 
 
 class NeMoGymResponseOutputTokensDetails(OutputTokensDetails):
@@ -455,7 +470,7 @@ def _attr(value: Any, key: str) -> Any:
     return value.get(key) if isinstance(value, dict) else getattr(value, key, None)
 
 
-class NeMoGymResponse(_FieldAccess, Response):
+class NeMoGymResponse(_FieldAccess, Response, _NeMoGymKeys):
     """A Responses API response object with NeMo Gym's item types.
 
     As in NeMo Gym (and the ``openai`` model it extends), ``id``, ``created_at``, ``model``,
