@@ -157,10 +157,11 @@ def run_user_path(
             else:
                 output = scratch / f"{kind}__{name}.rollouts.jsonl"
                 run_config = scripted_config(run.config, project / f"{name}.corpus_scripted.yaml")
+                policy = policy_script(folder, rows, project / f"{name}.corpus_policy.yaml")
                 rows = routed_rows(rows, run.agent, scratch / f"{kind}__{name}.rows.jsonl", limit=2)
                 code, out = run_bounded(
-                    [*gym, "eval", "run", f"+config_paths=[{run_config},{SCRIPTED}]", f"+input_jsonl_fpath={rows}",
-                     f"+output_jsonl_fpath={output}", "+limit=2", "head_server.port=0", *_script_for(rows)],
+                    [*gym, "eval", "run", f"+config_paths=[{run_config},{SCRIPTED},{policy}]",
+                     f"+input_jsonl_fpath={rows}", f"+output_jsonl_fpath={output}", "+limit=2", "head_server.port=0"],
                     project, env, timeout,
                 )  # fmt: skip
                 result.ran = code == 0
@@ -186,19 +187,50 @@ def routed_rows(rows: Path, agent: str | None, dest: Path, limit: int) -> Path:
     return dest
 
 
-# The scripted model's default script calls the first tool the request offers; rows that offer
-# none get a plain answer instead.
-TEXT_ONLY = (
-    "++policy_model.responses_api_models.scripted_model.scripts=[{turns: [{text: 'The answer is 4.'}]}]"
-)
+# The scripted model's default script calls the first tool the request offers. Rows that offer
+# none get the assistant's answers recorded in the folder's data/example_rollouts.jsonl (a
+# game's moves, an answer in the format the task asks for), turn by turn, else a plain answer.
+PLAIN_ANSWER = "The answer is 4."
 
 
-def _script_for(rows: Path) -> list[str]:
+def recorded_answers(folder: Path, limit: int = 20) -> list[str]:
+    """The assistant's text answers of the first recorded example rollout, in order."""
+    try:
+        first = json.loads((folder / "data" / "example_rollouts.jsonl").read_text().splitlines()[0])
+    except (OSError, IndexError, ValueError):
+        return []
+    answers = []
+    for item in (first.get("response") or {}).get("output") or [] if isinstance(first, dict) else []:
+        if isinstance(item, dict) and item.get("type") == "message" and item.get("role") == "assistant":
+            parts = item.get("content") if isinstance(item.get("content"), list) else []
+            text = "".join(
+                p.get("text") or "" for p in parts if isinstance(p, dict) and p.get("type") == "output_text"
+            )
+            if text:
+                answers.append(text)
+    return answers[:limit]
+
+
+def policy_script(folder: Path, rows: Path, dest: Path) -> Path:
+    """A config giving the scripted policy its script for ``rows`` (see above), written to ``dest``."""
+    import yaml
+
     try:
         first = json.loads(rows.read_text().splitlines()[0])
     except (IndexError, ValueError):
-        return []
-    return [] if (first.get("responses_create_params") or {}).get("tools") else [TEXT_ONLY]
+        first = {}
+    if (first.get("responses_create_params") or {}).get("tools"):
+        turns: list[dict[str, Any]] = [
+            {"call_tool": "first"},
+            {"text": "Here is what I found: {tool_output}"},
+        ]
+    else:
+        # Braces doubled: a script's text is a template.
+        texts = recorded_answers(folder) or [PLAIN_ANSWER]
+        turns = [{"text": t.replace("{", "{{").replace("}", "}}")} for t in texts]
+    script = {"policy_model": {"responses_api_models": {"scripted_model": {"scripts": [{"turns": turns}]}}}}
+    dest.write_text(yaml.safe_dump(script, sort_keys=False))
+    return dest
 
 
 def scripted_config(config: Path, dest: Path) -> Path:
