@@ -10,7 +10,8 @@ model server keeps each rollout's conversation while it runs (see
 Printed: the conversations and bytes the model server keeps (its ``GET /`` answer's
 ``kept_conversations``) and the RSS of each server process, after the warm-up and at
 ``--checkpoints`` points along the run (memory a rollout leaves behind grows from one to the
-next; an allocator's high-water mark does not).
+next; an allocator's high-water mark does not), each after ``--settle-s`` idle seconds (servers
+give their freed heap back to the system after 2 s without a request in flight).
 
 Usage: python scripts/bench_long_rollout_memory.py [--rollouts 10000] [--turns 16]
        [--bytes-per-turn 2000] [--concurrency 64] [--json out.json]
@@ -86,6 +87,12 @@ def main() -> None:
     parser.add_argument(
         "--checkpoints", type=int, default=3, help="snapshots taken along the run (a leak grows with each)"
     )
+    parser.add_argument(
+        "--settle-s",
+        type=float,
+        default=3.0,
+        help="idle seconds before each snapshot (servers give freed heap back after 2 s idle)",
+    )
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
 
@@ -119,7 +126,7 @@ def main() -> None:
         s.start(policy_port, work)
         try:
             run(s, warm_input, args.warmup, args.concurrency, work)
-            time.sleep(2.0)
+            time.sleep(args.settle_s)
             result["after_warmup"] = before = snapshot(s)
             print(f"after {args.warmup} warm-up rollouts: {before}", flush=True)
             part = args.rollouts // args.checkpoints
@@ -128,7 +135,7 @@ def main() -> None:
             seconds = 0.0
             for number in range(1, args.checkpoints + 1):
                 seconds += run(s, main_input, part, args.concurrency, work)
-                time.sleep(2.0)
+                time.sleep(args.settle_s)
                 after = snapshot(s)
                 result["checkpoints"].append({"rollouts": part * number, **after})
                 print(

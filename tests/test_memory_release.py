@@ -21,7 +21,9 @@ async def slow(request: Request) -> Response:
     return Response(b"{}", media_type="application/json")
 
 
-async def serve_and_call(middleware: ReleaseMemoryAfterBurst, in_flight: int, wait_s: float) -> None:
+async def serve_and_call(
+    middleware: ReleaseMemoryAfterBurst, in_flight: int, wait_s: float, batches: int = 1
+) -> None:
     sock = bind_socket("127.0.0.1", 0)
     url = f"http://127.0.0.1:{sock.getsockname()[1]}/slow"
     server = make_uvicorn_server(middleware, embedded=True)
@@ -34,7 +36,8 @@ async def serve_and_call(middleware: ReleaseMemoryAfterBurst, in_flight: int, wa
             async with http.get(url) as resp:
                 assert resp.status == 200
 
-        await asyncio.gather(*(one() for _ in range(in_flight)))
+        for _ in range(batches):
+            await asyncio.gather(*(one() for _ in range(in_flight)))
     await asyncio.sleep(wait_s)
     server.should_exit = True
     await task
@@ -48,6 +51,18 @@ def test_release_runs_after_a_burst_has_drained_once_per_idle_delay(in_flight: i
         app, burst=10, idle_s=(0.2, 0.5), release=lambda: calls.append(time.monotonic())
     )
     asyncio.run(serve_and_call(middleware, in_flight, wait_s=0.8))
+    assert len(calls) == expected and middleware.releases == expected
+
+
+@pytest.mark.parametrize(("work", "expected"), [(8, 2), (100, 0)])
+def test_release_runs_after_a_long_run_of_requests_that_never_made_a_burst(work: int, expected: int) -> None:
+    calls: list[float] = []
+    app = Starlette(routes=[Route("/slow", slow)])
+    middleware = ReleaseMemoryAfterBurst(
+        app, burst=10, idle_s=(0.2, 0.5), release=lambda: calls.append(time.monotonic()), work=work
+    )
+    # 12 requests, never more than 4 in flight: no burst, but more than `work` requests.
+    asyncio.run(serve_and_call(middleware, 4, wait_s=0.8, batches=3))
     assert len(calls) == expected and middleware.releases == expected
 
 
