@@ -162,3 +162,11 @@ def test_cookie_only_when_state_is_opened_even_from_a_thread():
         assert client.cookies.get(url, {}) == {}  # a stateless call sets no cookie
         client.post(url + "/remember_in_thread", {"note": "kept"})
         assert client.post(url + "/recall", {}) == (200, {"note": "kept"})
+
+
+def test_session_ids_are_random_128_bit_hex_and_never_repeat():
+    store = SessionStore()
+    ids = [store.new_id() for _ in range(2000)]  # several draws of random bytes
+    assert len(set(ids)) == len(ids)
+    assert all(len(i) == 32 and int(i, 16) >= 0 for i in ids)
+    assert len({SessionStore().new_id() for _ in range(50)}) == 50

@@ -20,6 +20,7 @@ import ctypes
 import ctypes.util
 import gc
 import os
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -61,7 +62,8 @@ class ReleaseMemoryAfterBurst:
     """ASGI middleware: :func:`release_memory` after each burst of requests in flight (or run of
     ``work`` requests), once per entry of ``idle_s`` (seconds without a request in flight).
 
-    ``releases`` counts how often it ran. Costs three integer updates per request.
+    ``releases`` counts how often it ran. Costs three integer updates per request (and a clock
+    read when the requests in flight drop to none after a burst or run).
     """
 
     def __init__(
@@ -83,6 +85,7 @@ class ReleaseMemoryAfterBurst:
         self._peak = 0
         self._timer: asyncio.TimerHandle | None = None
         self._next = 0  # which entry of idle_s the timer waits for
+        self._idle_since = 0.0  # when requests in flight last dropped to none (time.monotonic())
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -97,19 +100,25 @@ class ReleaseMemoryAfterBurst:
         finally:
             self._in_flight -= 1
             if self._in_flight == 0 and (self._peak >= self.burst or self._served >= self.work):
-                self._start_timer(0)
+                # One timer at a time, whatever the request rate: it checks the idle time itself.
+                self._idle_since = time.monotonic()
+                if self._timer is None or self._next:
+                    self._start_timer(0)
 
     def _start_timer(self, index: int) -> None:
         if self._timer is not None:
             self._timer.cancel()
         self._next = index
-        delay = self.idle_s[index] - (self.idle_s[index - 1] if index else 0.0)
-        self._timer = asyncio.get_running_loop().call_later(delay, self._after_idle)
+        delay = self.idle_s[index] - (time.monotonic() - self._idle_since)
+        self._timer = asyncio.get_running_loop().call_later(max(delay, 0.0), self._after_idle)
 
     def _after_idle(self) -> None:
         self._timer = None
         if self._in_flight:
             return  # busy again: when it drains, the timers start over
+        if time.monotonic() - self._idle_since < self.idle_s[self._next]:
+            self._start_timer(self._next)  # requests came and went meanwhile: wait the rest
+            return
         self.releases += 1
         self.release()
         if self._next + 1 < len(self.idle_s):

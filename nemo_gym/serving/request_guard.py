@@ -320,36 +320,45 @@ def header_timeout_protocol(base: type[asyncio.Protocol], header_timeout_s: floa
     """
 
     class HeaderTimeoutProtocol(base):  # type: ignore[valid-type, misc]
+        # When the connection started waiting for a request's headers (loop time), None while a
+        # request is being served or the connection idles between requests. One timer per
+        # connection checks it (not one armed and cancelled per request: that was a fixed cost
+        # of every hop).
+        _ng_waiting_since: float | None = None
         _ng_header_timer: asyncio.TimerHandle | None = None
 
         def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)
-            self._ng_arm()
+            self._ng_waiting_since = self.loop.time()
+            self._ng_header_timer = self.loop.call_later(header_timeout_s, self._ng_check)
 
         def data_received(self, data: bytes) -> None:
             before = self.cycle
-            if self._ng_header_timer is None and (before is None or before.response_complete):
-                self._ng_arm()
+            if self._ng_waiting_since is None and (before is None or before.response_complete):
+                self._ng_waiting_since = self.loop.time()
             super().data_received(data)
             if self.cycle is not before:
-                self._ng_disarm()
+                self._ng_waiting_since = None
 
         def connection_lost(self, exc: Exception | None) -> None:
-            self._ng_disarm()
-            super().connection_lost(exc)
-
-        def _ng_arm(self) -> None:
-            self._ng_header_timer = self.loop.call_later(header_timeout_s, self._ng_headers_late)
-
-        def _ng_disarm(self) -> None:
             if self._ng_header_timer is not None:
                 self._ng_header_timer.cancel()
                 self._ng_header_timer = None
+            super().connection_lost(exc)
 
-        def _ng_headers_late(self) -> None:
+        def _ng_check(self) -> None:
             self._ng_header_timer = None
             if self.transport.is_closing():
                 return
+            since = self._ng_waiting_since
+            now = self.loop.time()
+            if since is not None and now - since >= header_timeout_s:
+                self._ng_headers_late()
+                return
+            wait = header_timeout_s if since is None else since + header_timeout_s - now
+            self._ng_header_timer = self.loop.call_later(wait, self._ng_check)
+
+        def _ng_headers_late(self) -> None:
             body = orjson.dumps({"error": f"request headers not received within {header_timeout_s:g}s"})
             self.transport.write(
                 b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\nconnection: close\r\n"

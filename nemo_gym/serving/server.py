@@ -80,7 +80,7 @@ from nemo_gym.serving.request_guard import (  # noqa: F401 - HTTPError is part o
 from nemo_gym.serving.rollout_prefix import TOKEN_CAPTURE_SCOPE_KEY, StripRolloutPrefix  # noqa: F401
 from nemo_gym.serving.secrets import remember_secret_values, secret_values
 from nemo_gym.serving.server_logging import configure_logging
-from nemo_gym.serving.sessions import SessionStore, new_session_id
+from nemo_gym.serving.sessions import SessionStore
 from nemo_gym.serving.sockets import bind_socket, bind_socket_in_range
 from nemo_gym.serving.uvicorn_factory import loop_factory, make_uvicorn_server
 
@@ -342,7 +342,7 @@ class BaseServer(BaseModel):
                 return json_response(
                     {"error": exc.message, "server": server_name, **exc.extra}, exc.status_code
                 )
-            session_id = incoming or new_session_id()
+            session_id = incoming or sessions.new_id()
             token = _current_session_id.set(session_id)
             plain_token = plain_bodies_in_effect.set(plain)
             try:

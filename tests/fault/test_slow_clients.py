@@ -95,3 +95,18 @@ def test_an_idle_kept_alive_connection_is_not_cut_by_the_header_timeout(port):
     resp = conn.getresponse()
     assert resp.status == 200 and resp.read()
     conn.close()
+
+
+def test_half_sent_headers_of_a_later_request_on_a_kept_alive_connection_are_cut(port):
+    sock = socket.create_connection(("127.0.0.1", port))
+    sock.sendall(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+    sock.settimeout(5)
+    first = sock.recv(65536)
+    assert first.startswith(b"HTTP/1.1 200"), first[:100]
+    time.sleep(0.8)  # idle past the header timeout: not cut, it was between requests
+    sock.sendall(b"POST /verify HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Ty")
+    started = time.monotonic()
+    answer = read_until_closed(sock)
+    sock.close()
+    assert answer.startswith(b"HTTP/1.1 408"), answer[:100]
+    assert 0.3 < time.monotonic() - started < 4
