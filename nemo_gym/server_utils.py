@@ -19,8 +19,8 @@ Unlike NeMo Gym's, ``request`` retries a failed connection a bounded number of t
 from __future__ import annotations
 
 import asyncio
+import math
 import os
-import random
 from typing import Any
 
 import aiohttp
@@ -35,6 +35,7 @@ from nemo_gym.serving.nemo_gym_client import NeMoGymServerClient as ServerClient
 from nemo_gym.serving.protocol import ROLLOUT_PREFIX, SESSION_COOKIE
 from nemo_gym.serving.server import BaseServer
 from nemo_gym.serving.server_client import capped_connector
+from nemo_gym.serving.transport import NotConnected, RetryPolicy, TransportFailure, send_with_retries
 from nemo_gym.telemetry.connection_pool import reset_server_name, set_server_name
 
 __all__ = [
@@ -136,17 +137,21 @@ async def request(
         kwargs.setdefault("headers", {})
         kwargs["headers"] = {**kwargs["headers"], "Content-Type": "application/json"}
     label = set_server_name(_server_name or "external")
+    client = get_global_aiohttp_client()
+
+    async def attempt(_seconds_left: float, _number: int) -> aiohttp.ClientResponse:
+        try:
+            return await client.request(method=method, url=url, **kwargs)
+        except (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError) as exc:
+            raise NotConnected(exc) from exc
+
     try:
-        delay = 0.1
-        for attempt in range(1, tries + 1):
-            try:
-                return await get_global_aiohttp_client().request(method=method, url=url, **kwargs)
-            except (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError):
-                if attempt == tries:
-                    raise
-                await asyncio.sleep(delay * (0.5 + random.random()))
-                delay *= 2
-        raise AssertionError("the loop returns or raises")
+        # The one retry loop (no deadline of its own: NeMo Gym's request has none); after the
+        # last try the connection error itself is raised, as NeMo Gym's callers expect.
+        policy = RetryPolicy(connect_retries=tries - 1, first_backoff_s=0.1, max_delay_s=math.inf)
+        return await send_with_retries(attempt, policy, math.inf)
+    except TransportFailure as exc:
+        raise exc.__cause__ or exc from None
     finally:
         reset_server_name(label)
 
