@@ -96,6 +96,10 @@ class CatalogSettings(BaseModel):
         description="What to search: environments, resources-servers, agents, models, benchmarks.",
     )
     component_name: str | None = Field(default=None, description="Show this one component in full.")
+    available: bool = Field(
+        default=False,
+        description="List what the nemo-gym wheel offers instead (NAME is then a version, e.g. 0.6.0).",
+    )
     json_output: bool = Field(
         default=False,
         alias="json",
@@ -160,6 +164,12 @@ def _search(settings: CatalogSettings) -> int:
 
 
 def _list_resources_servers(settings: CatalogSettings) -> int:
+    if settings.available:
+        from nemo_gym.tools.gym_cli import list_available
+
+        return list_available(
+            "resources_servers", [settings.component_name] if settings.component_name else []
+        )
     return run_catalog(settings.model_copy(update={"component_type": "resources-servers"}))
 
 

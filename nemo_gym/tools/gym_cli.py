@@ -293,7 +293,7 @@ def _first_sentence(text: str) -> str:
 
 def _list_kind(kind: str, argv: list[str]) -> int:
     if argv and argv[0] == "+available=true":
-        return _list_available(kind, argv[1:])
+        return list_available(kind, argv[1:])
     if argv:
         raise ConfigError(f"takes no arguments but --available [VERSION], got {' '.join(argv)}")
     folder = project_root() / kind
@@ -307,7 +307,7 @@ def _list_kind(kind: str, argv: list[str]) -> int:
     return 0
 
 
-def _list_available(kind: str, argv: list[str]) -> int:
+def list_available(kind: str, argv: list[str]) -> int:
     """What the nemo-gym wheel (``argv``: an optional version) offers of ``kind``: pulled or
     bundled ones marked ``*``, and what each needs beyond this machine (the corpus script's rule:
     :func:`nemo_gym.tools.env_pull_needs.folder_needs`)."""

@@ -276,7 +276,10 @@ GROUPS: dict[str, tuple[str, tuple[Subcommand, ...]]] = {
                 "ng_list_resources_servers",
                 "resources servers with their domain; NAME shows one",
                 ("component_name",),
-                flags=(_JSON,),
+                flags=(
+                    _JSON,
+                    Flag("--available", "available", "what the nemo-gym wheel offers ([VERSION])", False),
+                ),
             ),
             Subcommand("agents", "nemo_gym.tools.gym_cli:list_agents", "", "agent harnesses"),
             Subcommand("models", "nemo_gym.tools.gym_cli:list_models", "", "model servers"),
