@@ -228,14 +228,17 @@ class RequestGuard:
             nonlocal body_done, received
             if body_done:
                 return await receive()
-            remaining = deadline - loop.time()
-            try:
-                if remaining <= 0:
-                    raise TimeoutError
-                async with asyncio.timeout(remaining):
-                    message = await receive()
-            except TimeoutError:
-                raise BodyTimeout(408, f"request body not received within {body_timeout_s:g}s") from None
+            if _body_buffered(receive):
+                message = await receive()  # the whole body is here: nothing to wait for
+            else:
+                remaining = deadline - loop.time()
+                try:
+                    if remaining <= 0:
+                        raise TimeoutError
+                    async with asyncio.timeout(remaining):
+                        message = await receive()
+                except TimeoutError:
+                    raise BodyTimeout(408, f"request body not received within {body_timeout_s:g}s") from None
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > limit:
@@ -291,6 +294,17 @@ class RequestGuard:
                 raise
             logger.exception("%s: %s %s failed", self.server_name, scope.get("method"), scope.get("path"))
             await send_json_error(send, 500, f"{type(exc).__name__}: {exc}", self.server_name)
+
+
+def _body_buffered(receive: Receive) -> bool:
+    """Whether uvicorn already holds the request's whole body, so ``receive()`` returns at once.
+
+    The body deadline then needs no timer (most hop bodies arrive with their headers). Reads
+    uvicorn's request cycle (``receive`` is its bound method); anything else is "not buffered".
+    """
+    cycle = getattr(receive, "__self__", None)
+    event = getattr(cycle, "message_event", None)
+    return getattr(cycle, "more_body", True) is False and event is not None and event.is_set()
 
 
 async def _send_redacted(send: Send, start: Message, raw: bytes, server_name: str) -> None:

@@ -110,3 +110,24 @@ def test_half_sent_headers_of_a_later_request_on_a_kept_alive_connection_are_cut
     sock.close()
     assert answer.startswith(b"HTTP/1.1 408"), answer[:100]
     assert 0.3 < time.monotonic() - started < 4
+
+
+def test_only_a_body_uvicorn_already_holds_skips_the_body_timer():
+    from nemo_gym.serving.request_guard import _body_buffered
+
+    class Cycle:
+        def __init__(self, more_body: bool, arrived: bool) -> None:
+            import asyncio
+
+            self.more_body = more_body
+            self.message_event = asyncio.Event()
+            if arrived:
+                self.message_event.set()
+
+        async def receive(self) -> dict:
+            return {}
+
+    assert _body_buffered(Cycle(False, True).receive)
+    assert not _body_buffered(Cycle(True, True).receive)
+    assert not _body_buffered(Cycle(False, False).receive)
+    assert not _body_buffered(lambda: None)  # type: ignore[arg-type,return-value]
