@@ -109,18 +109,19 @@ def check_server(
 
     ``validate_data`` (default: yes, except for a folder pulled from NeMo Gym, which NeMo Gym's
     ng_test checks by its tests alone unless ``+should_validate_data=true``): whether a problem
-    with the server built from its config or with the example rows (a tool without a route, stale
+    with its configs, the server built from them or the example rows (a tool without a route, stale
     statistics) fails the check or is a note.
     """
     started = time.monotonic()
     check = ServerCheck(name=folder.name, folder=folder)
     if validate_data is None:
         validate_data = not (folder / ".nemo_gym_source.json").is_file()
-    config_fields = _check_configs(check)
     routes = None
     if not (folder / "app.py").is_file():
         check.problems.append(f"{folder}/app.py does not exist (the server class goes there)")
     before = len(check.problems)
+    # A pulled folder without a config of its own (NeMo Gym's harness_agent) is judged by its tests.
+    config_fields = _check_configs(check)
     if folder.parent.name == KIND_FOLDER:
         if (folder / "app.py").is_file():
             routes = _server_routes(check, config_fields)
