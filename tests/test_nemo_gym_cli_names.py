@@ -90,8 +90,11 @@ def test_nemo_gym_cli_070_module_paths_resolve(module: str) -> None:
 
 
 def test_cli_070_names_are_ours() -> None:
-    from nemo_gym.cli import RunHelper, ng_run
+    from nemo_gym.cli import RunHelper, ng_run, setup_env_command
     from nemo_gym.cli.env import RunHelper as env_run_helper
     from nemo_gym.cli.env import run
+    from nemo_gym.cli.setup_command import setup_env_command as moved
+    from nemo_gym.cli_setup_command import setup_env_command as older
 
     assert env_run_helper is RunHelper and run is ng_run
+    assert setup_env_command is moved is older
