@@ -50,6 +50,8 @@ ROLLOUT_INDEX_KEY_NAME = "_ng_rollout_index"
 RESPONSES_CREATE_PARAMS_KEY_NAME = "responses_create_params"
 RESPONSE_KEY_NAME = "response"
 AGENT_REF_KEY_NAME = "agent_ref"
+# Where NeMo Gym 0.4.0 put server logs (its browsecomp_agent reads this key of the global config).
+NEMO_GYM_LOG_DIR_KEY_NAME = "nemo_gym_log_dir"
 
 _GLOBAL_CONFIG_DICT: DictConfig | None = None
 
