@@ -156,6 +156,51 @@ def test_eval_compare(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     mean = next(row for row in block["metrics"] if row["metric"] == "mean/reward")
     assert mean["candidates"][0]["delta"] == pytest.approx(1 / len(rows))
     assert "| **mean/reward** |" in (new.parent / "compare_report.md").read_text()
+    # Different agent names per side, and a candidate whose metrics file is read instead of computed.
+    renamed = tmp_path / "renamed.jsonl"
+    agent = {"type": "responses_api_agents", "name": "new_agent"}
+    renamed.write_text(
+        "".join(
+            json.dumps({**json.loads(line), "agent_ref": agent}) + "\n"
+            for line in new.read_text().splitlines()
+        )
+    )
+    metrics_file = tmp_path / "renamed_aggregate_metrics.json"
+    metrics_file.write_text(
+        json.dumps(
+            [
+                {
+                    "agent_ref": agent,
+                    "agent_metrics": {"mean/reward": 0.9},
+                    "key_metrics": {},
+                    "group_level_metrics": [],
+                }
+            ]
+        )
+    )
+    args = [
+        "eval",
+        "compare",
+        "--baseline",
+        str(base),
+        "--candidates",
+        str(renamed),
+        "-o",
+        str(tmp_path / "rep"),
+    ]
+    code, _, err = gym(args, capsys)
+    assert code == 2 and "share no agent" in err
+    code, _, err = gym([*args, "--candidate-agents", "new_agent", "--report-format", "json"], capsys)
+    assert code == 0, err
+    report = json.loads((tmp_path / "rep" / "compare_report.json").read_text())
+    assert (
+        report["candidates"][0]["metrics_source"] == "file"
+        and report["baseline"]["metrics_source"] == "computed"
+    )
+    [block] = report["comparisons"]
+    assert block["candidate_agents"] == ["new_agent"] and block["flips"][0]["net"] == 1
+    mean = next(row for row in block["metrics"] if row["metric"] == "mean/reward")
+    assert mean["candidates"][0]["value"] == 0.9 and not (tmp_path / "rep" / "compare_report.md").exists()
     code, _, err = gym(
         ["eval", "compare", "--baseline", str(base), "--candidates", str(tmp_path / "nope.jsonl")], capsys
     )

@@ -57,6 +57,12 @@ class CompareSettings(BaseModel):
     agent_name: str | None = Field(
         default=None, description="Compare only this agent (default: every shared one)."
     )
+    baseline_agent_name: str | None = Field(
+        default=None, description="The agent to read from the baseline run."
+    )
+    candidate_agent_names: list[str] | None = Field(
+        default=None, description="The agent to read from each candidate run, in candidate order."
+    )
     output_dirpath: str | None = Field(
         default=None,
         description="Where to write the report.",
@@ -67,7 +73,10 @@ class CompareSettings(BaseModel):
     )
 
     _split = field_validator(
-        "candidate_rollouts_jsonl_fpaths", "candidate_aggregate_metrics_fpaths", mode="before"
+        "candidate_rollouts_jsonl_fpaths",
+        "candidate_aggregate_metrics_fpaths",
+        "candidate_agent_names",
+        mode="before",
     )(_paths)
 
 
@@ -224,6 +233,54 @@ def flip_summary(
     }
 
 
+def _one_agent(run: Run, name: str | None, where: str) -> str:
+    """``name`` if the run has it; without a name, the run's only agent."""
+    agents = sorted(run.agent_metrics)
+    if name is None:
+        if len(agents) != 1:
+            raise ConfigError(f"{where}: the {run.role} run has agents {agents}; name one")
+        return agents[0]
+    if name not in run.agent_metrics:
+        raise ConfigError(f"{where}: {name!r} is not an agent of the {run.role} run (it has {agents})")
+    return name
+
+
+def select_agents(
+    settings: CompareSettings, baseline: Run, candidates: list[Run]
+) -> tuple[list[tuple[str, list[str]]], dict[str, list[str]]]:
+    """Which agent each side reads, most specific first: per-side names, then +agent_name, then
+    every agent all runs have. Also the agents left out, by run."""
+    per_side = settings.candidate_agent_names or []
+    if per_side and len(per_side) != len(candidates):
+        raise ConfigError("+candidate_agent_names: give one per candidate, in the same order")
+    if settings.baseline_agent_name or per_side:
+        base = _one_agent(
+            baseline, settings.baseline_agent_name or settings.agent_name, "+baseline_agent_name"
+        )
+        chosen = [
+            _one_agent(c, per_side[i] if per_side else settings.agent_name, "+candidate_agent_names")
+            for i, c in enumerate(candidates)
+        ]
+        return [(base, chosen)], {}
+    if settings.agent_name:
+        for run in (baseline, *candidates):
+            _one_agent(run, settings.agent_name, "+agent_name")
+        return [(settings.agent_name, [settings.agent_name] * len(candidates))], {}
+    shared = set(baseline.agent_metrics).intersection(*(c.agent_metrics for c in candidates))
+    if not shared:
+        raise ConfigError(
+            f"the runs share no agent (baseline: {sorted(baseline.agent_metrics)}, "
+            f"candidates: {[sorted(c.agent_metrics) for c in candidates]}); give +agent_name, or "
+            "+baseline_agent_name and +candidate_agent_names"
+        )
+    skipped = {
+        ("baseline" if run.role == "baseline" else f"candidate[{run.index}]"): extra
+        for run in (baseline, *candidates)
+        if (extra := sorted(set(run.agent_metrics) - shared))
+    }
+    return [(agent, [agent] * len(candidates)) for agent in sorted(shared)], skipped
+
+
 def compare(settings: CompareSettings, command: str) -> dict[str, Any]:
     """The comparison report (NeMo Gym's ``ComparisonResult`` shape, as JSON-ready data)."""
     overrides = settings.candidate_aggregate_metrics_fpaths or []
@@ -236,34 +293,26 @@ def compare(settings: CompareSettings, command: str) -> dict[str, Any]:
         load_run(path, overrides[i] if overrides else None, "candidate", i)
         for i, path in enumerate(settings.candidate_rollouts_jsonl_fpaths)
     ]
-    shared = set(baseline.agent_metrics).intersection(*(c.agent_metrics for c in candidates))
-    if settings.agent_name:
-        if settings.agent_name not in shared:
-            raise ConfigError(
-                f"+agent_name: {settings.agent_name!r} is not in every run (shared: {sorted(shared)})"
-            )
-        shared = {settings.agent_name}
-    if not shared:
-        raise ConfigError(
-            f"the runs share no agent (baseline: {sorted(baseline.agent_metrics)}, "
-            f"candidates: {[sorted(c.agent_metrics) for c in candidates]}); give +agent_name"
-        )
-    every = set(baseline.agent_metrics).union(*(c.agent_metrics for c in candidates))
+    selections, skipped = select_agents(settings, baseline, candidates)
     comparisons = []
-    for agent in sorted(shared):
-        keys = set(baseline.key_metrics.get(agent, {}))
+    for base_agent, agents in selections:
+        keys = set(baseline.key_metrics.get(base_agent, {}))
         comparisons.append(
             {
-                "baseline_agent": agent,
-                "candidate_agents": [agent] * len(candidates),
-                "baseline_task_count": len(baseline.task_rewards.get(agent, {})),
-                "candidate_task_counts": [len(c.task_rewards.get(agent, {})) for c in candidates],
+                "baseline_agent": base_agent,
+                "candidate_agents": agents,
+                "baseline_task_count": len(baseline.task_rewards.get(base_agent, {})),
+                "candidate_task_counts": [
+                    len(c.task_rewards.get(a, {})) for c, a in zip(candidates, agents, strict=True)
+                ],
                 "metrics": metric_rows(
-                    baseline.agent_metrics[agent], [c.agent_metrics[agent] for c in candidates], keys
+                    baseline.agent_metrics[base_agent],
+                    [c.agent_metrics[a] for c, a in zip(candidates, agents, strict=True)],
+                    keys,
                 ),
                 "flips": [
-                    flip_summary(baseline.task_rewards.get(agent, {}), c.task_rewards.get(agent, {}), i)
-                    for i, c in enumerate(candidates)
+                    flip_summary(baseline.task_rewards.get(base_agent, {}), c.task_rewards.get(a, {}), i)
+                    for i, (c, a) in enumerate(zip(candidates, agents, strict=True))
                 ],
             }
         )
@@ -277,7 +326,7 @@ def compare(settings: CompareSettings, command: str) -> dict[str, Any]:
         "baseline": baseline.model_dump(),
         "candidates": [c.model_dump() for c in candidates],
         "comparisons": comparisons,
-        "skipped_agents": {"not_in_every_run": sorted(every - shared)},
+        "skipped_agents": skipped,
     }
 
 

@@ -201,6 +201,12 @@ GROUPS: dict[str, tuple[str, tuple[Subcommand, ...]]] = {
                         "+candidate_aggregate_metrics_fpaths",
                     ),
                     Flag("--agent", "agent_name", "+agent_name"),
+                    Flag("--baseline-agent", "baseline_agent_name", "+baseline_agent_name"),
+                    Flag(
+                        "--candidate-agents",
+                        "candidate_agent_names",
+                        "+candidate_agent_names (comma-separated)",
+                    ),
                     Flag("--output-dir", "output_dirpath", "+output_dirpath", aliases=("-o",)),
                     Flag("--report-format", "report_format", "+report_format (md, json, both)"),
                 ),
