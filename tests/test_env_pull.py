@@ -479,3 +479,31 @@ def test_needs_sees_downloads_images_agents_and_row_media(tmp_path: Path) -> Non
     )
     cited = folder("cited", {"app.py": "# see https://github.com/org/repo/blob/main/v1/eval.py\nX = 1\n"})
     assert folder_needs(cited) == {}
+
+
+def test_a_pulled_folders_test_reading_nemo_gyms_repository_files_is_a_skip_naming_them(
+    tmp_path: Path,
+) -> None:
+    """gym env test on a pulled folder: a test failing only because it opens a file under a
+    top-level directory neither the wheel nor the project has (fern/ docs) is skipped with the
+    file named; a missing file in a tree the project has is still a failure."""
+    import subprocess
+
+    from nemo_gym.tools.authoring import NEMO_GYM_PYTEST_INI, pytest_command
+    from nemo_gym.tools.env_pull_closure import SOURCE_RECORD
+
+    folder = tmp_path / "resources_servers" / "docs_env"
+    (folder / "tests").mkdir(parents=True)
+    (folder / SOURCE_RECORD).write_text("{}\n")
+    (folder / "tests" / "test_docs.py").write_text(
+        "from pathlib import Path\n"
+        "ROOT = Path(__file__).resolve().parents[3]\n"
+        "def test_docs_page():\n    (ROOT / 'fern' / 'pages' / 'list.mdx').read_text()\n"
+        "def test_own_file():\n    (ROOT / 'resources_servers' / 'docs_env' / 'missing.txt').read_text()\n"
+    )
+    ini = tmp_path / "pytest.ini"
+    ini.write_text(NEMO_GYM_PYTEST_INI)
+    command, env = pytest_command(folder, ini, ["-rs"])
+    done = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True, timeout=120)
+    assert "1 failed, 1 skipped" in done.stdout, done.stdout + done.stderr
+    assert "reads fern/pages/list.mdx, a file of NeMo Gym's source repository" in done.stdout
