@@ -351,7 +351,7 @@ def header_timeout_protocol(base: type[asyncio.Protocol], header_timeout_s: floa
             if self._ng_waiting_since is None and (before is None or before.response_complete):
                 self._ng_waiting_since = self.loop.time()
             super().data_received(data)
-            if self.cycle is not before:
+            if self.cycle is not before or self._ng_upgraded():
                 self._ng_waiting_since = None
 
         def connection_lost(self, exc: Exception | None) -> None:
@@ -360,9 +360,16 @@ def header_timeout_protocol(base: type[asyncio.Protocol], header_timeout_s: floa
                 self._ng_header_timer = None
             super().connection_lost(exc)
 
+        def _ng_upgraded(self) -> bool:
+            """Whether the connection now speaks another protocol (a WebSocket upgrade hands the
+            transport to uvicorn's WebSocket protocol without a request cycle): no HTTP answer
+            may be written on it any more, and the header clock stops for good."""
+            transport = getattr(self, "transport", None)
+            return transport is not None and transport.get_protocol() is not self
+
         def _ng_check(self) -> None:
             self._ng_header_timer = None
-            if self.transport.is_closing():
+            if self.transport.is_closing() or self._ng_upgraded():
                 return
             since = self._ng_waiting_since
             now = self.loop.time()

@@ -131,3 +131,27 @@ def test_only_a_body_uvicorn_already_holds_skips_the_body_timer():
     assert not _body_buffered(Cycle(True, True).receive)
     assert not _body_buffered(Cycle(False, False).receive)
     assert not _body_buffered(lambda: None)  # type: ignore[arg-type,return-value]
+
+
+def test_an_idle_websocket_is_not_cut_by_the_header_timeout():
+    """A WebSocket upgrade hands the connection to another protocol: the header clock stops, and
+    no HTTP 408 is ever written into the WebSocket stream (the OpenEnv bridge's sessions)."""
+    pytest.importorskip("websockets")
+    from starlette.applications import Starlette
+    from starlette.routing import WebSocketRoute
+    from websockets.sync.client import connect
+
+    from nemo_gym.testing import running_app
+
+    async def echo(websocket):
+        await websocket.accept()
+        while True:
+            await websocket.send_text(await websocket.receive_text())
+
+    with running_app(Starlette(routes=[WebSocketRoute("/ws", echo)]), header_timeout_s=0.5) as url:
+        with connect(url.replace("http://", "ws://") + "/ws", ping_interval=None) as ws:
+            ws.send("first")
+            assert ws.recv(timeout=5) == "first"
+            time.sleep(1.2)  # past the header timeout
+            ws.send("after")
+            assert ws.recv(timeout=5) == "after"
