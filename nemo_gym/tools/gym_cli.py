@@ -321,7 +321,8 @@ def list_available(kind: str, argv: list[str]) -> int:
     except PullError as exc:
         raise ConfigError(str(exc)) from exc
     names = [name for _, name in list_folders(root, [kind])]
-    labels = {name: needs_label(folder_needs(root / kind / name, root)) for name in names}
+    needs = {name: folder_needs(root / kind / name, root) for name in names}
+    labels = {name: needs_label(needs[name]) for name in names}
     width = max((len(n) for n in names), default=0)
     label_width = max((len(v) for v in labels.values()), default=0)
     print(
@@ -333,9 +334,11 @@ def list_available(kind: str, argv: list[str]) -> int:
         summary = component_summary(root / kind / name)
         summary = summary[:77] + "..." if len(summary) > 80 else summary
         print(f"{here} {name:<{width}}  {labels[name]:<{label_width}}  {summary}".rstrip())
+        for category, reason in sorted(needs[name].items()):
+            print(f"      {category}: {reason}")  # the file and line that triggered the rule
     print(
-        "runs here: needs no GPU, network or data step by the static rule; needs data step: "
-        "gym env pull NAME says which command prepares it"
+        "runs here: needs no GPU, network or data step by the static rule (under each other entry: "
+        "what needs it, with the file and line)"
     )
     return 0
 
