@@ -688,3 +688,10 @@ def test_item_dumps_carry_the_keys_of_nemo_gyms_openai_version() -> None:
     assert set(output.model_dump()) == {"call_id", "created_by", "id", "output", "status", "type"}
     named = output.model_copy(update={"name": "t"})
     assert named.model_dump()["name"] == "t"  # set: kept
+
+
+def test_an_mcp_call_item_is_built_from_its_call_alone() -> None:
+    """langchain_deepagents_agent builds ``NeMoGymResponseMcpCall(name=..., arguments=...)``."""
+    from nemo_gym.openai_utils import NeMoGymResponseMcpCall
+
+    assert NeMoGymResponseMcpCall(name="roll_dice", arguments="{}").type == "mcp_call"

@@ -236,8 +236,9 @@ class NeMoGymResponseFunctionCallOutput(ResponseFunctionToolCallOutputItem, _NeM
 
 
 class NeMoGymResponseMcpCall(McpCall):
-    """A hosted-MCP tool call, as some endpoints return it (``id``/``server_label``/``status`` relaxed)."""
+    """A hosted-MCP tool call, as some endpoints return it (``type`` defaulted; ``id``/``server_label``/``status`` relaxed)."""
 
+    type: Literal["mcp_call"] = "mcp_call"
     id: str | None = None  # type: ignore[assignment]
     server_label: str | None = None  # type: ignore[assignment]
     status: str | None = None  # type: ignore[assignment]

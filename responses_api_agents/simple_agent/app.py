@@ -38,7 +38,9 @@ from nemo_gym.serving.server_client import Rollout
 
 
 class SimpleAgentConfig(BaseResponsesAPIAgentConfig):
-    """``resources_server`` and ``model_server`` refs; ``max_steps`` caps model calls per rollout.
+    """``resources_server`` and ``model_server`` refs; ``max_steps`` caps model calls per rollout
+    (unset by default, as in NeMo Gym: agents built on this config, such as its deepagents agent,
+    reject a cap they cannot honour).
 
     ``execute_tool_calls: false`` ends the rollout after the first model call, leaving its
     function calls unexecuted (for environments that score the calls themselves).
@@ -59,7 +61,7 @@ class SimpleAgentConfig(BaseResponsesAPIAgentConfig):
 
     resources_server: ServerRef
     model_server: ServerRef
-    max_steps: int | None = 50
+    max_steps: int | None = None
     execute_tool_calls: bool = True
     allowed_tools: list[str] = Field(default_factory=list)
     hop_timeout_s: float | None = Field(default=None, gt=0)

@@ -130,6 +130,13 @@ def test_tool_errors_go_back_to_the_model_as_text():
     assert result["reward"] == 0.0
 
 
+def test_max_steps_is_unset_by_default_as_in_nemo_gym():
+    """NeMo Gym's deepagents agent subclasses this config and rejects any set max_steps."""
+    from responses_api_agents.simple_agent.app import SimpleAgentConfig
+
+    assert SimpleAgentConfig.model_fields["max_steps"].default is None
+
+
 @pytest.mark.parametrize("max_steps", [1, 3])
 def test_max_steps_bounds_a_model_that_never_stops(max_steps: int):
     result, _ = run_agent([[function_call_item("echo", '{"text": "x"}')]], max_steps=max_steps)
