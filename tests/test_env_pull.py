@@ -477,6 +477,11 @@ def test_needs_sees_downloads_images_agents_and_row_media(tmp_path: Path) -> Non
         "names it, "
         "the folder does not ship it)"
     )
+    hidden = folder("hidden", {"app.py": 'class Config:\n    test_file: str = "data/tests.jsonl"\n'})
+    assert folder_needs(hidden) == {
+        "private_data": "reads data/tests.jsonl, which the folder does not ship and no script of it writes "
+        '(app.py:2: test_file: str = "data/tests.jsonl")'
+    }
     cited = folder("cited", {"app.py": "# see https://github.com/org/repo/blob/main/v1/eval.py\nX = 1\n"})
     assert folder_needs(cited) == {}
 

@@ -144,7 +144,25 @@ def classify_folder(folder: Path, runtime_only: bool = False) -> dict[str, str]:
     if not runtime_only:
         for category, reason in {**example_agent_needs(folder), **example_row_needs(folder)}.items():
             needs.setdefault(category, reason)
+        unshipped = unshipped_data_file(folder)
+        if unshipped:
+            needs.setdefault("private_data", unshipped)
     return needs
+
+
+def unshipped_data_file(folder: Path) -> str | None:
+    """A file under the folder's own ``data/`` that its server's code names (``"data/tests.jsonl"``)
+    and that neither the folder ships nor any of its data scripts writes: data kept elsewhere."""
+    scripts = "".join(p.read_text(errors="replace") for p in _data_scripts(folder))
+    for path in _runtime_files(folder):
+        text = path.read_text(errors="replace")
+        for match in _DATA_LITERAL.finditer(text):
+            literal, base = match.group(1), match.group(2)
+            if literal.startswith("data/") and "{" not in literal and not (folder / literal).exists():
+                if base not in scripts:
+                    where = _where(path.relative_to(folder), text, match)
+                    return f"reads {literal}, which the folder does not ship and no script of it writes ({where})"
+    return None
 
 
 def _strings(node: Any, key: str = "") -> Iterator[tuple[str, str]]:
