@@ -142,9 +142,11 @@ def unmet_requirements(reqs: list[str]) -> list[str]:
 
 
 def protected_versions(dist: str = "nemo_gym") -> dict[str, str]:
-    """The installed version of every distribution this package uses (its requirements, all
-    extras, and theirs, transitively), by normalised name: a pull never changes them. A folder
-    pinning ``pydantic==2.13.4`` next to another ``pydantic-core`` would break this package."""
+    """The installed version of every distribution this package requires (all extras), and of
+    what those pin exactly (``pydantic`` pins ``pydantic-core==``), by normalised name: a pull
+    never changes them. A folder pinning ``pydantic==2.13.4`` beside another ``pydantic-core``
+    would break this package; a looser dependency of a dependency (``python-dateutil`` through
+    pandas) may be shadowed by what a folder needs."""
     from packaging.requirements import InvalidRequirement, Requirement
 
     found: dict[str, str] = {}
@@ -165,7 +167,13 @@ def protected_versions(dist: str = "nemo_gym") -> dict[str, str]:
             except InvalidRequirement:
                 continue
             wanted = req.marker is None or any(req.marker.evaluate({"extra": e}) for e in ["", *extras])
-            if wanted and requirement_name(req.name) not in found and _installed(req.name):
+            pinned = any(spec.operator == "==" for spec in req.specifier)
+            if (
+                wanted
+                and (name == dist or pinned)
+                and requirement_name(req.name) not in found
+                and _installed(req.name)
+            ):
                 todo.append(req.name)
     return found
 
