@@ -48,6 +48,7 @@ from nemo_gym.serving.protocol import (  # noqa: F401 (re-exported at NeMo Gym's
     normalize_tool_name,
 )
 from nemo_gym.serving.request_context import plain_bodies_in_effect
+from nemo_gym.serving.served_names import served_name
 from nemo_gym.serving.server import BaseServer, BaseServerConfig, body_model
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -553,4 +554,4 @@ def __getattr__(name: str) -> Any:
         from nemo_gym import openai_utils
 
         return getattr(openai_utils, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return served_name(name, __name__)

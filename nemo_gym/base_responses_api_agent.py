@@ -35,6 +35,7 @@ from nemo_gym.global_config import (
 )
 from nemo_gym.rollout_correlation import current_rollout_id, maybe_rollout_id_from_run_body
 from nemo_gym.server_utils import apply_rollout_prefix, rollout_path_prefix
+from nemo_gym.serving.served_names import served_name
 from nemo_gym.serving.server import (
     TOKEN_CAPTURE_SCOPE_KEY,
     BaseServer,
@@ -574,7 +575,7 @@ def __getattr__(name: str) -> Any:
         from fastapi import Body
 
         return Body
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return served_name(name, __name__)
 
 
 def _has_address(block: Any) -> bool:

@@ -54,6 +54,7 @@ from nemo_gym.models.openai_errors import OpenAIErrorBodies
 from nemo_gym.models.openai_request_checks import check_chat_request, check_responses_request
 from nemo_gym.models.streaming import SSE_KEEPALIVE, stream_chat_completion, stream_responses
 from nemo_gym.serving.process_hooks import LIVENESS_METRICS
+from nemo_gym.serving.served_names import served_name
 from nemo_gym.serving.server import BaseServer, BaseServerConfig, HTTPError, json_response
 from nemo_gym.token_id_capture.model_calls import (
     clear_model_call_captures_for_rollouts,
@@ -590,4 +591,4 @@ def __getattr__(name: str) -> Any:
 
         module, attribute = _LAZY_NAMES[name]
         return getattr(importlib.import_module(module), attribute)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return served_name(name, __name__)

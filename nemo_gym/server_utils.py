@@ -33,6 +33,7 @@ from nemo_gym.models.openai_client import MAX_NUM_TRIES
 from nemo_gym.serving.nemo_gym_client import ClientResponse, HTTPStatusError
 from nemo_gym.serving.nemo_gym_client import NeMoGymServerClient as ServerClient
 from nemo_gym.serving.protocol import ROLLOUT_PREFIX, SESSION_COOKIE
+from nemo_gym.serving.served_names import served_name
 from nemo_gym.serving.server import BaseServer
 from nemo_gym.serving.server_client import capped_connector
 from nemo_gym.serving.transport import NotConnected, RetryPolicy, TransportFailure, send_with_retries
@@ -228,3 +229,7 @@ def global_aiohttp_client_exit() -> None:
     _GLOBAL_AIOHTTP_CLIENT_REQUEST_DEBUG = False
     if client is not None and not client.closed:
         asyncio.run(client.close())
+
+
+def __getattr__(name: str) -> Any:
+    return served_name(name, __name__)

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+import nemo_gym
 from nemo_gym.launch.config import ConfigError, project_root
 from nemo_gym.tools.authoring import check_server, format_table
 from nemo_gym.tools.scaffold import init_resources_server, ng_init_resources_server, scaffold_files
@@ -182,6 +183,25 @@ def doc_block(after: str, language: str) -> str:
     text = DOC.read_text()
     start = text.index(f"```{language}\n", text.index(after)) + len(language) + 4
     return text[start : text.index("\n```", start)]
+
+
+def test_tutorial_and_guides_import_the_public_surface_only(tmp_path: Path):
+    from tests.test_import_graph import framework_import_problem, imported_names
+
+    top_level = {p.stem for p in Path(nemo_gym.__file__).parent.glob("*.py")}
+    docs = [DOC, DOC.with_name("WRITING_AGENTS_AND_MODELS.md")]
+    blocks = [b.split("\n```")[0] for doc in docs for b in doc.read_text().split("```python\n")[1:]]
+    assert len(blocks) > 5
+    problems = []
+    for number, block in enumerate(blocks):
+        path = tmp_path / f"block{number}.py"
+        path.write_text(block)
+        try:
+            names = imported_names(path)
+        except SyntaxError:
+            continue  # a fragment (an indented method), not a module
+        problems += [f"{name}: {why}" for name in names if (why := framework_import_problem(name, top_level))]
+    assert problems == []
 
 
 def test_tutorial_environment_runs_as_written(tmp_path: Path):

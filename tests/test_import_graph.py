@@ -158,10 +158,12 @@ def test_top_level_is_the_public_surface_only() -> None:
 # Folders of environments, agents and model adapters: the framework serves them and never imports
 # them (a missing or broken folder must not break nemo_gym); they build on the framework.
 ENVIRONMENT_FOLDERS = ("resources_servers", "responses_api_agents", "responses_api_models")
-# What an environment folder may import of nemo_gym: the public top level, and the building blocks
-# of servers (serving, models, agents, engine, token-ID capture). Never the orchestration (launch,
-# collection) or the applications (console, tools, viewer): those run environments, not the reverse.
-ENVIRONMENT_BUILDING_BLOCKS = ("serving", "models", "agents", "engine", "token_id_capture", "sandbox")
+# What an environment folder may import of nemo_gym: the public surface only, the top-level
+# modules and NeMo Gym's public packages. The server building blocks it needs from the internals
+# (serving, models, agents, engine) are served by the public modules (serving/served_names.py);
+# the orchestration (launch, collection) and the applications (console, tools, viewer) run
+# environments, never the reverse.
+PUBLIC_PACKAGES = ("token_id_capture", "sandbox", "telemetry", "testing")
 
 
 def imported_names(path: Path) -> set[str]:
@@ -217,12 +219,15 @@ def framework_import_problem(name: str, top_level: set[str]) -> str | None:
         return None
     if parts[1] in top_level:
         return None  # a public module (or a name imported from one)
-    if parts[1] in ENVIRONMENT_BUILDING_BLOCKS:
+    if parts[1] in PUBLIC_PACKAGES:
         return None
-    return f"nemo_gym.{parts[1]} is not a public module or a building block of servers"
+    return (
+        f"nemo_gym.{parts[1]} is internal: import the name from a public module "
+        "(nemo_gym/serving/served_names.py lists what each serves; add it there)"
+    )
 
 
-def test_environment_folders_build_on_the_framework_and_never_on_its_orchestration() -> None:
+def test_environment_folders_import_the_public_surface_only() -> None:
     top_level = {p.stem for p in PACKAGE.glob("*.py")} | NEMO_GYM_PUBLIC_PATHS | OUR_ENTRY_POINTS
     # Names of the package itself (``from nemo_gym import PARENT_DIR``).
     # (Not its submodules: which of those are attributes depends on what other tests imported.)
@@ -232,7 +237,8 @@ def test_environment_folders_build_on_the_framework_and_never_on_its_orchestrati
         if not name.startswith("_") and not isinstance(value, ModuleType)
     }
     assert framework_import_problem("nemo_gym.launch.config", top_level)  # the rule can fail
-    assert framework_import_problem("nemo_gym.serving.server", top_level) is None
+    assert framework_import_problem("nemo_gym.serving.server", top_level)
+    assert framework_import_problem("nemo_gym.base_resources_server", top_level) is None
     problems = []
     for folder in ENVIRONMENT_FOLDERS:
         for path in sorted((PACKAGE.parent / folder).rglob("*.py")):
@@ -243,6 +249,18 @@ def test_environment_folders_build_on_the_framework_and_never_on_its_orchestrati
                 if problem:
                     problems.append(f"{path.relative_to(PACKAGE.parent)} imports {name}: {problem}")
     assert problems == [], "\n".join(problems)
+
+
+def test_every_name_served_to_environments_resolves() -> None:
+    import importlib
+
+    from nemo_gym.serving.served_names import SERVED_TO_ENVIRONMENTS
+
+    for public, table in SERVED_TO_ENVIRONMENTS.items():
+        module = importlib.import_module(public)
+        for names in table.values():
+            for name in names.split():
+                assert getattr(module, name) is not None, f"{public} serves {name}"
 
 
 def test_testing_helpers_obey_the_layers_and_import_no_environment() -> None:

@@ -21,9 +21,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from nemo_gym.base_resources_server import BaseResourcesServerConfig
+from nemo_gym.base_resources_server import BaseResourcesServerConfig, HTTPError, validation_error_body
 from nemo_gym.gymnasium_server import GymnasiumServer, StepResult, extract_text
-from nemo_gym.serving.server import HTTPError, validation_error_body
 
 RANKS = ("2", "3", "4", "5", "6", "7", "8", "9", "10", "J", "Q", "K", "A")
 ACTION = re.compile(r"<action>\s*(hit|stand)\s*</action>", re.IGNORECASE)

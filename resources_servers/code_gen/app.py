@@ -16,11 +16,11 @@ from nemo_gym.base_resources_server import (
     BaseResourcesServerConfig,
     BaseVerifyRequest,
     BaseVerifyResponse,
+    HTTPError,
     SimpleResourcesServer,
 )
 from nemo_gym.failure_classes import SANDBOX_FAILED, VERIFIER_TIMEOUT
 from nemo_gym.response_items import content_text
-from nemo_gym.serving.server import HTTPError
 from resources_servers.code_gen.judge import UnitTests, extract_python_code, grade
 from resources_servers.code_gen.sandbox import CodeSandbox, RunStatus, SandboxLimits
 

@@ -19,8 +19,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from nemo_gym.base_resources_server import HTTPError
 from nemo_gym.gymnasium_server import GymnasiumServer, StepResult, extract_text
-from nemo_gym.serving.server import HTTPError
 
 GUESS = re.compile(r"<guess>\s*([^<]*?)\s*</guess>", re.IGNORECASE)
 

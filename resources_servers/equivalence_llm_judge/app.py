@@ -32,6 +32,7 @@ from nemo_gym.base_resources_server import (
     BaseRunRequest,
     BaseVerifyRequest,
     BaseVerifyResponse,
+    ServerRef,
     SimpleResourcesServer,
 )
 from nemo_gym.llm_judge import (
@@ -41,7 +42,6 @@ from nemo_gym.llm_judge import (
     judge_messages,
 )
 from nemo_gym.response_items import input_items
-from nemo_gym.serving.server import ServerRef
 
 HERE = Path(__file__).resolve().parent
 

@@ -21,9 +21,8 @@ import gymnasium
 from gymnasium.envs.registration import load_env_creator
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from nemo_gym.base_resources_server import BaseResourcesServerConfig
+from nemo_gym.base_resources_server import BaseResourcesServerConfig, HTTPError
 from nemo_gym.gymnasium_server import GymnasiumServer, StepResult, extract_text
-from nemo_gym.serving.server import HTTPError
 
 ANSI = re.compile(r"\x1b\[([0-9;]*)m(.*?)\x1b\[0m", re.DOTALL)
 STRAY_ANSI = re.compile(r"\x1b\[[0-9;]*m")

@@ -15,10 +15,10 @@ from nemo_gym.base_resources_server import (
     BaseResourcesServerConfig,
     BaseVerifyRequest,
     BaseVerifyResponse,
+    HTTPError,
     SimpleResourcesServer,
 )
 from nemo_gym.response_items import output_text
-from nemo_gym.serving.server import HTTPError
 from resources_servers.instruction_following.checks import evaluate
 
 GradingMode = Literal["binary", "fraction"]

@@ -17,11 +17,11 @@ from nemo_gym.base_resources_server import (
     BaseSeedSessionResponse,
     BaseVerifyRequest,
     BaseVerifyResponse,
+    HTTPError,
     SimpleResourcesServer,
     tool,
 )
 from nemo_gym.response_items import function_calls, output_text
-from nemo_gym.serving.server import HTTPError
 
 LETTER = Field(pattern=r"^[A-Z]$", description="the answer: one capital letter")
 

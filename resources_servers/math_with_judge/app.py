@@ -24,6 +24,8 @@ from nemo_gym.base_resources_server import (
     BaseRunRequest,
     BaseVerifyRequest,
     BaseVerifyResponse,
+    HTTPError,
+    ServerRef,
     SimpleResourcesServer,
 )
 from nemo_gym.failure_classes import VERIFIER_ERROR, VERIFIER_TIMEOUT
@@ -34,7 +36,6 @@ from nemo_gym.llm_judge import (
     judge_messages,
 )
 from nemo_gym.response_items import all_output_text, content_text, input_items
-from nemo_gym.serving.server import HTTPError, ServerRef
 from resources_servers.math_with_judge.symbolic_pool import (
     TIMEOUT,
     WORKER_DIED,

@@ -31,10 +31,10 @@ from nemo_gym.base_resources_server import (
     BaseRunRequest,
     BaseVerifyRequest,
     BaseVerifyResponse,
+    HTTPError,
     SimpleResourcesServer,
 )
 from nemo_gym.response_items import all_output_text, content_text, input_items
-from nemo_gym.serving.server import HTTPError
 
 RowGradingMode = Literal["strict_single_letter_boxed", "lenient_boxed", "lenient_answer_colon"]
 GradingMode = Literal[

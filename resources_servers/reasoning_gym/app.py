@@ -21,10 +21,10 @@ from nemo_gym.base_resources_server import (
     BaseResourcesServerConfig,
     BaseVerifyRequest,
     BaseVerifyResponse,
+    HTTPError,
     SimpleResourcesServer,
 )
 from nemo_gym.response_items import content_text
-from nemo_gym.serving.server import HTTPError
 
 _ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 _BOXED = "\\boxed{"

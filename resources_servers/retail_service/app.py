@@ -21,11 +21,11 @@ from nemo_gym.base_resources_server import (
     BaseSeedSessionResponse,
     BaseVerifyRequest,
     BaseVerifyResponse,
+    HTTPError,
     SimpleResourcesServer,
     tool,
 )
 from nemo_gym.response_items import function_calls
-from nemo_gym.serving.server import HTTPError
 
 ORDERS_KEY = "orders"
 

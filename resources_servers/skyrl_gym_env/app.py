@@ -15,9 +15,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from nemo_gym.base_resources_server import BaseResourcesServerConfig
+from nemo_gym.base_resources_server import BaseResourcesServerConfig, HTTPError
 from nemo_gym.gymnasium_server import GymnasiumServer, StepResult, extract_text
-from nemo_gym.serving.server import HTTPError
 
 
 class SkyRLGymEnvConfig(BaseResourcesServerConfig):

@@ -29,6 +29,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from nemo_gym.base_resources_server import (
+    SESSION_COOKIE,
     BaseResourcesServerConfig,
     BaseRunRequest,
     BaseSeedSessionRequest,
@@ -36,10 +37,10 @@ from nemo_gym.base_resources_server import (
     BaseVerifyRequest,
     BaseVerifyResponse,
     SimpleResourcesServer,
+    json_nesting_depth,
+    json_response,
 )
 from nemo_gym.response_items import all_output_text, function_calls
-from nemo_gym.serving.request_guard import json_nesting_depth
-from nemo_gym.serving.server import SESSION_COOKIE, json_response
 
 SchemaType = Literal["json", "yaml", "xml", "toml", "csv"]
 # NeMo Gym's names, plus too_large / too_deep for answers past this server's work budget.

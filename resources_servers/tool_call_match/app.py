@@ -33,10 +33,10 @@ from nemo_gym.base_resources_server import (
     BaseSeedSessionResponse,
     BaseVerifyRequest,
     BaseVerifyResponse,
+    HTTPError,
     SimpleResourcesServer,
 )
 from nemo_gym.response_items import function_calls
-from nemo_gym.serving.server import HTTPError
 
 _TOOL_NAME: contextvars.ContextVar[str] = contextvars.ContextVar("tool_call_match_tool_name", default="")
 _REQUIRED = re.compile(r"^'(.+)' is a required property$")

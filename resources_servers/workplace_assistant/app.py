@@ -19,11 +19,11 @@ from nemo_gym.base_resources_server import (
     BaseSeedSessionResponse,
     BaseVerifyRequest,
     BaseVerifyResponse,
+    HTTPError,
     SimpleResourcesServer,
     tool,
 )
 from nemo_gym.response_items import function_calls
-from nemo_gym.serving.server import HTTPError
 from resources_servers.workplace_assistant.tools import (
     OPERATIONS,
     AddCustomerArgs,

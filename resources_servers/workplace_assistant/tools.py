@@ -18,7 +18,7 @@ from typing import Annotated, Any
 import orjson
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
-from nemo_gym.serving.server import HTTPError, validation_error_body
+from nemo_gym.base_resources_server import HTTPError, validation_error_body
 from resources_servers.workplace_assistant.workplace import Workplace
 
 PRODUCTS = ("Software", "Hardware", "Services", "Consulting", "Training")

@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from nemo_gym.serving.server import HTTPError
+from nemo_gym.base_resources_server import HTTPError
 
 FIXTURES_DIR = Path(__file__).parent / "fixtures"
 

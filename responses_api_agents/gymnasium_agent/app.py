@@ -14,18 +14,20 @@ from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
-from nemo_gym.agents.agent_hops import call_json, call_model, rollout_deadline
-from nemo_gym.agents.hop_faults import HopFault
 from nemo_gym.base_responses_api_agent import (
     BaseResponsesAPIAgentConfig,
+    HopFault,
+    Rollout,
+    ServerRef,
     SimpleResponsesAPIAgent,
+    call_json,
+    call_model,
+    rollout_deadline,
     row_create_params,
 )
 from nemo_gym.failure_classes import BAD_UPSTREAM_BODY
 from nemo_gym.gymnasium_server import EnvResetResponse, EnvStepResponse
 from nemo_gym.response_items import add_usage, function_call_output_item, input_items
-from nemo_gym.serving.server import ServerRef
-from nemo_gym.serving.server_client import Rollout
 
 logger = logging.getLogger("nemo_gym")
 

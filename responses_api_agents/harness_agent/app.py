@@ -45,10 +45,15 @@ from typing import Any
 import orjson
 from pydantic import Field
 
-from nemo_gym.agents.agent_hops import call_json, offered_tools, rollout_deadline
-from nemo_gym.base_responses_api_agent import SimpleResponsesAPIAgent, row_create_params
-from nemo_gym.serving import local_socket
-from nemo_gym.serving.server import HTTPError
+from nemo_gym.base_responses_api_agent import (
+    HTTPError,
+    SimpleResponsesAPIAgent,
+    call_json,
+    offered_tools,
+    rollout_deadline,
+    row_create_params,
+)
+from nemo_gym.server_utils import local_socket
 from resources_servers.code_gen.sandbox import SandboxLimits
 from responses_api_agents.harness_agent.capture import CaptureProxy, RolloutCapture
 from responses_api_agents.harness_agent.confine import run_confined

@@ -31,20 +31,24 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from nemo_gym.agents.agent_hops import call_model, execute_tool_call
-from nemo_gym.agents.hop_faults import HopFault
-from nemo_gym.models.token_ids import TOKEN_ID_FIELDS
-from nemo_gym.response_items import add_usage, content_text, input_items, is_model_item
-from nemo_gym.serving.access_guard import AccessGuard
-from nemo_gym.serving.server import (
+from nemo_gym.base_responses_api_agent import (
+    HopFault,
     HTTPError,
+    Rollout,
+    ServerCallError,
+    call_model,
+    execute_tool_call,
+)
+from nemo_gym.base_responses_api_model import TOKEN_ID_FIELDS
+from nemo_gym.response_items import add_usage, content_text, input_items, is_model_item
+from nemo_gym.server_utils import (
+    AccessGuard,
     RequestGuard,
     bind_socket,
     json_error_handlers,
     make_uvicorn_server,
     parse_json_object,
 )
-from nemo_gym.serving.server_client import Rollout, ServerCallError
 from responses_api_agents.harness_agent.wire import PROXY_OWNED_FIELDS, DialectError, read_request
 
 CONTIGUITY_FIELD = "token_ids_contiguous"

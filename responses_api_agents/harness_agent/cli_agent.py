@@ -28,8 +28,8 @@ from typing import Any, ClassVar
 
 from pydantic import Field
 
+from nemo_gym.base_responses_api_agent import HTTPError
 from nemo_gym.response_items import content_text
-from nemo_gym.serving.server import HTTPError
 from responses_api_agents.harness_agent.app import HarnessAgent, HarnessAgentConfig
 
 CLI_DIR_ENV = "NEMO_GYM_AGENT_CLI_DIR"

@@ -28,31 +28,31 @@ from typing import Any
 import orjson
 from starlette.responses import Response
 
-from nemo_gym.models.anthropic_messages import (
-    messages_request_to_responses_params,
-    messages_response_events,
-    response_to_messages_response,
-)
-from nemo_gym.models.chat_tools import ConversionUnsupported
-from nemo_gym.models.conversion import chat_request_to_responses_params, response_to_chat_completion
-from nemo_gym.models.dialect_routes import GEMINI_ACTIONS
-from nemo_gym.models.gemini_api import (
+from nemo_gym.base_responses_api_model import (
+    CHAT_REQUEST_FIELDS,
+    GEMINI_ACTIONS,
+    RESPONSES_REQUEST_FIELDS,
+    ConversionUnsupported,
+    NamespaceMap,
+    chat_completion_chunks,
+    chat_request_to_responses_params,
     gemini_request_to_responses_params,
     gemini_stream_chunks,
     json_answer,
     json_schema_request,
+    messages_request_to_responses_params,
+    messages_response_events,
+    response_events,
+    response_to_chat_completion,
     response_to_gemini_response,
-    schema_default_instance,
-)
-from nemo_gym.models.stream_requests import (
-    CHAT_REQUEST_FIELDS,
-    RESPONSES_REQUEST_FIELDS,
-    NamespaceMap,
+    response_to_messages_response,
     restore_namespace_calls,
     sanitize_chat_body,
     sanitize_responses_body,
+    schema_default_instance,
+    sse_body,
+    sse_response,
 )
-from nemo_gym.models.streaming import chat_completion_chunks, response_events, sse_body, sse_response
 
 # Fields a client sets that the proxy decides instead: the policy model serves one model, the
 # proxy stores nothing, and streaming is the proxy's business with its client.

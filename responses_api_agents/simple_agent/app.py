@@ -12,18 +12,21 @@ from typing import Any
 
 from pydantic import Field
 
-from nemo_gym.agents.agent_hops import (
+from nemo_gym.base_responses_api_agent import (
+    BaseResponsesAPIAgentConfig,
+    HTTPError,
+    MCPServerConfig,
+    MCPToolbox,
+    ModelConversation,
+    Rollout,
+    ServerRef,
+    SimpleResponsesAPIAgent,
     call_json,
+    close_stdio,
     execute_tool_call,
     execute_tool_calls,
     offered_tools,
     rollout_deadline,
-)
-from nemo_gym.agents.mcp_tools import MCPServerConfig, MCPToolbox, close_stdio
-from nemo_gym.agents.model_conversation import ModelConversation
-from nemo_gym.base_responses_api_agent import (
-    BaseResponsesAPIAgentConfig,
-    SimpleResponsesAPIAgent,
     row_create_params,
 )
 from nemo_gym.response_items import (
@@ -33,8 +36,6 @@ from nemo_gym.response_items import (
     function_calls,
     input_items,
 )
-from nemo_gym.serving.server import HTTPError, ServerRef
-from nemo_gym.serving.server_client import Rollout
 
 
 class SimpleAgentConfig(BaseResponsesAPIAgentConfig):

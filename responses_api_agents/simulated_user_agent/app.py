@@ -19,11 +19,16 @@ from typing import Any
 
 from pydantic import Field
 
-from nemo_gym.agents.agent_hops import call_json, call_model, rollout_deadline
-from nemo_gym.base_responses_api_agent import row_create_params
+from nemo_gym.base_responses_api_agent import (
+    HTTPError,
+    Rollout,
+    ServerRef,
+    call_json,
+    call_model,
+    rollout_deadline,
+    row_create_params,
+)
 from nemo_gym.response_items import add_usage, content_text, input_items, message_item, output_text
-from nemo_gym.serving.server import HTTPError, ServerRef
-from nemo_gym.serving.server_client import Rollout
 from responses_api_agents.simple_agent.app import SimpleAgent, SimpleAgentConfig
 
 DEFAULT_USER_INSTRUCTIONS = (

@@ -39,18 +39,21 @@ from pydantic import Field, model_validator
 from starlette.responses import Response
 from starlette.routing import Route
 
-from nemo_gym.base_responses_api_model import BaseResponsesAPIModelConfig, SimpleResponsesAPIModel
-from nemo_gym.models.chat_backend import ChatBridge, is_context_length_error, template_messages
-from nemo_gym.models.media import media_kind
-from nemo_gym.models.prompt_token_cache import PromptTokenCache
-from nemo_gym.models.token_ids import (
+from nemo_gym.base_responses_api_model import (
     TOKEN_ID_FIELDS,
+    BaseResponsesAPIModelConfig,
+    ChatBridge,
+    HTTPError,
+    PromptTokenCache,
+    SimpleResponsesAPIModel,
     TokenSpliceError,
     detect_turn_end_token_ids,
+    is_context_length_error,
+    media_kind,
     render_chat_token_ids,
     spliced_prompt_token_ids,
+    template_messages,
 )
-from nemo_gym.serving.server import HTTPError
 from responses_api_models.local_hf_model import scoring, weights
 from responses_api_models.local_hf_model.engine import (
     Generation,
@@ -151,7 +154,7 @@ class LocalHFModel(SimpleResponsesAPIModel):
             torch.set_num_threads(config.torch_num_threads)
         path = config.model
         if config.tiny:
-            from nemo_gym.engine.tiny_model import build_tiny_model
+            from nemo_gym.base_responses_api_model import build_tiny_model
 
             path = str(build_tiny_model(template=config.tiny_template, seed=config.tiny_seed))
         assert path is not None

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from nemo_gym.serving.server import HTTPError
+from nemo_gym.base_responses_api_model import HTTPError
 
 
 def _token_ids(value: Any, field: str) -> list[int]:

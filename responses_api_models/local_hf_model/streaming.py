@@ -23,12 +23,19 @@ from typing import TYPE_CHECKING, Any
 
 from starlette.responses import Response
 
-from nemo_gym.base_responses_api_model import without_stream
-from nemo_gym.models.chat_backend import is_context_length_error
-from nemo_gym.models.chat_stream import THINK_CLOSE, THINK_OPEN, ResponsesEventStream, held_tail
-from nemo_gym.models.streaming import stream_responses
-from nemo_gym.serving.server import HTTPError
-from nemo_gym.serving.sse import EventStreamResponse, error_event, sse_bytes
+from nemo_gym.base_responses_api_model import (
+    THINK_CLOSE,
+    THINK_OPEN,
+    EventStreamResponse,
+    HTTPError,
+    ResponsesEventStream,
+    error_event,
+    held_tail,
+    is_context_length_error,
+    sse_bytes,
+    stream_responses,
+    without_stream,
+)
 
 if TYPE_CHECKING:
     from responses_api_models.local_hf_model.app import ChatRequest, LocalHFModel

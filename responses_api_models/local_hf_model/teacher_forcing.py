@@ -28,7 +28,7 @@ import orjson
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from nemo_gym.models.token_ids import render_chat_token_ids
+from nemo_gym.base_responses_api_model import render_chat_token_ids
 
 
 class ScriptedToolCall(BaseModel):

@@ -23,8 +23,8 @@ from typing import Any
 import aiohttp
 from pydantic import Field, model_validator
 
+from nemo_gym.base_responses_api_model import vllm_compat
 from nemo_gym.global_config import find_open_port
-from nemo_gym.models import vllm_compat
 from responses_api_models.vllm_model.app import VLLMModel, VLLMModelConfig, check_on_policy_settings
 
 logger = logging.getLogger(__name__)

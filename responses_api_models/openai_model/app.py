@@ -28,21 +28,29 @@ import orjson
 from pydantic import Field
 from starlette.responses import Response
 
-from nemo_gym.agents.hop_faults import chat_completion_problem, responses_object_problem, status_failure_class
-from nemo_gym.base_responses_api_model import BaseResponsesAPIModelConfig, SimpleResponsesAPIModel
-from nemo_gym.failure_classes import BAD_UPSTREAM_BODY, TIMEOUT
-from nemo_gym.models.conversation_store import KeptConversation, current_conversation
-from nemo_gym.models.conversion import TOKEN_ID_FIELDS
-from nemo_gym.models.streaming import stream_chat_completion, stream_responses
-from nemo_gym.serving.server import HTTPError
-from nemo_gym.serving.sse import EventStreamResponse, relay_events
-from nemo_gym.serving.upstream import (
+from nemo_gym.base_responses_api_agent import (
+    chat_completion_problem,
+    responses_object_problem,
+    status_failure_class,
+)
+from nemo_gym.base_responses_api_model import (
+    TOKEN_ID_FIELDS,
+    BaseResponsesAPIModelConfig,
     EncodedJSON,
+    EventStreamResponse,
+    HTTPError,
+    KeptConversation,
+    SimpleResponsesAPIModel,
     UpstreamError,
     UpstreamHTTP,
     UpstreamResponse,
+    current_conversation,
     error_message,
+    relay_events,
+    stream_chat_completion,
+    stream_responses,
 )
+from nemo_gym.failure_classes import BAD_UPSTREAM_BODY, TIMEOUT
 
 RETRY_STATUSES = (408, 409, 429, 500, 502, 503, 504)
 # Fields nemo_gym adds to items for RL; OpenAI answers 400 on unknown item fields.

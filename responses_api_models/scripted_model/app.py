@@ -21,7 +21,7 @@ from typing import Any
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from nemo_gym.base_responses_api_model import BaseResponsesAPIModelConfig, SimpleResponsesAPIModel
+from nemo_gym.base_responses_api_model import BaseResponsesAPIModelConfig, HTTPError, SimpleResponsesAPIModel
 from nemo_gym.response_items import (
     build_response,
     content_text,
@@ -32,7 +32,6 @@ from nemo_gym.response_items import (
     new_id,
     usage_dict,
 )
-from nemo_gym.serving.server import HTTPError
 
 
 class ScriptTurn(BaseModel):

@@ -33,29 +33,33 @@ from typing import Any
 from pydantic import Field, field_validator, model_validator
 from starlette.responses import Response
 
-from nemo_gym.agents.hop_faults import chat_completion_problem, status_failure_class
+from nemo_gym.base_responses_api_agent import chat_completion_problem, status_failure_class
 from nemo_gym.base_responses_api_model import (
     BaseResponsesAPIModelConfig,
-    SimpleResponsesAPIModel,
-    without_stream,
-)
-from nemo_gym.failure_classes import BAD_UPSTREAM_BODY, TIMEOUT, UNREACHABLE, UPSTREAM_ERROR
-from nemo_gym.models.chat_backend import (
     ChatBridge,
-    is_context_length_error,
-)
-from nemo_gym.models.chat_stream import ChatCompletionAccumulator, ResponsesEventStream
-from nemo_gym.models.media import MediaLimitError, MediaLimits, check_chat_media
-from nemo_gym.models.streaming import stream_chat_completion, stream_responses
-from nemo_gym.models.token_memory import TokenIdMemory
-from nemo_gym.serving.server import HTTPError, ServerRef
-from nemo_gym.serving.sse import EventStreamResponse, SSEParser, relay_events, sse_bytes
-from nemo_gym.serving.upstream import (
+    ChatCompletionAccumulator,
+    EventStreamResponse,
+    HTTPError,
+    MediaLimitError,
+    MediaLimits,
+    ResponsesEventStream,
+    ServerRef,
+    SimpleResponsesAPIModel,
+    SSEParser,
+    TokenIdMemory,
     UpstreamError,
     UpstreamHTTP,
     UpstreamResponse,
+    check_chat_media,
     error_message,
+    is_context_length_error,
+    relay_events,
+    sse_bytes,
+    stream_chat_completion,
+    stream_responses,
+    without_stream,
 )
+from nemo_gym.failure_classes import BAD_UPSTREAM_BODY, TIMEOUT, UNREACHABLE, UPSTREAM_ERROR
 
 logger = logging.getLogger(__name__)
 
