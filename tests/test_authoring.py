@@ -476,3 +476,49 @@ def test_the_row_builder_makes_tool_schemas_from_the_tool_methods():
     assert row["expected"] == "yes" and row["responses_create_params"]["tools"] == Weather.tool_schemas()
     assert [i["role"] for i in row["responses_create_params"]["input"]] == ["developer", "user"]
     assert create_params_shape_errors(row["responses_create_params"]) == []
+
+
+# ---- ng_init_agent and ng_init_model: the agent and model adapter scaffolds --------------------
+@pytest.mark.parametrize(
+    ("command", "entrypoint"),
+    [("ng_init_agent", "responses_api_agents/my_agent"), ("ng_init_model", "responses_api_models/my_model")],
+)
+def test_a_scaffolded_agent_or_model_passes_its_own_tests_and_the_lint(
+    tmp_path: Path, command: str, entrypoint: str
+):
+    done = run_command("nemo_gym.tools.scaffold_servers", command, [f"+entrypoint={entrypoint}"], tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"ng_test +entrypoint={entrypoint}" in done.stdout
+    name = entrypoint.split("/")[1]
+    assert sorted(str(p.relative_to(tmp_path / entrypoint)) for p in (tmp_path / entrypoint).rglob("*.*")) == [
+        "README.md", "__init__.py", "app.py", f"configs/{name}.yaml", "tests/test_app.py"
+    ]  # fmt: skip
+    done = run_command("nemo_gym.tools.authoring", "ng_test", [f"+entrypoint={entrypoint}"], tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"[{name}] ok: 0 example rows, tests: 2 passed" in done.stdout
+    pytest.importorskip("ruff")
+    config = str(project_root() / "pyproject.toml")
+    for check in (["check"], ["format", "--check", "--diff"]):
+        linted = subprocess.run(
+            [sys.executable, "-m", "ruff", *check, "--config", config, "--no-cache", str(tmp_path)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert linted.returncode == 0, linted.stdout + linted.stderr
+    # Run again: the folder exists, and nothing is overwritten.
+    again = run_command("nemo_gym.tools.scaffold_servers", command, [f"+entrypoint={entrypoint}"], tmp_path)
+    assert again.returncode == 2 and "already exists" in again.stdout + again.stderr
+
+
+def test_the_agent_and_model_scaffolds_refuse_a_bad_name_or_folder(tmp_path: Path):
+    from nemo_gym.tools.scaffold_servers import init_server
+
+    for kind, entrypoint in (
+        ("responses_api_agents", "responses_api_agents/MyAgent"),
+        ("responses_api_agents", "resources_servers/my_agent"),
+        ("responses_api_models", "responses_api_models/class"),
+    ):
+        with pytest.raises(ConfigError):
+            init_server(kind, entrypoint, cwd=tmp_path)
+    assert not any(tmp_path.iterdir())

@@ -290,6 +290,20 @@ COMMANDS: dict[str, CommandHelp] = {
             ),
         ),
         CommandHelp(
+            "ng_init_agent",
+            "Create a new agent folder (app.py, config, tests, README) that passes ng_test as created: "
+            "seed the environment, one model call, verify (docs/WRITING_AGENTS_AND_MODELS.md).",
+            options=(Option("+entrypoint=responses_api_agents/NAME", "the folder to create", "required"),),
+            examples=("ng_init_agent +entrypoint=responses_api_agents/my_agent",),
+        ),
+        CommandHelp(
+            "ng_init_model",
+            "Create a new model adapter folder (app.py, config, tests, README) that passes ng_test as "
+            "created: an echo engine to replace (docs/WRITING_AGENTS_AND_MODELS.md).",
+            options=(Option("+entrypoint=responses_api_models/NAME", "the folder to create", "required"),),
+            examples=("ng_init_model +entrypoint=responses_api_models/my_model",),
+        ),
+        CommandHelp(
             "ng_test",
             "Check an environment: its example rows validate, data/example_metrics.json matches them, "
             "and its tests pass. Without +entrypoint, checks every environment and prints a table.",
