@@ -45,10 +45,9 @@ class OpenAIErrorBodies:
 
         async def shaping_send(message: Message) -> None:
             if message["type"] == "http.response.start":
-                headers = dict(message.get("headers") or [])
-                if message["status"] >= 400 and headers.get(b"content-type", b"").startswith(
-                    b"application/json"
-                ):
+                if message["status"] >= 400 and dict(message.get("headers") or []).get(
+                    b"content-type", b""
+                ).startswith(b"application/json"):
                     held["start"] = message
                     return
             elif message["type"] == "http.response.body" and "start" in held:
