@@ -505,10 +505,12 @@ def test_a_pulled_folders_test_reading_nemo_gyms_repository_files_is_a_skip_nami
         "ROOT = Path(__file__).resolve().parents[3]\n"
         "def test_docs_page():\n    (ROOT / 'fern' / 'pages' / 'list.mdx').read_text()\n"
         "def test_own_file():\n    (ROOT / 'resources_servers' / 'docs_env' / 'missing.txt').read_text()\n"
+        # NeMo Gym runs a bare `pytest`: code composing its config from sys.argv sees no flags of ours.
+        "def test_argv():\n    import sys\n    assert sys.argv[1:] == ['-rs']\n"
     )
     ini = tmp_path / "pytest.ini"
     ini.write_text(NEMO_GYM_PYTEST_INI)
     command, env = pytest_command(folder, ini, ["-rs"])
     done = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True, timeout=120)
-    assert "1 failed, 1 skipped" in done.stdout, done.stdout + done.stderr
+    assert "1 failed, 1 passed, 1 skipped" in done.stdout, done.stdout + done.stderr
     assert "reads fern/pages/list.mdx, a file of NeMo Gym's source repository" in done.stdout

@@ -357,16 +357,27 @@ def pytest_command(
     # folder's project even where nemo_gym is installed elsewhere.
     roots = env.get("NEMO_GYM_EXTRA_ROOTS", "")
     env["NEMO_GYM_EXTRA_ROOTS"] = os.pathsep.join(p for p in (str(root), roots) if p)
-    command = [
-        sys.executable, "-m", "pytest", "-c", str(ini), "--rootdir", str(folder), "--confcutdir", str(folder),
-        "-q", "-p", "no:cacheprovider", *(extra or []),
-    ]  # fmt: skip
+    # Our options go in PYTEST_ADDOPTS, not on the command line: NeMo Gym runs a bare `pytest`,
+    # and code under test that composes the global config from sys.argv (0.4.0's browsecomp_agent
+    # calls get_global_config_dict()) must see no pytest flags there.
+    options = [
+        "-c",
+        str(ini),
+        "--rootdir",
+        str(folder),
+        "--confcutdir",
+        str(folder),
+        "-q",
+        "-p",
+        "no:cacheprovider",
+    ]
     if (folder / SOURCE_RECORD).is_file():
         # A pulled folder: a test that only fails on a file of NeMo Gym's repository the wheel
         # does not ship (a docs page) is a skip naming it (nemo_gym/testing/pulled_tests.py).
-        command[3:3] = ["-p", "nemo_gym.testing.pulled_tests"]
+        options[:0] = ["-p", "nemo_gym.testing.pulled_tests"]
         env["NEMO_GYM_PULLED_PROJECT"] = str(root)
-    return command, env
+    env["PYTEST_ADDOPTS"] = " ".join([*map(shlex.quote, options), env.get("PYTEST_ADDOPTS", "")]).strip()
+    return [sys.executable, "-m", "pytest", *(extra or [])], env
 
 
 def _run_pytest(check: ServerCheck, timeout_s: float) -> None:
