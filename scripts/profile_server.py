@@ -107,7 +107,7 @@ def main() -> None:
     instance = server_instances(config)[args.server]
     handle = StackHandle.start(config, log=lambda name, line: None)
     os.environ[ENV_HEAD_URL] = handle.head_url  # the twin finds its peers through the head server
-    entrypoint = ROOT / instance.kind / instance.impl / str(instance.fields.get("entrypoint", "app.py"))
+    entrypoint = ROOT / instance.type / instance.impl / str(instance.fields.get("entrypoint", "app.py"))
     spec = importlib.util.spec_from_file_location("profiled_app", entrypoint)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

@@ -78,7 +78,7 @@ def test_compose_files_env_yaml_and_interpolation(tmp_path: Path):
     assert model_fields == {"base_url": "http://127.0.0.1:8000/v1", "api_key": "sk-abc", "model": "tiny"}
     assert config["my_agent"]["responses_api_agents"]["simple_agent"]["max_steps"] == 3
     instances = server_instances(config)
-    assert {i.name: (i.kind, i.impl) for i in instances.values()} == {
+    assert {i.name: (i.type, i.impl) for i in instances.values()} == {
         "my_agent": ("responses_api_agents", "simple_agent"),
         "my_env": ("resources_servers", "example_single_tool_call"),
         "policy_model": ("responses_api_models", "vllm_model"),

@@ -134,7 +134,7 @@ def e2e_command(argv: list[str]) -> int:
         config["input_jsonl_fpath"] = str(
             prepared_split(argv, E2ERolloutCollectionConfig.from_config(config))
         )
-    agents = [i.name for i in server_instances(config).values() if i.kind == AGENT_KIND]
+    agents = [i.name for i in server_instances(config).values() if i.type == AGENT_KIND]
     if not config.get("agent_name") and len(agents) == 1:
         config["agent_name"] = agents[0]  # rows without agent_ref go to the only agent
     settings = RolloutCollectionConfig.from_config(config)  # fail on bad arguments before starting anything

@@ -53,17 +53,21 @@ class Override:
 
 @dataclass
 class ServerInstance:
-    """One configured server: ``name`` (instance), ``kind`` (server kind), ``impl`` (folder)."""
+    """One configured server: ``name`` (instance), ``type`` (``resources_servers``,
+    ``responses_api_agents`` or ``responses_api_models``), ``impl`` (its folder under ``type``).
+
+    ``name`` and ``type`` are a :class:`~nemo_gym.serving.server.ServerRef`'s fields (:attr:`ref`).
+    """
 
     name: str
-    kind: str
+    type: str
     impl: str
     fields: dict[str, Any] = field(default_factory=dict)
 
     @property
     def ref(self) -> dict[str, str]:
         """The ``{type, name}`` reference other servers use to reach this one."""
-        return {"type": self.kind, "name": self.name}
+        return {"type": self.type, "name": self.name}
 
 
 def project_root() -> Path:
@@ -371,7 +375,7 @@ def server_instances(config: Mapping[str, Any]) -> dict[str, ServerInstance]:
             fields = {}
         if not isinstance(fields, Mapping):
             raise ConfigError(f"server instance {name!r}: the fields of {kind}.{impl} must be a mapping")
-        instances[str(name)] = ServerInstance(name=str(name), kind=kind, impl=str(impl), fields=dict(fields))
+        instances[str(name)] = ServerInstance(name=str(name), type=kind, impl=str(impl), fields=dict(fields))
     return instances
 
 
@@ -393,14 +397,14 @@ def validate_server_refs(config: Mapping[str, Any]) -> None:
     for instance in instances.values():
         for where, ref in iter_server_refs(instance.fields):
             target = instances.get(ref["name"])
-            if target is not None and target.kind == ref["type"]:
+            if target is not None and target.type == ref["type"]:
                 continue
             if target is not None:
                 raise ConfigError(
                     f"server ref {ref['name']!r} at {instance.name}.{where} has type {ref['type']!r}, "
-                    f"but {ref['name']!r} is a {target.kind} instance"
+                    f"but {ref['name']!r} is a {target.type} instance"
                 )
-            same_kind = [i.name for i in instances.values() if i.kind == ref["type"]]
+            same_kind = [i.name for i in instances.values() if i.type == ref["type"]]
             message = f"server ref {ref['name']!r} at {instance.name}.{where} not found"
             close = difflib.get_close_matches(ref["name"], same_kind, n=1)
             if close:

@@ -215,7 +215,7 @@ class Stack:
                 port = parsed.port or (443 if parsed.scheme == "https" else 80)
                 self.head.registry.register(
                     Replica(
-                        instance.name, instance.kind, parsed.hostname, port, 0, time.time(), external_url=url
+                        instance.name, instance.type, parsed.hostname, port, 0, time.time(), external_url=url
                     )
                 )
 
@@ -259,7 +259,7 @@ class Stack:
         for proc in self.processes.values():
             if proc.returncode is not None:
                 raise StackError(
-                    f"server {proc.name!r} ({proc.kind}, pid {proc.pid}) exited with code {proc.returncode}"
+                    f"server {proc.name!r} ({proc.type}, pid {proc.pid}) exited with code {proc.returncode}"
                     + self._tails([proc.name])
                 )
 
@@ -303,7 +303,7 @@ class Stack:
                     pass
             self.head.registry.remove_pid(dead.pid)
             self.failure = StackError(
-                f"server {dead.name!r} ({dead.kind}, pid {dead.pid}) died with exit code {dead.returncode}"
+                f"server {dead.name!r} ({dead.type}, pid {dead.pid}) died with exit code {dead.returncode}"
                 + self._tails([dead.name])
             )
             raise self.failure

@@ -239,7 +239,7 @@ class RayBackend:
         placement = Placement.of(spec.instance.name, spec.instance.fields)
         replica = RayReplica(spec, placement)
         await self._place(replica)
-        proc = ServerProcess(spec.instance.name, spec.instance.kind, replica.info["pid"], replica)
+        proc = ServerProcess(spec.instance.name, spec.instance.type, replica.info["pid"], replica)
         self.replicas.append(replica)
         self._watchers.append(asyncio.create_task(self._watch(proc, replica, log)))
         return proc

@@ -74,7 +74,7 @@ class ServerProcess:
     """
 
     name: str
-    kind: str
+    type: str  # the server's type, as its ServerInstance's
     pid: int
     process: Any
     log_tail: collections.deque[str] = field(default_factory=lambda: collections.deque(maxlen=LOG_TAIL_LINES))
@@ -129,7 +129,7 @@ class LocalProcessBackend:
             current_launch.reset(token)
         if not isinstance(process, subprocess.Popen):
             return None
-        proc = ServerProcess(name, spec.instance.kind, process.pid, process)
+        proc = ServerProcess(name, spec.instance.type, process.pid, process)
         proc.reader = asyncio.create_task(_pump_lines(proc, log))
         if not entrypoint.is_file():
             await self.stop(proc, 1.0)
@@ -189,7 +189,7 @@ async def _pump_lines(proc: ServerProcess, log: Callable[[str, str], None]) -> N
 def locate_entrypoint(instance: ServerInstance, cwd: Path | None = None) -> Path | None:
     """The server's ``app.py``: ``<kind>/<impl>/<entrypoint>`` under the working directory or the project."""
     entrypoint = str(instance.fields.get("entrypoint", "app.py"))
-    relative = Path(instance.kind) / instance.impl / entrypoint
+    relative = Path(instance.type) / instance.impl / entrypoint
     for root in (cwd or Path.cwd(), project_root()):
         candidate = root / relative
         if candidate.is_file():
@@ -210,7 +210,7 @@ def launch_spec(
     it (the backend reports a missing file when it does start one).
     """
     found = locate_entrypoint(instance, cwd)
-    path = found or project_root() / instance.kind / instance.impl / str(
+    path = found or project_root() / instance.type / instance.impl / str(
         instance.fields.get("entrypoint", "app.py")
     )
     root = path.parent.parent.parent  # the folder holding <kind>/<impl>/app.py

@@ -154,7 +154,7 @@ def _check_configs(check: ServerCheck) -> dict[str, Any]:
             check.problems.append(str(exc))
             continue
         for instance in instances.values():
-            if instance.kind == kind_dir.name and instance.impl == impl and found is None:
+            if instance.type == kind_dir.name and instance.impl == impl and found is None:
                 found = {**instance.fields, "name": instance.name}
     if found is None:
         check.problems.append(

@@ -32,7 +32,7 @@ MAX_ROW_PROBLEMS = 5
 
 def _server_folder(instance: ServerInstance) -> Path | None:
     for root in (Path.cwd(), project_root()):
-        folder = root / instance.kind / instance.impl
+        folder = root / instance.type / instance.impl
         if folder.is_dir():
             return folder
     return None
@@ -85,7 +85,7 @@ def validate_config(config: Mapping[str, Any]) -> tuple[list[str], list[str], in
         folder = _server_folder(instance)
         entrypoint = str(instance.fields.get("entrypoint", "app.py"))
         if folder is None:
-            problems.append(f"{instance.name}: no folder {instance.kind}/{instance.impl}")
+            problems.append(f"{instance.name}: no folder {instance.type}/{instance.impl}")
             continue
         if not (folder / entrypoint).is_file():
             problems.append(f"{instance.name}.entrypoint: {folder / entrypoint} does not exist")

@@ -169,7 +169,7 @@ def agent_datasets(config: Mapping[str, Any], types: Sequence[str] | None = None
     """Every dataset of every agent instance in ``config`` (of the given types), config checked."""
     found = []
     for instance in server_instances(config).values():
-        if instance.kind != AGENT_KIND:
+        if instance.type != AGENT_KIND:
             continue
         entries = instance.fields.get("datasets") or []
         if not isinstance(entries, list):

@@ -105,7 +105,7 @@ def environment_of_agents(config: Mapping[str, Any]) -> dict[str, str]:
     instances = server_instances(config)
     found = {}
     for instance in instances.values():
-        if instance.kind != AGENT_KIND:
+        if instance.type != AGENT_KIND:
             continue
         refs = [ref["name"] for _, ref in iter_server_refs(instance.fields) if ref["type"] == RESOURCES_KIND]
         if refs:
