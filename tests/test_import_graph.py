@@ -116,7 +116,8 @@ def test_no_import_runs_up_a_layer() -> None:
 # The top level is the public surface: NeMo Gym's module paths (present in the nemo-gym 0.7.0
 # package; trainers and environment folders import them there) and our own documented entry points.
 NEMO_GYM_PUBLIC_PATHS = {
-    "base_resources_server", "base_responses_api_agent", "base_responses_api_model", "cli", "cli_setup_command",
+    "base_environment_server", "base_resources_server", "base_responses_api_agent", "base_responses_api_model", "cli",
+    "cli_setup_command",
     "config_types", "deliverables", "episode_types", "failure_kinds", "global_config", "judge",
     "mcp_auto_exposure", "openai_utils", "path_utils", "prompt", "reward_profile",
     "rollout_collection", "rollout_correlation", "rollout_health", "rollout_observability", "server_utils", "testing", "tool_access",
@@ -275,6 +276,7 @@ def test_testing_helpers_obey_the_layers_and_import_no_environment() -> None:
 # Top-level modules that are the real implementation of their idea: our entry points, and the
 # contracts environments subclass (at NeMo Gym's paths, implemented here, not adapted).
 OUR_IMPLEMENTATIONS = OUR_ENTRY_POINTS | {
+    "base_environment_server",
     "base_resources_server",
     "base_responses_api_agent",
     "base_responses_api_model",

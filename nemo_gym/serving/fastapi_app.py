@@ -272,3 +272,40 @@ def _jsonable(err: dict[str, Any]) -> dict[str, Any]:
     if "ctx" in err:
         out["ctx"] = {k: str(v) for k, v in err["ctx"].items()}
     return out
+
+
+class DisconnectCancellation:
+    """ASGI middleware: a request's handler is cancelled when its client disconnects (NeMo Gym's
+    ``ClientDisconnectCancellationMiddleware``, added by ``setup_cancellation_middleware``), so
+    an abandoned call stops its downstream work instead of finishing for nobody."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        import asyncio
+
+        inbox: asyncio.Queue[Any] = asyncio.Queue()
+        handler = asyncio.ensure_future(self.app(scope, inbox.get, send))
+        disconnected = asyncio.Event()
+
+        async def watch() -> None:
+            while True:
+                message = await receive()
+                await inbox.put(message)
+                if message["type"] == "http.disconnect":
+                    disconnected.set()
+                    handler.cancel()
+                    return
+
+        watcher = asyncio.ensure_future(watch())
+        try:
+            await handler
+        except asyncio.CancelledError:
+            if not disconnected.is_set():
+                raise  # cancelled from outside, not by the client leaving
+        finally:
+            watcher.cancel()

@@ -296,6 +296,12 @@ class BaseServer(BaseModel):
 
         add_exception_handling(self, app)
 
+    def setup_cancellation_middleware(self, app: Any) -> None:
+        """Cancel a FastAPI app's request handler when its client disconnects (NeMo Gym's name)."""
+        from nemo_gym.serving.fastapi_app import DisconnectCancellation
+
+        app.add_middleware(DisconnectCancellation)
+
     def setup_session_middleware(self, app: Any) -> None:
         """Per-rollout session ids (``request.session[SESSION_ID_KEY]``, ``self.session``) on a FastAPI app."""
         from nemo_gym.serving.fastapi_app import add_session_middleware

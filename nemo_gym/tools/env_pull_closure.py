@@ -19,9 +19,10 @@ from pathlib import Path
 from nemo_gym.tools.env_pull_wheel import KINDS
 
 SOURCE_RECORD = ".nemo_gym_source.json"
-# The wheel's trees whose folders another folder may import or name: the three server kinds and
-# the benchmarks (a benchmark's config.yaml, read by an environment's tests).
-TREES = (*KINDS, "benchmarks")
+# The wheel's trees whose folders another folder may import or name: the three server kinds, the
+# benchmarks (a benchmark's config.yaml, read by an environment's tests) and the environment
+# servers (genrm_compare's tests import environment_servers.legacy_agent).
+TREES = (*KINDS, "benchmarks", "environment_servers")
 _FOLDER_REFERENCE = re.compile(rf"\b({'|'.join(TREES)})[./](\w+)")
 # The same written as a path join: ``ROOT / "resources_servers" / "agentif"``.
 _JOINED_REFERENCE = re.compile(rf"[\"']({'|'.join(TREES)})[\"']\s*/\s*[\"'](\w+)[\"']")
