@@ -455,14 +455,15 @@ def main() -> None:
         f"\nbytes per turn {args.bytes_per_turn}, concurrency {args.concurrency}, medians of {args.repeats} "
         f"interleaved rounds, {os.cpu_count()} CPUs; load average {load_start[0]:.1f} -> {load_end[0]:.1f}"
     )
+    other = next((n for n in names[1:] if n == "nemo_gym"), names[1] if len(names) > 1 else None)
     print(
         "| turns K | "
         + " | ".join(
             f"{n} rollouts/s | {n} stack CPU ms/rollout (model / agent / resources / other)" for n in names
         )
-        + (" | CPU ratio |" if len(names) > 1 else " |")
+        + (f" | CPU ratio {other} / ours |" if other else " |")
     )
-    print("|---" * (1 + 2 * len(names) + (len(names) > 1)) + "|")
+    print("|---" * (1 + 2 * len(names) + bool(other)) + "|")
     for k in args.turns:
         cells = []
         for n in names:
@@ -473,9 +474,9 @@ def main() -> None:
                 f"{t['resources_cpu_ms_per_rollout']:.1f} / {t['other_cpu_ms_per_rollout']:.1f})"
             )
         ratio = ""
-        if len(names) > 1:
+        if other:  # NeMo Gym's (else the baseline's) CPU per rollout over ours
             a = summary[names[0]]["by_k"][k]["stack_cpu_ms_per_rollout"]
-            b = summary[names[1]]["by_k"][k]["stack_cpu_ms_per_rollout"]
+            b = summary[other]["by_k"][k]["stack_cpu_ms_per_rollout"]
             ratio = f" | {b / a:.1f}x" if a else " | -"
         print(f"| {k} | " + " | ".join(cells) + ratio + " |")
     for n in names:
