@@ -449,3 +449,14 @@ def test_a_non_2xx_answer_is_an_aiohttp_client_response_error_that_can_be_built(
     assert isinstance(error, aiohttp.ClientResponseError) and error.status == 500
     assert str(error) == "scicode/verify: HTTP 500: boom" and error.response_content == b'{"error": "boom"}'
     assert pickle.loads(pickle.dumps(error)).status == 500
+
+
+def test_nemo_gyms_base_url_cache_points_a_name_at_a_server() -> None:
+    """NeMo Gym's tests point a name at a server they started through the client's private
+    ``_server_base_urls`` (genrm_compare's HTTP lifecycle tests): here it fills the static URLs."""
+    import asyncio
+
+    client = ServerClient(global_config_dict={})
+    client._server_base_urls["judge"] = "http://127.0.0.1:9/"
+    assert asyncio.run(client.resolve("judge")) == ["http://127.0.0.1:9"]
+    assert dict(client._server_base_urls) == {"judge": "http://127.0.0.1:9"}

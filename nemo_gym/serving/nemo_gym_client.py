@@ -8,7 +8,7 @@ this package's client (deadlines, bounded retries, replica stickiness, the lean 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,6 +48,28 @@ class HTTPStatusError(ServerCallError, aiohttp.ClientResponseError):  # type: ig
 
     def __reduce__(self) -> Any:
         return (type(self), (self.server, self.path, self.status, self.response_content))
+
+
+class _BaseUrls(MutableMapping[str, str]):
+    """``name -> base URL`` over a client's static ``name -> [URL]`` map (one replica each)."""
+
+    def __init__(self, static: dict[str, list[str]]) -> None:
+        self._static = static
+
+    def __getitem__(self, name: str) -> str:
+        return self._static[name][0]
+
+    def __setitem__(self, name: str, url: str) -> None:
+        self._static[name] = [url.rstrip("/")]
+
+    def __delitem__(self, name: str) -> None:
+        del self._static[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._static)
+
+    def __len__(self) -> int:
+        return len(self._static)
 
 
 class _Content:
@@ -115,6 +137,12 @@ class NeMoGymServerClient(ServerClient):
         super().__init__(head_url, **kwargs)
         self.head_server_config = head_server_config
         self._global_config_dict = global_config_dict
+
+    @property
+    def _server_base_urls(self) -> _BaseUrls:
+        """NeMo Gym's per-name base-URL cache, which its tests fill to point a name at a server
+        they started (``client._server_base_urls["judge"] = url``): here, this client's static URLs."""
+        return _BaseUrls(self._static)
 
     @property
     def global_config_dict(self) -> Any:
