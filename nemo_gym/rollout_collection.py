@@ -66,7 +66,11 @@ from nemo_gym.collection.settings import (
 from nemo_gym.collection.trajectory import attach_trajectory_record
 from nemo_gym.collection.trajectory_evidence import attach_trajectory_evidence, build_trajectory_from_evidence
 from nemo_gym.console.command import console_command
-from nemo_gym.global_config import ROLLOUT_INDEX_KEY_NAME, TASK_INDEX_KEY_NAME
+from nemo_gym.global_config import (  # get_global_config_dict: NeMo Gym's tests patch it here
+    ROLLOUT_INDEX_KEY_NAME,
+    TASK_INDEX_KEY_NAME,
+    get_global_config_dict,
+)
 from nemo_gym.rollout_correlation import maybe_rollout_id_from_run_body
 
 __all__ = [
@@ -91,6 +95,7 @@ __all__ = [
     "e2e_rollout_collection",
     "failure_exit_code",
     "format_key_metrics",
+    "get_global_config_dict",
     "get_max_rollout_attempts",
     "is_terminal_failure",
     "migrate_invalid_judge_main_rows",

@@ -173,6 +173,10 @@ def test_attempts_terminal_failures_and_elapsed(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setenv("NEMO_GYM_MAX_ROLLOUT_ATTEMPTS", "5")
     assert rc.get_max_rollout_attempts() == 5
     assert rc._get_max_rollout_attempts() == 5  # NeMo Gym 0.4.0-0.6.0's name
+    # NeMo Gym's remote_agent test patches rollout_collection.get_global_config_dict.
+    from nemo_gym.global_config import get_global_config_dict
+
+    assert rc.get_global_config_dict is get_global_config_dict
     monkeypatch.setenv("NEMO_GYM_MAX_ROLLOUT_ATTEMPTS", "0")
     assert rc.get_max_rollout_attempts() == 3
     stamped_timeout = {"_ng_failure_class": "timeout_exceeded", "_ng_failure_terminal": True}
