@@ -349,6 +349,28 @@ def test_closure_follows_path_joins_to_other_folders(tmp_path: Path) -> None:
     assert copied == [("resources_servers", "env"), ("responses_api_agents", "sibling")]
 
 
+def test_replacing_a_folder_replaces_the_project_folders_it_would_break(tmp_path: Path) -> None:
+    """0.4.0's genrm_model uses the project's local_vllm_model and NeMo Gym's vllm_model; the
+    project's local_vllm_model imports a name NeMo Gym's vllm_model lacks, so it is replaced too."""
+    from nemo_gym.tools.env_pull import _plan
+
+    wheel, project = tmp_path / "wheel", tmp_path / "project"
+    files = {
+        wheel / "responses_api_models/genrm/app.py": "from responses_api_models.local.app import Local\n"
+        "from responses_api_models.vllm.app import Converter\n",
+        wheel / "responses_api_models/local/app.py": "from responses_api_models.vllm.app import Converter\nclass Local: ...\n",
+        wheel / "responses_api_models/vllm/app.py": "class Converter: ...\n",
+        project / "responses_api_models/local/app.py": "from responses_api_models.vllm.app import ours_only\nclass Local: ...\n",
+        project / "responses_api_models/vllm/app.py": "def ours_only(): ...\n",
+    }  # fmt: skip
+    for path, text in files.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    copied, kept, replaced = _plan(wheel, "responses_api_models", "genrm", project, replace_bundled=True)
+    both = [("responses_api_models", "local"), ("responses_api_models", "vllm")]
+    assert (copied, kept, replaced) == (both, [], both)
+
+
 def test_a_folder_with_only_a_pyproject_toml(tmp_path: Path) -> None:
     from nemo_gym.tools.env_pull import folder_requirements
 

@@ -107,7 +107,14 @@ def _plan(
         found = clashes([root / kind / name, *(root / k / n for k, n in copied)], project, kept)
         if not found:
             replaced = [(k, n) for k, n in copied if (project / k / n).is_dir()]
-            return copied, kept, replaced
+            # A project folder kept for the pull that imports from one NeMo Gym's replaces must
+            # find its names in NeMo Gym's (the project's local_vllm_model imports
+            # check_on_policy_settings from its vllm_model, which 0.4.0's lacks): else it goes too.
+            stale = {f"{k}/{n}" for k, n in kept if clashes([project / k / n], root, replaced)}
+            if not stale - replace:
+                return copied, kept, replaced
+            replace |= stale
+            continue
         if not replace_bundled:
             lines = [f"{kind}/{name} imports from NeMo Gym folders that this project has in another form:"]
             for clash in found:
