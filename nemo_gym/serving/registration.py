@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
+import math
 import os
+from dataclasses import dataclass
 from typing import Any
 
 from nemo_gym.serving.protocol import (
@@ -13,6 +14,7 @@ from nemo_gym.serving.protocol import (
     auth_headers,
     registration_secret,
 )
+from nemo_gym.serving.transport import NotConnected, RetryPolicy, TransportFailure, send_with_retries
 
 
 async def register_with_head(head_url: str, name: str, server_type: str, host: str, port: int) -> None:
@@ -33,19 +35,31 @@ async def register_with_head(head_url: str, name: str, server_type: str, host: s
     secret = registration_secret()
     if secret:
         headers[REGISTRATION_SECRET_HEADER] = secret
-    delay = 0.05
-    for attempt in range(20):
+
+    async def attempt(_seconds_left: float, _number: int) -> _Answer:
         try:
             async with aiohttp.ClientSession() as http:
                 async with http.post(f"{head_url}/register", json=body, headers=headers) as resp:
-                    if resp.status == 200:
-                        return
-                    text = await resp.text()
-                    raise RuntimeError(
-                        f"head server at {head_url} refused registration of {name!r}: {resp.status} {text}"
-                    )
-        except aiohttp.ClientConnectionError:
-            if attempt == 19:
-                raise
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 1.0)
+                    return _Answer(resp.status, await resp.text())
+        except aiohttp.ClientConnectionError as exc:
+            raise NotConnected(exc) from exc
+
+    # The head server may still be starting: connection failures are retried by the one retry
+    # loop (about 20 tries over ~15 s), the last one raised as it is.
+    policy = RetryPolicy(connect_retries=19, first_backoff_s=0.05, max_delay_s=1.0)
+    try:
+        answer = await send_with_retries(attempt, policy, math.inf)
+    except TransportFailure as exc:
+        raise exc.__cause__ or exc from None
+    if answer.status != 200:
+        raise RuntimeError(
+            f"head server at {head_url} refused registration of {name!r}: {answer.status} {answer.text}"
+        )
+
+
+@dataclass
+class _Answer:
+    """The head server's answer to a registration."""
+
+    status: int
+    text: str
