@@ -54,10 +54,11 @@ class UserPathResult:
     @property
     def eligible(self) -> bool:
         """A resources server needing no GPU, network or private data; an agent or model adapter
-        whose pull (requirements included) succeeded."""
+        whose pull (requirements included) succeeded and that needs no GPU (the pull leaves GPU
+        stacks such as vLLM uninstalled)."""
         if self.kind == "resources_servers":
             return not ({"gpu", "network", "private_data"} & set(self.needs))
-        return self.pulled
+        return self.pulled and "gpu" not in self.needs
 
     @property
     def passes(self) -> bool:
