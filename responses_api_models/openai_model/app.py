@@ -123,6 +123,9 @@ class OpenAIModelConfig(BaseResponsesAPIModelConfig):
     forward_request_fields: list[str] = Field(default_factory=lambda: list(DEFAULT_RESPONSES_FIELDS))
     forward_chat_fields: list[str] = Field(default_factory=lambda: list(DEFAULT_CHAT_FIELDS))
     forward_tool_types: list[str] = Field(default_factory=lambda: list(DEFAULT_TOOL_TYPES))
+    # NeMo Gym's field (its litellm_model builds on this config): fields added to every upstream
+    # request; the request's own fields win.
+    extra_body: dict[str, Any] = Field(default_factory=dict)
 
 
 class OpenAIModel(SimpleResponsesAPIModel):
@@ -189,6 +192,7 @@ class OpenAIModel(SimpleResponsesAPIModel):
         return kept
 
     async def _forward(self, path: str, request: dict[str, Any]) -> dict[str, Any]:
+        request = {**self.config.extra_body, **request}
         if self.config.openai_model:
             request["model"] = self.config.openai_model
         url = self.base_url + path
@@ -202,6 +206,7 @@ class OpenAIModel(SimpleResponsesAPIModel):
     async def _forward_stream(self, path: str, request: dict[str, Any]) -> Response:
         # Errors before the first event (refusals, retries given up, an unreachable endpoint)
         # are answered as HTTP errors, exactly as without streaming.
+        request = {**self.config.extra_body, **request}
         if self.config.openai_model:
             request["model"] = self.config.openai_model
         url = self.base_url + path

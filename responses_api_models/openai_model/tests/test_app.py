@@ -239,3 +239,8 @@ def test_only_allowed_fields_and_tool_types_go_upstream() -> None:
         with running_server(wider) as url, SyncClient() as client:
             assert client.post(url + "/v1/responses", asked)[0] == 200
         assert sorted(fake.bodies[-1]) == ["input", "model", "service_tier"], fake.bodies[-1]
+        # extra_body (NeMo Gym's field) is added to every request; the request's own fields win.
+        extra = model_server(fake, extra_body={"top_k": 5, "temperature": 0.0})
+        with running_server(extra) as url, SyncClient() as client:
+            assert client.post(url + "/v1/responses", asked)[0] == 200
+        assert (fake.bodies[-1]["top_k"], fake.bodies[-1]["temperature"]) == (5, 0.5)
