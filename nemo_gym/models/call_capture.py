@@ -62,7 +62,10 @@ def split_rollout_prefix(path: str) -> tuple[str | None, bool, str]:
 
 
 def error_category_for_status(status: int) -> str | None:
-    """The failure class of an HTTP status (None for a success)."""
+    """The capture record's ``error_category`` of an HTTP status (None for a success).
+
+    NeMo Gym's model-call capture vocabulary, not a rollout's failure class (:mod:`nemo_gym.failure_classes`).
+    """
     if status < 400:
         return None
     named = {408: "timeout", 504: "timeout", 429: "rate_limit", 401: "auth", 403: "auth", 404: "not_found"}
@@ -70,7 +73,7 @@ def error_category_for_status(status: int) -> str | None:
 
 
 def error_category_for_exception(exc: BaseException) -> str:
-    """The failure class of an exception raised while a call was served."""
+    """The capture record's ``error_category`` of an exception raised while a call was served."""
     if isinstance(exc, asyncio.CancelledError):
         return "cancelled"
     name = type(exc).__name__.lower()
