@@ -460,3 +460,17 @@ def test_nemo_gyms_base_url_cache_points_a_name_at_a_server() -> None:
     client._server_base_urls["judge"] = "http://127.0.0.1:9/"
     assert asyncio.run(client.resolve("judge")) == ["http://127.0.0.1:9"]
     assert dict(client._server_base_urls) == {"judge": "http://127.0.0.1:9"}
+
+
+def test_a_server_client_mock_without_a_config_is_no_config() -> None:
+    """NeMo Gym 0.4.0's model adapters' tests build servers on ``MagicMock()`` clients, whose
+    ``global_config_dict`` is a mock: that is no config, not a ValidationError."""
+    from unittest.mock import MagicMock
+
+    from omegaconf import OmegaConf
+
+    from nemo_gym.models.fastapi_dispatch import plain_config
+
+    assert plain_config(MagicMock().global_config_dict) is None
+    assert plain_config(OmegaConf.create({"a": {"b": 1}})) == {"a": {"b": 1}}
+    assert plain_config({"a": 1}) == {"a": 1}

@@ -8,7 +8,7 @@ names, which adapters override).
 from __future__ import annotations
 
 import inspect
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any
 
 from pydantic import BaseModel
@@ -83,11 +83,14 @@ def event_stream(chunks: Iterable[str | bytes] | AsyncIterator[bytes]) -> Respon
 
 
 def plain_config(config: Any) -> Any:
-    """A global config as plain Python (an OmegaConf config converted; anything else as is)."""
+    """A global config as plain Python (an OmegaConf config converted, a mapping as is); None for
+    anything else (a test's ``MagicMock()`` server client has a mock there: no config)."""
     if config is None or isinstance(config, dict):
         return config
     try:
         from omegaconf import DictConfig, OmegaConf
     except ImportError:
-        return config
-    return OmegaConf.to_container(config, resolve=True) if isinstance(config, DictConfig) else config
+        return config if isinstance(config, Mapping) else None
+    if isinstance(config, DictConfig):
+        return OmegaConf.to_container(config, resolve=True)
+    return config if isinstance(config, Mapping) else None
