@@ -504,6 +504,11 @@ def test_needs_sees_downloads_images_agents_and_row_media(tmp_path: Path) -> Non
         "private_data": "reads data/tests.jsonl, which the folder does not ship and no script of it writes "
         '(app.py:2: test_file: str = "data/tests.jsonl")'
     }
+    search_config = "search:\n  resources_servers:\n    search:\n      entrypoint: app.py\n      search_api_key: ${search_api_key}\n"
+    search = folder("search", {"app.py": "", "configs/search.yaml": search_config})
+    assert folder_needs(search) == {
+        "network": "its server is given an API key (configs/search.yaml:5: search_api_key: ${search_api_key})"
+    }
     cited = folder("cited", {"app.py": "# see https://github.com/org/repo/blob/main/v1/eval.py\nX = 1\n"})
     assert folder_needs(cited) == {}
 

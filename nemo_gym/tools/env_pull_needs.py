@@ -144,10 +144,36 @@ def classify_folder(folder: Path, runtime_only: bool = False) -> dict[str, str]:
     if not runtime_only:
         for category, reason in {**example_agent_needs(folder), **example_row_needs(folder)}.items():
             needs.setdefault(category, reason)
+        keyed = config_api_key(folder)
+        if keyed:
+            needs.setdefault("network", keyed)
         unshipped = unshipped_data_file(folder)
         if unshipped:
             needs.setdefault("private_data", unshipped)
     return needs
+
+
+_REQUIRED_KEY = re.compile(r"^\s*(\w*(api_key|token|secret)\w*)\s*:\s*\$\{\w+\}\s*$", re.I | re.M)
+
+
+def config_api_key(folder: Path) -> str | None:
+    """A config of the folder giving its own server an API key that must be set
+    (``tavily_api_key: ${tavily_api_key}``, no default): the server calls that service."""
+    for config in sorted((folder / "configs").glob("*.yaml")):
+        text = config.read_text(errors="replace")
+        match = _REQUIRED_KEY.search(text)
+        if match and _in_own_server_block(text, match.start(), folder.name):
+            return f"its server is given an API key ({_where(config.relative_to(folder), text, match)})"
+    return None
+
+
+def _in_own_server_block(text: str, position: int, name: str) -> bool:
+    """Whether ``position`` lies in the ``resources_servers: NAME:`` block of a config."""
+    head = text[:position]
+    block = head.rfind(f"\n    {name}:")
+    kind = head.rfind("\n  resources_servers:")
+    other = max(head.rfind("\n  responses_api_models:"), head.rfind("\n  responses_api_agents:"))
+    return block > kind > other
 
 
 def unshipped_data_file(folder: Path) -> str | None:
