@@ -187,7 +187,7 @@ def test_num_repeats_per_agent_and_metrics_per_agent(agent, tmp_path: Path):
     out = tmp_path / "x.jsonl"
     collect(
         {"alpha": agent.url, "beta": agent.url, "gamma": agent.url},
-        agent_name="gamma",
+        agent_map={"_default": "gamma", "alpha": "alpha", "beta": "beta"},  # rows keep their own agent
         input_jsonl_fpath=str(source),
         output_jsonl_fpath=str(out),
         num_repeats={"_default": 2, "beta": 3},
@@ -199,6 +199,89 @@ def test_num_repeats_per_agent_and_metrics_per_agent(agent, tmp_path: Path):
     metrics = json.loads(CollectionPaths.for_output(out).aggregate_metrics.read_text())
     assert [m["agent_ref"]["name"] for m in metrics] == ["alpha", "beta", "gamma"]
     assert [m["group_level_metrics"][0]["count"] for m in metrics] == [2, 3, 2]
+
+
+def test_agent_name_routes_every_row_and_warns_once_about_overridden_agents(agent, tmp_path: Path, capsys):
+    rows = [
+        row("a", q=1, agent_ref={"name": "alpha", "type": "responses_api_agents", "extra": "kept"}),
+        row("b", q=2, agent_ref={"name": "beta"}),
+        row("c", q=3),
+        row("d", q=4, agent_ref={"name": "alpha"}),
+        row("e", q=5, agent_ref={"name": "gamma"}),
+    ]
+    source = write_jsonl(tmp_path / "in.jsonl", rows)
+    out = tmp_path / "x.jsonl"
+    summary = collect(
+        {"gamma": agent.url},  # alpha and beta are not even running: no row may go there
+        agent_name="gamma",
+        input_jsonl_fpath=str(source),
+        output_jsonl_fpath=str(out),
+    )
+    assert summary.succeeded == 5
+    results = sorted(read_jsonl(out), key=lambda r: r["q"])
+    assert [r["agent_ref"]["name"] for r in results] == ["gamma"] * 5
+    assert results[0]["agent_ref"]["extra"] == "kept"  # only the name changes
+    assert [r["responses_create_params"] for r in results] == [r["responses_create_params"] for r in rows]
+    err = capsys.readouterr().err
+    warnings = [line for line in err.splitlines() if "re-routed rows" in line]
+    assert len(warnings) == 1, err
+    assert "alpha -> gamma" in warnings[0] and "beta -> gamma" in warnings[0]
+    assert "gamma -> gamma" not in warnings[0]
+
+
+def test_agent_map_precedence_and_default(agent, tmp_path: Path, capsys):
+    rows = [
+        row("a", q=1, agent_ref={"name": "alpha"}),  # its own name has an entry
+        row("b", q=2, task_source="ts1"),  # no agent_ref: its task_source has an entry
+        row("c", q=3, agent_ref={"name": "alpha"}, task_source="ts1"),  # the agent name wins
+        row("d", q=4, agent_ref={"name": "delta"}),  # no entry: _default
+        row("e", q=5),  # no agent_ref, no entry: _default
+    ]
+    source = write_jsonl(tmp_path / "in.jsonl", rows)
+    urls = {name: agent.url for name in ("alpha", "beta", "delta", "gamma", "omega")}
+    mapping = {"alpha": "beta", "ts1": "omega", "_default": "gamma"}
+    collect(
+        urls, agent_map=mapping, input_jsonl_fpath=str(source), output_jsonl_fpath=str(tmp_path / "x.jsonl")
+    )
+    routed = {r["q"]: r["agent_ref"]["name"] for r in read_jsonl(tmp_path / "x.jsonl")}
+    assert routed == {1: "beta", 2: "omega", 3: "beta", 4: "gamma", 5: "gamma"}
+    assert "alpha -> beta" in capsys.readouterr().err
+
+    # Without _default, a row with no entry keeps its own agent_ref; the same entry as
+    # +agent_name is no conflict.
+    collect(
+        urls,
+        agent_name="gamma",
+        agent_map={"alpha": "beta", "_default": "gamma"},
+        input_jsonl_fpath=str(write_jsonl(tmp_path / "one.jsonl", rows[:1])),
+        output_jsonl_fpath=str(tmp_path / "y.jsonl"),
+    )
+    assert [r["agent_ref"]["name"] for r in read_jsonl(tmp_path / "y.jsonl")] == ["beta"]
+    collect(
+        urls,
+        agent_map={"alpha": "beta"},
+        input_jsonl_fpath=str(source),
+        output_jsonl_fpath=str(tmp_path / "z.jsonl"),
+    )
+    routed = {r["q"]: r["agent_ref"]["name"] for r in read_jsonl(tmp_path / "z.jsonl")}
+    assert routed == {1: "beta", 3: "beta", 4: "delta"}  # rows 2 and 5 name no agent: malformed
+    failures = read_jsonl(CollectionPaths.for_output(tmp_path / "z.jsonl").failures)
+    assert sorted(f["_ng_input_line"] for f in failures) == [2, 5]
+
+
+def test_agent_map_naming_an_unregistered_agent_is_a_config_error(agent, tmp_path: Path):
+    source = write_jsonl(tmp_path / "in.jsonl", [row("a", agent_ref={"name": "alpha"})])
+    base = {"input_jsonl_fpath": str(source), "output_jsonl_fpath": str(tmp_path / "x.jsonl")}
+    with pytest.raises(ConfigError, match=r"\+agent_map\.alpha: agent 'betta' is not registered"):
+        collect({"alpha": agent.url, "beta": agent.url}, agent_map={"alpha": "betta"}, **base)
+    # Named by the map but used by no row: still a mistake in the command line.
+    with pytest.raises(ConfigError, match=r"\+agent_map\.ts9: agent 'nowhere' is not registered"):
+        collect({"alpha": agent.url}, agent_map={"ts9": "nowhere"}, **base)
+    with pytest.raises(ConfigError, match=r"\+agent_name: agent 'nowhere' is not registered"):
+        collect({"alpha": agent.url}, agent_name="nowhere", **base)
+    with pytest.raises(ConfigError, match=r"\+agent_name='a' conflicts with \+agent_map\._default='b'"):
+        RolloutCollectionConfig.from_config({**base, "agent_name": "a", "agent_map": {"_default": "b"}})
+    assert agent.calls == []
 
 
 def test_prompt_config_builds_input_and_rejects_a_row_with_input(agent, tmp_path: Path):
@@ -346,7 +429,8 @@ def test_failures_are_classified_recorded_and_never_scored(agent, tmp_path: Path
         summary = collect(
             {"probe": agent.url, "classbody": classbody_url, "ghost": dead},
             timeout_s=0.8,
-            agent_name="probe",
+            # rows without agent_ref go to probe; c and g keep their own agent
+            agent_map={"_default": "probe", "classbody": "classbody", "ghost": "ghost"},
             input_jsonl_fpath=str(write_jsonl(tmp_path / "in.jsonl", rows)),
             output_jsonl_fpath=str(out),
         )

@@ -32,6 +32,7 @@ from nemo_gym.collection.collection_io import (
     scan_results,
 )
 from nemo_gym.collection.collector import CollectionRun, CollectionSummary
+from nemo_gym.collection.notices import warn
 from nemo_gym.collection.output_lock import output_lock
 from nemo_gym.collection.rollouts import RolloutFailedError, RolloutOutcome, run_one
 from nemo_gym.collection.settings import RolloutAggregationConfig, RolloutCollectionConfig
@@ -226,6 +227,9 @@ class RolloutCollectionHelper:
         with tempfile.TemporaryDirectory(prefix="ng_preprocess_") as tmp:
             out = Path(tmp) / "rows.jsonl"
             materialize_input(Path(config.input_jsonl_fpath), out, materializer, limit=config.limit)
+            notice = materializer.override_notice()
+            if notice is not None:
+                warn(notice)
             return [row for _, row in iter_jsonl(out)]
 
     def _load_from_cache(

@@ -26,6 +26,7 @@ ERROR_KEY = "_ng_error"
 INPUT_LINE_KEY = "_ng_input_line"
 AGENT_REF_KEY = "agent_ref"
 SKILLS_REF_KEY = "skills_ref"
+TASK_SOURCE_KEY = "task_source"
 AGENT_KIND = "responses_api_agents"
 MALFORMED_INPUT = failure_classes.MALFORMED_INPUT
 # Rollout keys pack (task, rollout) into one int: cheap to hold a million of them in a set.
@@ -47,6 +48,12 @@ def row_key(row: Mapping[str, Any]) -> int | None:
     if type(task) is not int or type(rollout) is not int or task < 0 or not 0 <= rollout < 1 << ROLLOUT_BITS:
         return None
     return rollout_key(task, rollout)
+
+
+def task_source_of(row: Mapping[str, Any]) -> str | None:
+    """The row's ``task_source`` when it is a non-empty string, else None."""
+    source = row.get(TASK_SOURCE_KEY)
+    return source if isinstance(source, str) and source else None
 
 
 def agent_name_of(row: Mapping[str, Any], default: str | None = None) -> str | None:

@@ -22,6 +22,7 @@ from nemo_gym.collection.row_keys import (
     SKILLS_REF_KEY,
     TASK_INDEX_KEY,
     agent_name_of,
+    task_source_of,
 )
 from nemo_gym.launch.config import ConfigError, deep_merge
 
@@ -81,17 +82,58 @@ class PromptConfig:
         return items
 
 
+# The agent_map key that routes every row without an entry of its own (what +agent_name sets).
+DEFAULT_ROUTE = "_default"
+
+
 @dataclass(frozen=True)
 class RowMaterializer:
-    """Prepares input rows: agent, prompt, ``responses_create_params`` overrides, repeats, seeds."""
+    """Prepares input rows: agent, prompt, ``responses_create_params`` overrides, repeats, seeds.
+
+    The agent of a row: ``agent_map[its agent_ref.name or task_source]``, else
+    ``agent_map._default`` (``agent_name`` is shorthand for it), else its own ``agent_ref.name``.
+    Each ``(row's agent, mapped agent)`` pair that replaced a row's own agent is kept in
+    ``overridden``, for one warning per run.
+    """
 
     agent_name: str | None = None
+    agent_map: Mapping[str, str] = field(default_factory=dict)
     num_repeats: int | Mapping[str, int] = 1
     add_seed: bool = False
     responses_create_params: Mapping[str, Any] = field(default_factory=dict)
     prompt: PromptConfig | None = None
     # The run's skills (+skills.path), stamped on every row for the agent (NeMo Gym's skills_ref).
     skills_ref: Mapping[str, Any] | None = None
+    overridden: set[tuple[str, str]] = field(default_factory=set, compare=False)
+
+    def routes(self) -> dict[str, str]:
+        """``agent_map`` with ``agent_name`` folded in as its ``_default``."""
+        routes = dict(self.agent_map)
+        if self.agent_name is not None:
+            routes.setdefault(DEFAULT_ROUTE, self.agent_name)
+        return routes
+
+    def route(self, row: Mapping[str, Any]) -> str | None:
+        """The agent ``row`` goes to (see the class docstring), or None when nothing names one."""
+        own = agent_name_of(row)
+        routes = self.routes()
+        keys = [key for key in (own, task_source_of(row)) if key is not None and key != DEFAULT_ROUTE]
+        mapped = next((routes[key] for key in keys if key in routes), routes.get(DEFAULT_ROUTE))
+        if mapped is None:
+            return own
+        if own is not None and own != mapped:
+            self.overridden.add((own, mapped))
+        return mapped
+
+    def override_notice(self) -> str | None:
+        """The one warning for the rows whose own agent_ref was replaced, or None when none was."""
+        if not self.overridden:
+            return None
+        pairs = ", ".join(f"{own} -> {mapped}" for own, mapped in sorted(self.overridden))
+        return (
+            f"+agent_name/+agent_map re-routed rows whose agent_ref named another agent ({pairs}); "
+            "since NeMo Gym 0.6.0 +agent_name routes every row, not only rows without agent_ref"
+        )
 
     def repeats_for(self, agent: str) -> int:
         """Rollouts per task for ``agent`` (a map's ``_default``, else 1, for unlisted agents)."""
@@ -103,9 +145,11 @@ class RowMaterializer:
         """The row to repeat, or ``ValueError`` saying what is wrong with it."""
         if not isinstance(row, dict):
             raise ValueError(f"a row must be a JSON object, got {type(row).__name__}")
-        agent = agent_name_of(row, self.agent_name)
+        agent = self.route(row)
         if agent is None:
-            raise ValueError("row has no agent_ref.name and no +agent_name was given")
+            raise ValueError(
+                "row has no agent_ref.name and no +agent_name (or +agent_map._default) was given"
+            )
         params = row.get("responses_create_params")
         if params is None and self.prompt is None:
             raise ValueError("row has no responses_create_params (required unless +prompt_config is given)")

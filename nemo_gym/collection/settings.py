@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 
 from nemo_gym.agents.skills import SkillsConfig, load_skill_directory
 from nemo_gym.collection.collection_io import CollectionPaths, PromptConfig, RowMaterializer
+from nemo_gym.collection.row_materializer import DEFAULT_ROUTE
 from nemo_gym.launch.config import ConfigError
 
 # ng_collect_rollouts exits non-zero when more than this share of the rollouts it ran failed.
@@ -106,7 +107,21 @@ class RolloutCollectionConfig(SharedRolloutCollectionConfig):
     """The ``ng_collect_rollouts`` arguments (each given as ``+name=value``)."""
 
     input_jsonl_fpath: str = Field(description="The input rows (JSONL).")
-    agent_name: str | None = Field(default=None, description="The agent for rows without agent_ref.")
+    agent_name: str | None = Field(
+        default=None,
+        description=(
+            "The agent every row goes to, overriding a row's own agent_ref (a warning lists the "
+            "overridden values); shorthand for agent_map={_default: NAME}."
+        ),
+    )
+    agent_map: dict[str, str] | None = Field(
+        default=None,
+        description=(
+            "Re-route rows by their agent_ref.name or task_source, e.g. {old_agent: new_agent}; the key "
+            "_default covers every other row, those without agent_ref too. Precedence: agent_map[row's "
+            "name] > agent_map._default > the row's agent_ref."
+        ),
+    )
     limit: int | None = Field(default=None, ge=0, description="Use only the first N valid rows.")
     num_repeats: int | dict[str, int] = Field(
         default=1, description="Rollouts per row: an int, or {agent name: n} with an optional _default."
@@ -170,6 +185,15 @@ class RolloutCollectionConfig(SharedRolloutCollectionConfig):
             raise ValueError(f"+num_repeats must be >= 1 (or a map of agent name → n >= 1), got {repeats!r}")
         if self.shard_index >= self.num_shards:
             raise ValueError(f"+shard_index={self.shard_index} must be < +num_shards={self.num_shards}")
+        if self.agent_name is not None:
+            # +agent_name is shorthand for agent_map._default: fold it in so one map routes every row.
+            default = (self.agent_map or {}).get(DEFAULT_ROUTE)
+            if default is not None and default != self.agent_name:
+                raise ValueError(
+                    f"+agent_name={self.agent_name!r} conflicts with +agent_map.{DEFAULT_ROUTE}={default!r}: "
+                    "give only one of them"
+                )
+            self.agent_map = {**(self.agent_map or {}), DEFAULT_ROUTE: self.agent_name}
         return self
 
     _materialized_jsonl_fpath: Path | None = PrivateAttr(default=None)
@@ -207,7 +231,7 @@ class RolloutCollectionConfig(SharedRolloutCollectionConfig):
     def row_materializer(self) -> RowMaterializer:
         """How this collection prepares each input row (agent, repeats, seeds, overrides, prompt)."""
         return RowMaterializer(
-            agent_name=self.agent_name,
+            agent_map=dict(self.agent_map or {}),
             num_repeats=self.num_repeats,
             add_seed=self.num_repeats_add_seed,
             responses_create_params=self.responses_create_params,
