@@ -284,6 +284,48 @@ def test_agent_map_naming_an_unregistered_agent_is_a_config_error(agent, tmp_pat
     assert agent.calls == []
 
 
+def test_fan_out_runs_a_row_once_per_agent_with_its_own_rollout_indices(agent, tmp_path: Path):
+    rows = [
+        row("a", q=1, agent_ref={"name": "env"}),
+        row("b", q=2, agent_ref={"name": "gamma"}),
+        row("c", q=3, task_source="ts"),
+        row("d", q=4, agent_ref={"name": "old"}),
+    ]
+    source = write_jsonl(tmp_path / "in.jsonl", rows)
+    out = tmp_path / "x.jsonl"
+    summary = collect(
+        {name: agent.url for name in ("alpha", "beta", "gamma", "new")},
+        fan_out={"env": ["alpha", "beta"], "ts": ["alpha", "gamma"]},
+        agent_map={"old": "new", "env": "gamma"},  # a fan_out entry wins over the map
+        num_repeats={"alpha": 2, "old": 3, "_default": 1},  # "old": the row's own key before the map
+        input_jsonl_fpath=str(source),
+        output_jsonl_fpath=str(out),
+    )
+    assert summary.succeeded == 2 + 1 + 1 + 2 + 1 + 3
+    got = sorted((r["q"], r["_ng_rollout_index"], r["agent_ref"]["name"]) for r in read_jsonl(out))
+    assert got == [
+        (1, 0, "alpha"),
+        (1, 1, "alpha"),
+        (1, 2, "beta"),
+        (2, 0, "gamma"),
+        (3, 0, "alpha"),
+        (3, 1, "alpha"),
+        (3, 2, "gamma"),
+        (4, 0, "new"),
+        (4, 1, "new"),
+        (4, 2, "new"),
+    ]
+    assert len({r["_ng_task_index"] for r in read_jsonl(out)}) == 4
+    per_agent = {m["agent_ref"]["name"]: m for m in json.loads(summary.paths.aggregate_metrics.read_text())}
+    assert sorted(per_agent) == ["alpha", "beta", "gamma", "new"]
+
+    base = {"input_jsonl_fpath": str(source), "output_jsonl_fpath": str(tmp_path / "y.jsonl")}
+    with pytest.raises(ConfigError, match=r"\+fan_out\.env: agent 'delta' is not registered"):
+        collect({"alpha": agent.url, "gamma": agent.url}, fan_out={"env": ["alpha", "delta"]}, **base)
+    with pytest.raises(ConfigError, match=r"\+fan_out\.env must list one or more agents"):
+        RolloutCollectionConfig.from_config({**base, "fan_out": {"env": []}})
+
+
 def test_prompt_config_builds_input_and_rejects_a_row_with_input(agent, tmp_path: Path):
     prompt = tmp_path / "prompt.yaml"
     prompt.write_text("system: 'You solve {topic} problems.'\nuser: 'Solve: {question}'\n")

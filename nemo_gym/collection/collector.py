@@ -42,7 +42,6 @@ from nemo_gym.collection.collection_io import (
     warn,
 )
 from nemo_gym.collection.rollouts import RolloutOutcome
-from nemo_gym.collection.row_materializer import DEFAULT_ROUTE
 from nemo_gym.collection.run_lock import RunLock, check_or_write_lock
 from nemo_gym.collection.settings import RolloutCollectionConfig
 from nemo_gym.collection.trackers import log_collection, require_packages
@@ -228,7 +227,7 @@ class CollectionRun:
                     f"retried (raise +max_attempts to retry them); see {paths.failures}"
                 )
             if counts["run"]:
-                await self._check_agents(report.agents, materializer.routes())
+                await self._check_agents(report.agents, materializer.named_agents())
                 if settings.write_lock:  # after the stack is known to answer; before any rollout
                     lock = RunLock.compute(await self._stack_config(), settings.input_jsonl_fpath)
                     check_or_write_lock(
@@ -293,24 +292,18 @@ class CollectionRun:
             message += f"; did you mean {close[0]!r}?"
         return message + f" (registered agents: {', '.join(known) or 'none'})"
 
-    async def _check_agents(self, agents: set[str], routes: Mapping[str, str]) -> None:
-        """Every agent the rows go to, and every agent ``routes`` (+agent_map / +agent_name) names,
-        is registered with the head server; else a ConfigError naming it (and the map key)."""
-        named_by = {agent: key for key, agent in sorted(routes.items(), reverse=True)}
-        for agent in sorted(agents | set(routes.values())):
+    async def _check_agents(self, agents: set[str], named: Mapping[str, str]) -> None:
+        """Every agent the rows go to, and every agent the command line names (``named``: agent →
+        the argument naming it, such as ``+agent_map.old``), is registered with the head server;
+        else a ConfigError naming it and the argument."""
+        for agent in sorted(agents | set(named)):
             try:
                 await self.client.resolve(agent)
             except ServerCallError as exc:
                 if exc.kind == NOT_FOUND:
                     message = await self._unknown_agent_message(agent)
-                    if agent in named_by:
-                        key = named_by[agent]
-                        source = (
-                            "+agent_name"
-                            if key == DEFAULT_ROUTE and agent == self.settings.agent_name
-                            else (f"+agent_map.{key}")
-                        )
-                        message = f"{source}: {message}"
+                    if agent in named:
+                        message = f"{named[agent]}: {message}"
                     raise ConfigError(message) from exc
                 raise ConfigError(
                     f"cannot reach the head server at {self.client.head_url} to find agent {agent!r} ({exc}); "

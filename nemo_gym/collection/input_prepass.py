@@ -18,7 +18,6 @@ import orjson
 from nemo_gym.collection.disk_errors import disk_writes
 from nemo_gym.collection.int_table import IntTable, line_digest
 from nemo_gym.collection.row_keys import (
-    AGENT_REF_KEY,
     ERROR_KEY,
     FAILURE_CLASS_KEY,
     INPUT_LINE_KEY,
@@ -126,20 +125,20 @@ def materialize_input(
                 report.input_rows += 1
                 if report.bad_line_count and strict:
                     continue  # keep scanning only to report every bad line; write nothing
-                agent = prepared[AGENT_REF_KEY]["name"]
-                report.agents.add(agent)
-                count = materializer.repeats_for(agent)
+                plan = materializer.plan(parsed)
+                report.agents.update(agent for agent, _ in plan if agent is not None)
+                count = sum(n for _, n in plan)
                 task = task_of_line.setdefault(line_digest(stripped), report.tasks)
                 if task == report.tasks:
                     report.tasks += 1
                     first = 0
                 else:
-                    # Identical lines go to the same agent, so the first one had ``count`` rollouts.
+                    # Identical lines go to the same agents, so the first one had ``count`` rollouts.
                     first = next_rollout.get(task, count)
                     next_rollout[task] = first + count
                 if first + count > 1 << ROLLOUT_BITS:
                     raise CollectionInputError(f"{input_path}:{line_number}: too many rollouts for one task")
-                for row in materializer.expand(prepared, task, first):
+                for row in materializer.expand(prepared, task, first, plan):
                     sink.write(orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE))
                     report.rollouts += 1
                     if on_row is not None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import string
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -93,11 +93,14 @@ class RowMaterializer:
     The agent of a row: ``agent_map[its agent_ref.name or task_source]``, else
     ``agent_map._default`` (``agent_name`` is shorthand for it), else its own ``agent_ref.name``.
     Each ``(row's agent, mapped agent)`` pair that replaced a row's own agent is kept in
-    ``overridden``, for one warning per run.
+    ``overridden``, for one warning per run. ``fan_out`` (keyed by the row's own
+    ``agent_ref.name``, else its ``task_source``) runs a matching row once per listed agent
+    instead, each copy with its own rollout indices, ``num_repeats`` applying per agent.
     """
 
     agent_name: str | None = None
     agent_map: Mapping[str, str] = field(default_factory=dict)
+    fan_out: Mapping[str, Sequence[str]] = field(default_factory=dict)
     num_repeats: int | Mapping[str, int] = 1
     add_seed: bool = False
     responses_create_params: Mapping[str, Any] = field(default_factory=dict)
@@ -135,17 +138,42 @@ class RowMaterializer:
             "since NeMo Gym 0.6.0 +agent_name routes every row, not only rows without agent_ref"
         )
 
-    def repeats_for(self, agent: str) -> int:
-        """Rollouts per task for ``agent`` (a map's ``_default``, else 1, for unlisted agents)."""
+    def named_agents(self) -> dict[str, str]:
+        """Each agent the command line names, with the argument naming it (for error messages)."""
+        named: dict[str, str] = {}
+        for key, agents in sorted(self.fan_out.items()):
+            for agent in agents:
+                named.setdefault(agent, f"+fan_out.{key}")
+        for key, agent in sorted(self.routes().items()):
+            from_name = (
+                key == DEFAULT_ROUTE and agent == self.agent_name and DEFAULT_ROUTE not in self.agent_map
+            )
+            named[agent] = "+agent_name" if from_name else f"+agent_map.{key}"
+        return named
+
+    def plan(self, row: Mapping[str, Any]) -> list[tuple[str | None, int]]:
+        """``(agent, rollouts)`` for each agent ``row`` runs on: its ``fan_out`` entry's agents, else
+        the one it routes to (None when nothing names one)."""
+        basis = agent_name_of(row) or task_source_of(row)
+        fanned = self.fan_out.get(basis) if basis is not None else None
+        agents = list(fanned) if fanned else [self.route(row)]
+        return [(agent, self.repeats_for(agent, basis) if agent else 0) for agent in agents]
+
+    def repeats_for(self, agent: str, basis: str | None = None) -> int:
+        """Rollouts per task for ``agent``: a map's entry for it, else for the row's own routing key
+        ``basis`` (its agent_ref.name or task_source before any re-route), else ``_default``, else 1."""
         if isinstance(self.num_repeats, Mapping):
-            return int(self.num_repeats.get(agent, self.num_repeats.get("_default", 1)))
+            for key in (agent, basis, DEFAULT_ROUTE):
+                if key is not None and key in self.num_repeats:
+                    return int(self.num_repeats[key])
+            return 1
         return int(self.num_repeats)
 
     def prepare(self, row: Any) -> dict[str, Any]:
         """The row to repeat, or ``ValueError`` saying what is wrong with it."""
         if not isinstance(row, dict):
             raise ValueError(f"a row must be a JSON object, got {type(row).__name__}")
-        agent = self.route(row)
+        agent = self.plan(row)[0][0]
         if agent is None:
             raise ValueError(
                 "row has no agent_ref.name and no +agent_name (or +agent_map._default) was given"
@@ -180,23 +208,38 @@ class RowMaterializer:
         return prepared
 
     def expand(
-        self, prepared: dict[str, Any], task_index: int, first_rollout: int
+        self,
+        prepared: dict[str, Any],
+        task_index: int,
+        first_rollout: int,
+        plan: list[tuple[str | None, int]] | None = None,
     ) -> Iterator[dict[str, Any]]:
         """The rollout rows of one prepared row: indices first, then the row's fields.
 
-        A row's own ``_ng_rollout_id`` names one rollout: with several repeats each gets it plus
-        ``-r<rollout index>``, so no two rollouts share an id (and their captured calls).
+        ``plan`` (from :meth:`plan`, default: the prepared row's agent and its repeats) gives
+        consecutive rollout indices to each agent in turn; a copy for another agent carries that
+        agent's name in ``agent_ref``. A row's own ``_ng_rollout_id`` names one rollout: with
+        several each gets it plus ``-r<rollout index>``, so no two rollouts share an id (and their
+        captured calls).
         """
-        agent = prepared[AGENT_REF_KEY]["name"]
-        repeats = self.repeats_for(agent)
+        own = prepared[AGENT_REF_KEY]["name"]
+        if plan is None:
+            plan = [(own, self.repeats_for(own))]
+        total = sum(count for _, count in plan)
         given = prepared.get(ROLLOUT_ID_KEY)
-        for rollout in range(first_rollout, first_rollout + repeats):
-            row = {TASK_INDEX_KEY: task_index, ROLLOUT_INDEX_KEY: rollout, **prepared}
-            if isinstance(given, str) and given and (repeats > 1 or first_rollout > 0):
-                row[ROLLOUT_ID_KEY] = f"{given}-r{rollout}"
-            if self.add_seed:
-                row["responses_create_params"] = with_seed(row["responses_create_params"], rollout)
-            yield row
+        rollout = first_rollout
+        for agent, count in plan:
+            copy = prepared
+            if agent is not None and agent != own:
+                copy = {**prepared, AGENT_REF_KEY: {**prepared[AGENT_REF_KEY], "name": agent}}
+            for _ in range(count):
+                row = {TASK_INDEX_KEY: task_index, ROLLOUT_INDEX_KEY: rollout, **copy}
+                if isinstance(given, str) and given and (total > 1 or first_rollout > 0):
+                    row[ROLLOUT_ID_KEY] = f"{given}-r{rollout}"
+                if self.add_seed:
+                    row["responses_create_params"] = with_seed(row["responses_create_params"], rollout)
+                yield row
+                rollout += 1
 
 
 def with_seed(params: Mapping[str, Any], seed: int) -> dict[str, Any]:

@@ -122,9 +122,21 @@ class RolloutCollectionConfig(SharedRolloutCollectionConfig):
             "name] > agent_map._default > the row's agent_ref."
         ),
     )
+    fan_out: dict[str, list[str]] | None = Field(
+        default=None,
+        description=(
+            "Run each row whose agent_ref.name or task_source is a key once per listed agent, e.g. "
+            "{my_env_agent: [agent_a, agent_b]}: each copy has its own rollout index, and num_repeats "
+            "applies per agent."
+        ),
+    )
     limit: int | None = Field(default=None, ge=0, description="Use only the first N valid rows.")
     num_repeats: int | dict[str, int] = Field(
-        default=1, description="Rollouts per row: an int, or {agent name: n} with an optional _default."
+        default=1,
+        description=(
+            "Rollouts per row: an int, or {agent: n} keyed by the agent a row goes to or by its own "
+            "agent_ref.name / task_source (the agent wins), with an optional _default (else 1)."
+        ),
     )
     num_repeats_add_seed: bool = Field(
         default=False, description="Give each repeat its own seed through metadata.extra_body."
@@ -185,6 +197,9 @@ class RolloutCollectionConfig(SharedRolloutCollectionConfig):
             raise ValueError(f"+num_repeats must be >= 1 (or a map of agent name → n >= 1), got {repeats!r}")
         if self.shard_index >= self.num_shards:
             raise ValueError(f"+shard_index={self.shard_index} must be < +num_shards={self.num_shards}")
+        for key, agents in (self.fan_out or {}).items():
+            if not agents:
+                raise ValueError(f"+fan_out.{key} must list one or more agents, got {agents!r}")
         if self.agent_name is not None:
             # +agent_name is shorthand for agent_map._default: fold it in so one map routes every row.
             default = (self.agent_map or {}).get(DEFAULT_ROUTE)
@@ -231,7 +246,11 @@ class RolloutCollectionConfig(SharedRolloutCollectionConfig):
     def row_materializer(self) -> RowMaterializer:
         """How this collection prepares each input row (agent, repeats, seeds, overrides, prompt)."""
         return RowMaterializer(
-            agent_map=dict(self.agent_map or {}),
+            agent_name=self.agent_name,  # folded into agent_map._default too; kept to name it in errors
+            agent_map={
+                k: v for k, v in (self.agent_map or {}).items() if (k, v) != (DEFAULT_ROUTE, self.agent_name)
+            },
+            fan_out=dict(self.fan_out or {}),
             num_repeats=self.num_repeats,
             add_seed=self.num_repeats_add_seed,
             responses_create_params=self.responses_create_params,
