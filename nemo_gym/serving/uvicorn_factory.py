@@ -14,6 +14,11 @@ from nemo_gym.serving.process_hooks import SHUTDOWN_CLEANUPS
 from nemo_gym.serving.request_guard import DEFAULT_HEADER_TIMEOUT_S, header_timeout_protocol
 from nemo_gym.serving.write_coalescing import coalescing_protocol
 
+# A SIGTERM lets requests in flight finish for this long, then cancels them and the process exits.
+# Without a bound, one handler that never returns (a verify waiting on a cohort that will not
+# come, a hung upstream) keeps the server alive after its launcher is gone, holding its port.
+GRACEFUL_SHUTDOWN_S = 10.0
+
 
 def make_uvicorn_server(
     app: ASGIApp, embedded: bool = False, header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S
@@ -22,7 +27,8 @@ def make_uvicorn_server(
     one write per answer (:mod:`nemo_gym.serving.write_coalescing`), no ``X-Forwarded-*`` rewriting
     (nothing here reads the client address, and a server is reached directly, never through a proxy).
 
-    Connections whose request headers are not complete within ``header_timeout_s`` are closed.
+    Connections whose request headers are not complete within ``header_timeout_s`` are closed;
+    a SIGTERM waits at most :data:`GRACEFUL_SHUTDOWN_S` for requests in flight.
     ``embedded`` servers do not install signal handlers (their host process owns the signals).
     """
     import uvicorn
@@ -42,6 +48,7 @@ def make_uvicorn_server(
         ),
         proxy_headers=False,
         timeout_keep_alive=75,
+        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
         backlog=4096,
     )
 
