@@ -17,7 +17,7 @@ from nemo_gym.serving.write_coalescing import coalescing_protocol
 # A SIGTERM lets requests in flight finish for this long, then cancels them and the process exits.
 # Without a bound, one handler that never returns (a verify waiting on a cohort that will not
 # come, a hung upstream) keeps the server alive after its launcher is gone, holding its port.
-GRACEFUL_SHUTDOWN_S = 10.0
+GRACEFUL_SHUTDOWN_S = 10
 
 
 def make_uvicorn_server(

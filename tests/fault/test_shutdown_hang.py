@@ -25,7 +25,7 @@ SERVER = textwrap.dedent(
         BaseResourcesServerConfig, BaseVerifyRequest, BaseVerifyResponse, SimpleResourcesServer, tool,
     )
 
-    factory.GRACEFUL_SHUTDOWN_S = float(sys.argv[1])
+    factory.GRACEFUL_SHUTDOWN_S = int(sys.argv[1])
 
 
     class Hang(SimpleResourcesServer):
@@ -52,7 +52,7 @@ def test_a_server_with_a_handler_that_never_returns_exits_on_sigterm(tmp_path: P
     script = tmp_path / "hang_server.py"
     script.write_text(SERVER)
     process = subprocess.Popen(
-        [sys.executable, str(script), "1.0"],
+        [sys.executable, str(script), "1"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
