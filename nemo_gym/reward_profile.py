@@ -529,6 +529,7 @@ def compute_aggregate_metrics(
     ``key_metrics`` is ``get_key_metrics_fn(agent_metrics)`` when given.
     """
     from nemo_gym.collection.metrics import compute_aggregate_metrics as our_metrics
+    from nemo_gym.collection.repeat_metrics import repeat_level_metrics
     from nemo_gym.config_types import AggregateMetrics
 
     if not verify_responses:
@@ -564,4 +565,5 @@ def compute_aggregate_metrics(
         agent_metrics=agent_metrics,
         key_metrics=key_metrics,
         group_level_metrics=metrics["group_level_metrics"],
+        repeat_level_metrics=repeat_level_metrics(verify_responses),
     )
