@@ -65,7 +65,7 @@ class AggregateMetrics(BaseModel):
     group_level_metrics: list[dict[str, Any]] = Field(default_factory=list)
     agent_metrics: dict[str, Any] = Field(default_factory=dict)
     key_metrics: dict[str, Any] = Field(default_factory=dict)
-    # NeMo Gym 0.6.0's per-repeat summaries (see nemo_gym.collection.repeat_metrics); 0.7.0 has none.
+    # NeMo Gym's per-repeat summaries (0.6.0 on; see nemo_gym.collection.repeat_metrics).
     repeat_level_metrics: list[dict[str, Any]] = Field(default_factory=list)
 
 

@@ -1,4 +1,4 @@
-"""NeMo Gym 0.6.0's ``AggregateMetrics.repeat_level_metrics``: per-repeat summaries."""
+"""NeMo Gym's (0.6.0 on) ``AggregateMetrics.repeat_level_metrics``: per-repeat summaries."""
 
 from __future__ import annotations
 

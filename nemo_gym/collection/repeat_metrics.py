@@ -1,4 +1,4 @@
-"""Per-repeat summary statistics: NeMo Gym 0.6.0's ``AggregateMetrics.repeat_level_metrics``.
+"""Per-repeat summary statistics: NeMo Gym's (0.6.0 on) ``AggregateMetrics.repeat_level_metrics``.
 
 One entry per (agent, rollout index) for every agent run more than once per task: how many
 tasks that repeat covers (``sample_count``, ``missing_count``) and, for each measurement of
