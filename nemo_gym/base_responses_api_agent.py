@@ -158,7 +158,10 @@ class SimpleResponsesAPIAgent(BaseServer):
             from nemo_gym.collection.nemo_gym_compat import task_grouped_metrics
 
             metrics = task_grouped_metrics(
-                rows, self.compute_metrics, lambda agent, _: self.get_key_metrics(agent)
+                rows,
+                self.compute_metrics,
+                lambda agent, _: self.get_key_metrics(agent),
+                compute_repeat_metrics=getattr(self, "compute_repeat_metrics", None),
             )
         elif self.config.resources_server is not None:
             metrics = await self.server_client.post_json(

@@ -528,8 +528,8 @@ def compute_aggregate_metrics(
     finite in every repeat gets ``mean_across_repeats/<name>`` and ``std_across_repeats/<name>``;
     ``key_metrics`` is ``get_key_metrics_fn(agent_metrics)`` when given.
     """
+    from nemo_gym.collection.field_stats import add_field_stats
     from nemo_gym.collection.metrics import compute_aggregate_metrics as our_metrics
-    from nemo_gym.collection.repeat_metrics import repeat_level_metrics
     from nemo_gym.config_types import AggregateMetrics
 
     if not verify_responses:
@@ -543,21 +543,7 @@ def compute_aggregate_metrics(
             for group in metrics["group_level_metrics"]:
                 group.update(per_task.get(group.get("_ng_task_index"), {}))
         agent_metrics.update(custom)
-    if compute_repeat_metrics_fn is not None:
-        repeats: dict[Any, list[dict[str, Any]]] = {}
-        for row in verify_responses:
-            repeats.setdefault(row.get("_ng_rollout_index", 0), []).append(row)
-        per_repeat = [compute_repeat_metrics_fn(_by_task(repeats[r])) or {} for r in sorted(repeats, key=str)]
-        for name in sorted({n for m in per_repeat for n in m}):
-            values = [m.get(name) for m in per_repeat]
-            if all(
-                isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) for v in values
-            ):
-                numbers = [float(v) for v in values]  # type: ignore[arg-type]
-                agent_metrics[f"mean_across_repeats/{name}"] = statistics.fmean(numbers)
-                agent_metrics[f"std_across_repeats/{name}"] = (
-                    statistics.stdev(numbers) if len(numbers) > 1 else 0.0
-                )
+    add_field_stats(metrics, verify_responses, compute_repeat_metrics_fn)
     key_metrics = (
         get_key_metrics_fn(agent_metrics) if get_key_metrics_fn is not None else metrics["key_metrics"]
     )
@@ -565,5 +551,5 @@ def compute_aggregate_metrics(
         agent_metrics=agent_metrics,
         key_metrics=key_metrics,
         group_level_metrics=metrics["group_level_metrics"],
-        repeat_level_metrics=repeat_level_metrics(verify_responses),
+        repeat_level_metrics=metrics["repeat_level_metrics"],
     )

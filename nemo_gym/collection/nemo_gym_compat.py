@@ -305,12 +305,15 @@ def task_grouped_metrics(
     compute_metrics: Callable[[list[list[dict[str, Any]]]], Mapping[str, Any] | None],
     key_metrics: Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]],
     answer_field: str | None = None,
+    compute_repeat_metrics: Callable[[list[list[Any]]], Mapping[str, Any] | None] | None = None,
 ) -> dict[str, Any]:
     """The default metrics of verify answers plus a NeMo Gym-style ``compute_metrics(tasks)``
     (answers grouped by task index; its ``per_task_metrics``, a list of dicts naming their
     ``_ng_task_index`` or a dict by task index, merged into each task's group metrics, the rest
-    into ``agent_metrics``), with ``key_metrics(agent_metrics,
-    default)`` choosing the key metrics."""
+    into ``agent_metrics``) and NeMo Gym's field statistics
+    (:func:`nemo_gym.collection.field_stats.add_field_stats`, with ``compute_repeat_metrics``),
+    with ``key_metrics(agent_metrics, default)`` choosing the key metrics."""
+    from nemo_gym.collection.field_stats import add_field_stats
     from nemo_gym.collection.metrics import compute_aggregate_metrics
 
     metrics = compute_aggregate_metrics(verify_responses, answer_field=answer_field)
@@ -326,6 +329,7 @@ def task_grouped_metrics(
             extra = per_task.get(group.get(TASK_INDEX_KEY), {})
             group.update({k: v for k, v in extra.items() if k != TASK_INDEX_KEY})
     metrics["agent_metrics"].update(custom)
+    add_field_stats(metrics, verify_responses, compute_repeat_metrics)
     metrics["key_metrics"] = key_metrics(metrics["agent_metrics"], metrics["key_metrics"])
     return metrics
 
