@@ -132,6 +132,9 @@ class CollectionRun:
         raw_config: Mapping[str, Any] | None = None,
     ) -> None:
         self.run_one = run_one
+        # Replaces the metrics step when set: ``aggregate(results_path)`` answers the summaries
+        # (a helper subclass overriding NeMo Gym's ``_call_aggregate_metrics`` hook).
+        self.aggregate: Callable[[Path], Awaitable[list[dict[str, Any]]]] | None = None
         self.raw_config = raw_config  # the whole config, for the trackers' own keys
         self.settings = settings
         self.client = client
@@ -243,7 +246,9 @@ class CollectionRun:
         self.summary.results_in_file = scan.rows + self.summary.succeeded
         if self.verbose:
             self._print_summary()
-        if not settings.disable_aggregation:
+        if not settings.disable_aggregation and self.aggregate is not None:
+            self.summary.metrics = await self.aggregate(paths.output)
+        elif not settings.disable_aggregation:
             self.summary.metrics = await aggregate_results_file(
                 paths.output, paths.aggregate_metrics, self.client, verbose=self.verbose
             )
@@ -295,7 +300,10 @@ class CollectionRun:
     async def _check_agents(self, agents: set[str], named: Mapping[str, str]) -> None:
         """Every agent the rows go to, and every agent the command line names (``named``: agent →
         the argument naming it, such as ``+agent_map.old``), is registered with the head server;
-        else a ConfigError naming it and the argument."""
+        else a ConfigError naming it and the argument. A NeMo Gym-style client (a helper's
+        ``setup_server_client`` override) has no registry to ask: nothing is checked."""
+        if not callable(getattr(self.client, "resolve", None)):
+            return
         for agent in sorted(agents | set(named)):
             try:
                 await self.client.resolve(agent)
@@ -404,6 +412,10 @@ class CollectionRun:
         failures.append(
             {
                 **row,
+                **{  # the answer's own text may echo a key or URL too
+                    k: redact_text(v) if isinstance(v, str) else v
+                    for k, v in (outcome.failure_fields or {}).items()
+                },
                 ATTEMPT_INDEX_KEY: attempt,
                 FAILURE_CLASS_KEY: cls,
                 ERROR_KEY: redact_text(outcome.error or ""),  # an upstream may echo a key or URL

@@ -199,6 +199,8 @@ class RolloutCollectionHelper:
             return await self.run_one(row, client=client, agent_name=agent_name, timeout_s=timeout_s)
 
         run = CollectionRun(one, settings, client, verbose, config if isinstance(config, Mapping) else None)
+        if type(self)._call_aggregate_metrics is not RolloutCollectionHelper._call_aggregate_metrics:
+            run.aggregate = self._aggregate_through_hook
         failures, materialized = run.paths.failures, run.paths.materialized_inputs
         failures_existed, materialized_existed = failures.exists(), materialized.exists()
         try:
@@ -214,8 +216,8 @@ class RolloutCollectionHelper:
                     materialized.unlink(missing_ok=True)
             raise
         finally:
-            if client is not self.server_client:
-                await client.close()
+            if client is not self.server_client and isinstance(client, ServerClient):
+                await client.close()  # a NeMo Gym-style client from an override closes itself
 
     # ---- NeMo Gym's lower-level names, with its return shapes --------------------------------
     def _preprocess_rows_from_config(self, config: RolloutCollectionConfig) -> list[dict[str, Any]]:
@@ -279,6 +281,21 @@ class RolloutCollectionHelper:
                     result_strs.append([stripped])
                     rows.append(by_key[key])
         return input_rows, rows, results, result_strs
+
+    async def _aggregate_through_hook(self, results_path: Path) -> list[dict[str, Any]]:
+        """The metrics step through an overridden ``_call_aggregate_metrics`` (NeMo Gym's hook,
+        given the results as both rows and results): the summaries of the file it wrote, if any."""
+        results = [row for _, row in iter_jsonl(results_path)]
+        written = await self._call_aggregate_metrics(results, results, results_path)
+        if written is None or not Path(written).is_file():
+            return []
+        entries = orjson.loads(Path(written).read_bytes())
+        keys = (AGENT_REF_KEY, "agent_metrics", "key_metrics")
+        return (
+            [{k: e[k] for k in keys if k in e} for e in entries if isinstance(e, dict)]
+            if isinstance(entries, list)
+            else []
+        )
 
     async def _call_aggregate_metrics(
         self, results: list[dict[str, Any]], rows: list[dict[str, Any]], output_fpath: Path | str

@@ -40,7 +40,7 @@ from nemo_gym.failure_classes import (
     UNREACHABLE,
     failure_class_of_call,
 )
-from nemo_gym.serving.server_client import ServerCallError, ServerClient, raise_for_status
+from nemo_gym.serving.server_client import ServerCallError, ServerClient, ServerResponse, raise_for_status
 
 MAX_ERROR_CHARS = 4000
 MAX_RESPONSE_CONTENT_BYTES = 64 * 1024
@@ -61,6 +61,9 @@ class RolloutOutcome:
     elapsed_s: float = 0.0
     status: int | None = None  # the agent's HTTP status, when it answered an error
     response_content: bytes | None = None  # the agent's error body, when it answered one
+    # A verify answer that named its own failure: its fields (``response`` left out), kept in
+    # the failures row as NeMo Gym keeps the answer (``error``, diagnostics).
+    failure_fields: dict[str, Any] | None = None
 
 
 class RolloutFailedError(Exception):
@@ -141,6 +144,21 @@ def rollout_request_debug_summary(row: Mapping[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in summary.items() if value is not None}
 
 
+async def as_server_response(resp: Any) -> ServerResponse:
+    """``resp`` as a :class:`ServerResponse`: itself, or an aiohttp-shaped answer (``status``, an
+    async ``read()``, ``cookies``) that a NeMo Gym-style client returns (a helper whose
+    ``setup_server_client`` is overridden, as NeMo Gym's own tests drive the collector) read whole."""
+    if isinstance(resp, ServerResponse):
+        return resp
+    body = await resp.read()
+    cookies = getattr(resp, "cookies", None) or {}
+    return ServerResponse(
+        int(resp.status),
+        body if isinstance(body, bytes) else bytes(body),
+        {str(k): str(getattr(v, "value", v)) for k, v in dict(cookies).items()},
+    )
+
+
 async def run_one(
     row: dict[str, Any],
     client: ServerClient,
@@ -160,7 +178,9 @@ async def run_one(
     resp = None
     try:
         async with asyncio.timeout(timeout_s):
-            resp = await client.post(agent, "/run", row, timeout_s=timeout_s, rollout_id=rollout_id_for(row))
+            resp = await as_server_response(
+                await client.post(agent, "/run", row, timeout_s=timeout_s, rollout_id=rollout_id_for(row))
+            )
         result = raise_for_status(resp, agent, "/run")
     except TimeoutError:
         outcome.failure_class = TIMEOUT
@@ -189,7 +209,13 @@ async def run_one(
             # A verify answer that names its own failure (NeMo Gym's judge_failsafe row:
             # reward 0.0 with _ng_failure_class) is a failure, never a reward of 0.
             outcome.failure_class = named_failure
-            reason = result.get("_ng_failure_judge_error") or result.get("failure_reason") or ""
+            outcome.failure_fields = {k: v for k, v in result.items() if k != "response"}
+            reason = (
+                result.get("_ng_failure_judge_error")
+                or result.get("failure_reason")
+                or result.get("error")
+                or ""
+            )
             outcome.error = clip(f"{agent}/run: the verifier reported {named_failure}: {reason}")
         elif isinstance(reward, bool) or not isinstance(reward, int | float) or not math.isfinite(reward):
             outcome.failure_class = AGENT_ERROR
