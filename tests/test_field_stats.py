@@ -14,7 +14,9 @@ def _row(task: int, repeat: int, output_tokens: int, reward: float) -> dict[str,
         "_ng_rollout_index": repeat,
         "reward": reward,
         "solved": reward > 0,
-        "response": {"usage": {"output_tokens": output_tokens, "output_tokens_details": {"reasoning_tokens": 1}}},
+        "response": {
+            "usage": {"output_tokens": output_tokens, "output_tokens_details": {"reasoning_tokens": 1}}
+        },
     }
 
 
