@@ -115,9 +115,9 @@ def add_field_stats(
             agent[f"mean_across_repeats/{name}"] = statistics.fmean(numbers)
             agent[f"std_across_repeats/{name}"] = statistics.stdev(numbers) if len(numbers) > 1 else 0.0
             for entry in repeats:
-                value = per_repeat.get(entry[ROLLOUT_INDEX_KEY], {}).get(name)
-                if _finite(value):
-                    entry[name] = float(value)
+                found = per_repeat.get(entry[ROLLOUT_INDEX_KEY], {}).get(name)
+                if _finite(found):
+                    entry[name] = float(found)  # type: ignore[arg-type]
     metrics["repeat_level_metrics"] = repeats
 
 
