@@ -40,6 +40,50 @@ CONFIG = "resources_servers/mcqa/configs/trl_letter.yaml"
 DATA = ROOT / "resources_servers/mcqa/data/trl_letter.jsonl"
 
 
+def run_grpo(
+    args: argparse.Namespace,
+    out: Path,
+    model_path: Path,
+    dataset: Any,
+    reward_funcs: Any,
+    max_completion_length: int,
+    **trainer_kwargs: Any,
+) -> float:
+    """Train the tiny model at ``model_path`` with TRL's GRPOTrainer on CPU (``args``: steps,
+    lr, seed, generations); ``trainer_kwargs`` go to the trainer (``rollout_func``,
+    ``environment_factory``). Returns the seconds training took."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import GRPOConfig, GRPOTrainer
+
+    grpo = GRPOConfig(
+        output_dir=str(out / "trainer"),
+        use_cpu=True,
+        seed=args.seed,
+        max_steps=args.steps,
+        learning_rate=args.lr,
+        per_device_train_batch_size=args.generations,
+        num_generations=args.generations,
+        max_completion_length=max_completion_length,
+        temperature=1.0,
+        beta=0.0,
+        logging_steps=1,
+        save_strategy="no",
+        report_to=[],
+        disable_tqdm=True,
+    )
+    trainer = GRPOTrainer(
+        model=AutoModelForCausalLM.from_pretrained(model_path),
+        processing_class=AutoTokenizer.from_pretrained(model_path),
+        reward_funcs=reward_funcs,
+        args=grpo,
+        train_dataset=dataset,
+        **trainer_kwargs,
+    )
+    started = time.monotonic()
+    trainer.train()
+    return time.monotonic() - started
+
+
 def quarter_means(values: list[float]) -> tuple[float, float]:
     """Mean of the first and of the last quarter (at least one value each)."""
     size = max(1, len(values) // 4)
@@ -81,8 +125,6 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
     """Start the stack, run GRPO, stop the stack; the run's summary."""
     import torch
     from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from trl import GRPOConfig, GRPOTrainer
 
     from nemo_gym.bridges.trl_rewards import VerifyReward, server_url, trl_dataset_columns
     from nemo_gym.engine.tiny_model import build_tiny_model
@@ -113,33 +155,7 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
             url = bridge.enter_context(running_app(openenv_app(server_url(config, "mcqa"), rows)))
             reward_funcs = _recorded(openenv_reward, reward.history)
             extra["environment_factory"] = openenv_environment_factory(url)
-        grpo = GRPOConfig(
-            output_dir=str(out / "trainer"),
-            use_cpu=True,
-            seed=args.seed,
-            max_steps=args.steps,
-            learning_rate=args.lr,
-            per_device_train_batch_size=args.generations,
-            num_generations=args.generations,
-            max_completion_length=4,
-            temperature=1.0,
-            beta=0.0,
-            logging_steps=1,
-            save_strategy="no",
-            report_to=[],
-            disable_tqdm=True,
-        )
-        trainer = GRPOTrainer(
-            model=AutoModelForCausalLM.from_pretrained(model_path),
-            processing_class=AutoTokenizer.from_pretrained(model_path),
-            reward_funcs=reward_funcs,
-            args=grpo,
-            train_dataset=dataset,
-            **extra,
-        )
-        started = time.monotonic()
-        trainer.train()
-        seconds = time.monotonic() - started
+        seconds = run_grpo(args, out, model_path, dataset, reward_funcs, max_completion_length=4, **extra)
     finally:
         bridge.close()
         handle.stop()

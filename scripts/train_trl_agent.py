@@ -26,13 +26,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from train_trl import plot, quarter_means  # noqa: E402 - the sibling script's helpers
+from train_trl import plot, quarter_means, run_grpo  # noqa: E402 - the sibling script's helpers
 
 CONFIGS = [
     "resources_servers/letter_lookup/configs/letter_lookup.yaml",
@@ -46,8 +45,6 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
     """Start the stack, run GRPO over agent rollouts, stop the stack; the run's summary."""
     import torch
     from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from trl import GRPOConfig, GRPOTrainer
 
     from nemo_gym.bridges.trl_rewards import server_url, trl_dataset_columns
     from nemo_gym.bridges.trl_rollouts import AgentRollouts, rollout_reward
@@ -83,32 +80,9 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
             weights_dir=out / "weights",
             skip_calls=[0],  # the lookup call the engine's test hook wrote: not the policy's choice
         )
-        grpo = GRPOConfig(
-            output_dir=str(out / "trainer"),
-            use_cpu=True,
-            seed=args.seed,
-            max_steps=args.steps,
-            learning_rate=args.lr,
-            per_device_train_batch_size=args.generations,
-            num_generations=args.generations,
-            max_completion_length=256,
-            beta=0.0,
-            logging_steps=1,
-            save_strategy="no",
-            report_to=[],
-            disable_tqdm=True,
+        seconds = run_grpo(
+            args, out, model_path, dataset, rollout_reward, max_completion_length=256, rollout_func=rollouts
         )
-        trainer = GRPOTrainer(
-            model=AutoModelForCausalLM.from_pretrained(model_path),
-            processing_class=AutoTokenizer.from_pretrained(model_path),
-            reward_funcs=rollout_reward,
-            args=grpo,
-            train_dataset=dataset,
-            rollout_func=rollouts,
-        )
-        started = time.monotonic()
-        trainer.train()
-        seconds = time.monotonic() - started
     finally:
         handle.stop()
 
