@@ -23,7 +23,6 @@ from openai.types.responses import (
     ResponseOutputText,
     ResponseReasoningItem,
     ResponseUsage,
-    Tool,
 )
 from openai.types.responses.response_output_item import McpCall
 from openai.types.responses.response_reasoning_item import Summary
@@ -36,8 +35,6 @@ from pydantic import (
     Field,
     SerializerFunctionWrapHandler,
     Tag,
-    TypeAdapter,
-    ValidationError,
     field_validator,
     model_serializer,
 )
@@ -469,20 +466,6 @@ def accumulate_response_usage(
     return add_usage(total.model_copy(deep=True), additional)  # type: ignore[no-any-return]
 
 
-_TOOL = TypeAdapter(Tool)
-
-
-def _typed_tool(tool: Any) -> Any:
-    """``tool`` as the ``openai`` SDK's typed tool (a ``FunctionTool`` for a function), as NeMo
-    Gym's response (the SDK's ``Response``) holds it; a tool the SDK does not know stays as given."""
-    if not isinstance(tool, dict):
-        return tool
-    try:
-        return _TOOL.validate_python(tool, by_alias=True, by_name=True)
-    except ValidationError:
-        return tool
-
-
 def _attr(value: Any, key: str) -> Any:
     """A field of a plain dict or of a typed item."""
     return value.get(key) if isinstance(value, dict) else getattr(value, key, None)
@@ -507,12 +490,6 @@ class NeMoGymResponse(_FieldAccess, Response, _NeMoGymKeys):
     tool_choice: Any
     tools: list[Any]  # type: ignore[assignment]
     usage: NeMoGymResponseUsage | None = None
-
-    @field_validator("tools", mode="after")
-    @classmethod
-    def _typed_tools(cls, tools: list[Any]) -> list[Any]:
-        """Each tool typed as in NeMo Gym, so a response rebuilt from its dump equals the original."""
-        return [_typed_tool(tool) for tool in tools]
 
     @property
     def output_text(self) -> str:
