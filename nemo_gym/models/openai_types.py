@@ -23,6 +23,7 @@ from openai.types.responses import (
     ResponseOutputText,
     ResponseReasoningItem,
     ResponseUsage,
+    Tool,
 )
 from openai.types.responses.response_output_item import McpCall
 from openai.types.responses.response_reasoning_item import Summary
@@ -33,8 +34,12 @@ from pydantic import (
     ConfigDict,
     Discriminator,
     Field,
+    FieldSerializationInfo,
     SerializerFunctionWrapHandler,
     Tag,
+    TypeAdapter,
+    ValidationError,
+    field_serializer,
     field_validator,
     model_serializer,
 )
@@ -466,6 +471,30 @@ def accumulate_response_usage(
     return add_usage(total.model_copy(deep=True), additional)  # type: ignore[no-any-return]
 
 
+_TOOL: TypeAdapter[Any] = TypeAdapter(Tool)
+
+
+def _typed_tool(tool: Any) -> Any:
+    """``tool`` as the ``openai`` SDK's typed tool (a ``FunctionTool`` for a function), as NeMo
+    Gym's response (the SDK's ``Response``) holds it; a tool the SDK does not know stays as given."""
+    if not isinstance(tool, dict):
+        return tool
+    try:
+        return _TOOL.validate_python(tool, by_alias=True, by_name=True)
+    except ValidationError:
+        return tool
+
+
+def _dump_tool(tool: Any, info: FieldSerializationInfo) -> Any:
+    """A typed tool dumped with the fields it was given (a dict tool comes back as it was sent:
+    no ``strict: null`` or ``description: null`` added); anything else as it is."""
+    if not isinstance(tool, BaseModel):
+        return tool
+    return tool.model_dump(
+        mode=info.mode, by_alias=info.by_alias, exclude_unset=True, exclude_none=info.exclude_none
+    )
+
+
 def _attr(value: Any, key: str) -> Any:
     """A field of a plain dict or of a typed item."""
     return value.get(key) if isinstance(value, dict) else getattr(value, key, None)
@@ -490,6 +519,17 @@ class NeMoGymResponse(_FieldAccess, Response, _NeMoGymKeys):
     tool_choice: Any
     tools: list[Any]  # type: ignore[assignment]
     usage: NeMoGymResponseUsage | None = None
+
+    @field_validator("tools", mode="after")
+    @classmethod
+    def _typed_tools(cls, tools: list[Any]) -> list[Any]:
+        """Each tool typed as in NeMo Gym, so a response rebuilt from its dump equals the original."""
+        return [_typed_tool(tool) for tool in tools]
+
+    @field_serializer("tools", mode="plain")
+    def _tools_as_given(self, tools: list[Any], info: FieldSerializationInfo) -> list[Any]:
+        """Each typed tool dumped with the fields it was given (see :func:`_dump_tool`)."""
+        return [_dump_tool(tool, info) for tool in tools]
 
     @property
     def output_text(self) -> str:
