@@ -437,6 +437,36 @@ def test_needs_marks_gpu_network_and_a_data_step(tmp_path: Path) -> None:
     assert folder_needs(words) == {}
 
 
+def test_needs_sees_a_companion_server_the_example_config_starts(tmp_path: Path) -> None:
+    """0.4.0's rdkit_chemistry: its rows go through ns_tools, a resources server its example
+    config also starts, whose requirement is cloned from git: the folder needs the network, and
+    the reason names the companion, the config and the requirement's line."""
+    from nemo_gym.tools.env_pull_needs import folder_needs
+
+    servers = tmp_path / "resources_servers"
+    (servers / "tools_srv").mkdir(parents=True)
+    (servers / "tools_srv" / "app.py").write_text("")
+    (servers / "tools_srv" / "requirements.txt").write_text("skills @ git+https://host.org/skills.git@abc\n")
+    chem = servers / "chem"
+    (chem / "configs").mkdir(parents=True)
+    (chem / "data").mkdir()
+    (chem / "app.py").write_text("")
+    (chem / "data" / "example.jsonl").write_text("{}\n")
+    config = (
+        "chem:\n  resources_servers:\n    chem: {entrypoint: app.py}\n"
+        "chem_tools:\n  resources_servers:\n    tools_srv: {entrypoint: app.py}\n"
+        "chem_agent:\n  responses_api_agents:\n    simple_agent:\n      entrypoint: app.py\n"
+        "      resources_server: {type: resources_servers, name: chem_tools}\n"
+    )
+    (chem / "configs" / "chem.yaml").write_text(config)
+    assert folder_needs(chem) == {
+        "network": "its example config (configs/chem.yaml) also starts resources server tools_srv, which "
+        "clones a repository (requirements.txt:1: skills @ git+https://host.org/skills.git@abc)"
+    }
+    (servers / "tools_srv" / "requirements.txt").write_text("numpy\n")
+    assert folder_needs(chem) == {}
+
+
 def test_needs_sees_downloads_images_agents_and_row_media(tmp_path: Path) -> None:
     """What the static rule reads besides code patterns: a clone spelled as an argv list, a
     requirement from a URL, an NLTK download, rows naming a registry image, an example agent

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 AGENTS = "responses_api_agents"
+RESOURCES = "resources_servers"
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,16 @@ def declared_agents(config: dict[str, Any]) -> dict[str, tuple[str, dict[str, An
         if isinstance(impls, dict) and len(impls) == 1:
             impl, body = next(iter(impls.items()))
             out[str(instance)] = (str(impl), body if isinstance(body, dict) else {})
+    return out
+
+
+def started_servers(config: Path) -> list[str]:
+    """The resources server implementations (folder names) a config file declares, in order."""
+    out: list[str] = []
+    for block in _load(config).values():
+        impls = block.get(RESOURCES) if isinstance(block, dict) else None
+        if isinstance(impls, dict):
+            out += [str(impl) for impl in impls if str(impl) not in out]
     return out
 
 

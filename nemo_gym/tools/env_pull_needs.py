@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from nemo_gym.tools.env_example_run import AGENTS, example_run
+from nemo_gym.tools.env_example_run import AGENTS, RESOURCES, example_run, started_servers
 
 # The classification rule. A folder "needs" something when any file in it (code, tests,
 # requirements) matches one of these patterns; the matching pattern is reported as the reason.
@@ -230,20 +230,32 @@ def example_row_needs(folder: Path) -> dict[str, str]:
 
 
 def example_agent_needs(folder: Path) -> dict[str, str]:
-    """What the agent that runs the example rows (:func:`~nemo_gym.tools.env_example_run.example_run`)
-    needs when it starts (its runtime code, not its tests): a GPU or the network."""
+    """What the servers that run the example rows with it
+    (:func:`~nemo_gym.tools.env_example_run.example_run`) need when they start (their runtime code
+    and requirements, not their tests): a GPU or the network. Those are the agent and every other
+    resources server the example config starts (``rdkit_chemistry``'s rows go through
+    ``ns_tools``, whose requirement is cloned from git)."""
     run = example_run(folder)
-    if run is None or run.implementation is None:
-        return {}
-    agent = folder.parent.parent / AGENTS / run.implementation
-    if not agent.is_dir() or agent == folder:
+    if run is None:
         return {}
     config = run.config.relative_to(folder) if run.config.is_relative_to(folder) else run.config
-    return {
-        category: f"its example agent {run.implementation} ({config}) {reason}"
-        for category, reason in classify_folder(agent, runtime_only=True).items()
-        if category in ("gpu", "network")
-    }
+    wheel = folder.parent.parent
+    others = [
+        (RESOURCES, impl, f"its example config ({config}) also starts resources server {impl}, which")
+        for impl in started_servers(run.config)
+        if impl != folder.name
+    ]
+    if run.implementation is not None:
+        others.insert(0, (AGENTS, run.implementation, f"its example agent {run.implementation} ({config})"))
+    needs: dict[str, str] = {}
+    for kind, impl, who in others:
+        companion = wheel / kind / impl
+        if not companion.is_dir() or companion == folder:
+            continue
+        for category, reason in classify_folder(companion, runtime_only=True).items():
+            if category in ("gpu", "network"):
+                needs.setdefault(category, f"{who} {reason}")
+    return needs
 
 
 # A data file named by the server's code: a string literal ending in one of these suffixes.
