@@ -280,7 +280,7 @@ def _pull_summary(out: str) -> str:
     notes = [
         ln
         for ln in out.splitlines()
-        if ln.startswith(("also pulled", "replaced", "installed", "not installed"))
+        if ln.startswith(("also pulled", "replaced", "pinned", "release pins", "installed", "not installed"))
     ]
     return "; ".join(notes)[:300]
 

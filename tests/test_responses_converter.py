@@ -670,11 +670,18 @@ def test_chat_messages_to_items_keep_tool_parts_and_refuse_unknown_roles() -> No
 
 def test_item_dumps_carry_the_keys_of_nemo_gyms_openai_version() -> None:
     """aviary_agent's test compares a function call's dump with openai 2.44's keys: fields the
-    installed openai added (``caller``, ``async``) are left out while unset, kept when set."""
+    installed openai added (``caller``, ``async``) are left out while unset, kept when set. Under
+    an older openai (0.4.0's pin, ``openai<=2.7.2``), the keys that one has."""
+    from openai.types.responses import ResponseFunctionToolCall, ResponseFunctionToolCallOutputItem
+
     from nemo_gym.openai_utils import NeMoGymResponseFunctionCallOutput, NeMoGymResponseFunctionToolCall
 
+    def known(model: type) -> set[str]:
+        return {field.alias or name for name, field in model.model_fields.items()}
+
     call = NeMoGymResponseFunctionToolCall(call_id="c1", name="tool_1", arguments="{}")
-    assert set(call.model_dump()) == {"arguments", "call_id", "name", "type", "id", "namespace", "status"}
+    keys_2_44 = {"arguments", "call_id", "name", "type", "id", "namespace", "status"}
+    assert set(call.model_dump()) == keys_2_44 & known(ResponseFunctionToolCall)
     assert call.model_dump(by_alias=True) == call.model_dump()
     assert (
         NeMoGymResponseFunctionToolCall(call_id="c", name="t", arguments="{}", caller=None)
@@ -685,7 +692,8 @@ def test_item_dumps_carry_the_keys_of_nemo_gyms_openai_version() -> None:
     output = NeMoGymResponseFunctionCallOutput(
         call_id="c1", output="x", id="o1", status="completed", type="function_call_output"
     )
-    assert set(output.model_dump()) == {"call_id", "created_by", "id", "output", "status", "type"}
+    output_keys_2_44 = {"call_id", "created_by", "id", "output", "status", "type"}
+    assert set(output.model_dump()) == output_keys_2_44 & known(ResponseFunctionToolCallOutputItem)
     named = output.model_copy(update={"name": "t"})
     assert named.model_dump()["name"] == "t"  # set: kept
 

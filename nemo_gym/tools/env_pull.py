@@ -37,6 +37,13 @@ from nemo_gym.console.command import console_command
 from nemo_gym.launch.config import ConfigError, parse_overrides, project_root
 from nemo_gym.tools.env_pull_closure import SOURCE_RECORD, clashes, folder_closure, project_users
 from nemo_gym.tools.env_pull_needs import folder_needs
+from nemo_gym.tools.env_pull_pins import (
+    ReleasePin,
+    apply_release_pins,
+    own_ranges,
+    plan_release_pins,
+    release_requirements,
+)
 from nemo_gym.tools.env_pull_requirements import (
     GPU_REQUIREMENTS,
     folder_requirements,
@@ -191,6 +198,22 @@ def _install(
     return installed, skipped
 
 
+def _release_pins(
+    root: Path, install: bool, release_pins: bool, index_url: str | None
+) -> tuple[list[ReleasePin], list[str]]:
+    """Install the versions the release's own dependency list pins where it excludes what is
+    installed, within this package's own ranges (:mod:`nemo_gym.tools.env_pull_pins`):
+    ``(applied, not applied with why)``. With ``+install=false`` or ``+release_pins=false``,
+    every pin is listed as not applied, saying which."""
+    keep = protected_versions()
+    pins, refused = plan_release_pins(release_requirements(root), own_ranges(), keep)
+    if not (install and release_pins):
+        why = "+install=false" if not install else "+release_pins=false"
+        return [], [f"{p.release} (kept {p.name} {p.installed}: {why})" for p in pins] + refused
+    applied, failed = apply_release_pins(pins, keep, index_url)
+    return applied, failed + refused
+
+
 def pull_environment(
     name: str,
     version: str | None = None,
@@ -204,9 +227,11 @@ def pull_environment(
     cache_dir: Path | None = None,
     index_url: str | None = None,
     project: Path | None = None,
+    release_pins: bool = True,
 ) -> dict[str, Any]:
     """Pull one folder and what it needs; returns the source record written to
-    ``<dest>/.nemo_gym_source.json``.
+    ``<dest>/.nemo_gym_source.json``. With ``release_pins``, the release's own dependency
+    ranges are honoured where they exclude what is installed (:mod:`nemo_gym.tools.env_pull_pins`).
 
     Raises :class:`PullError` when the wheel or the folder cannot be found, when ``dest`` exists
     (unless ``force``), when a folder of the project clashes (unless ``replace_bundled``), or
@@ -228,6 +253,7 @@ def pull_environment(
     for k, n in copied:
         _copy_folder(root / k / n, project / k / n)
 
+    applied, refused = _release_pins(root, install, release_pins, index_url)
     to_install, not_installed = _install(
         target, folders[1:], nemo_gym_dependencies(root), install, install_gpu_requirements, index_url
     )
@@ -254,6 +280,10 @@ def pull_environment(
         "needs": folder_needs(target, project),
         "requirements_installed": to_install,
         "requirements_not_installed": not_installed,
+        "release_pins": [
+            {"distribution": p.name, "release": p.release, "was": p.installed, "now": p.now} for p in applied
+        ],
+        "release_pins_not_applied": refused,
     }
     for folder, (k, n) in [(target, (found_kind, name)), *zip(folders[1:], copied, strict=True)]:
         for licence in licence_files:
@@ -309,7 +339,7 @@ def _pull_command(argv: list[str]) -> int:
 
     ng_pull_environment NAME[==VERSION] [+dir=PATH] [+kind=KIND] [+install=false]
         [+force=true] [+replace_bundled=true] [+install_gpu_requirements=true] [+index_url=URL]
-        [+project_dir=PATH]
+        [+project_dir=PATH] [+release_pins=false]
     """
     specs = [a for a in argv if not a.startswith("+") and _NAME_SPEC.match(a)]
     overrides = {o.path: o.value for o in parse_overrides([a for a in argv if a not in specs])}
@@ -337,6 +367,7 @@ def _pull_command(argv: list[str]) -> int:
             replace_bundled=overrides.get("replace_bundled") is True,
             index_url=overrides.get("index_url"),
             project=project,
+            release_pins=overrides.get("release_pins", True) is not False,
         )
     except PullError as exc:
         sys.stderr.write(f"ng_pull_environment: {exc}\n")
@@ -351,6 +382,13 @@ def _pull_command(argv: list[str]) -> int:
         print(f"replaced the project's own: {', '.join(record['replaced_project_folders'])}")
     if record["uses_project_folders"]:
         print(f"uses the project's own: {', '.join(record['uses_project_folders'])}")
+    if record["release_pins"]:
+        pinned = "; ".join(
+            f"{p['distribution']} {p['was']} -> {p['now']} ({p['release']})" for p in record["release_pins"]
+        )
+        print(f"pinned as nemo-gym {record['version']} pins them: {pinned}")
+    if record["release_pins_not_applied"]:
+        print(f"release pins not applied: {'; '.join(record['release_pins_not_applied'])}")
     if record["requirements_installed"]:
         print(f"installed: {', '.join(record['requirements_installed'])}")
     if record["requirements_not_installed"]:

@@ -1,0 +1,241 @@
+"""A pulled folder runs on its release's own dependency pins, as NeMo Gym runs it: where the
+release's ``Requires-Dist`` range excludes what is installed (0.4.0's ``openai<=2.7.2`` beside a
+newer openai), ``gym env pull`` installs the newest version the range allows into the environment
+running the pull (a layer shadowing its base), never outside this package's own range.
+
+The end-to-end test builds a ``nemo-gym`` release wheel and three versions of a dependency here
+and serves them from a package index on loopback; pip does the rest in real subprocesses."""
+
+from __future__ import annotations
+
+import hashlib
+import http.server
+import json
+import os
+import subprocess
+import sys
+import threading
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from packaging.specifiers import SpecifierSet
+
+from nemo_gym.launch.config import project_root
+from nemo_gym.tools.env_pull_pins import own_ranges, plan_release_pins, release_requirements, satisfiable
+
+REPO = project_root()
+DEP = "pins-fake-lib"
+ENV_NAME = "pinned_env"
+RELEASE = "9.9.7"
+
+
+def test_a_release_range_is_pinned_within_ours_and_refused_outside_it() -> None:
+    """0.4.0's ``openai<=2.7.2`` beside openai 3.57 becomes ``openai<=2.7.2,>=1.60`` (ours is
+    ``>=1.60``); a range outside ours, or on a distribution what we run on pins exactly, is refused."""
+    installed = {
+        "openai": "3.57.0",
+        "anthropic": "2.14.0",
+        "pydantic": "2.12.0",
+        "pydantic_core": "2.41.0",
+        "tqdm": "4.67.0",
+        "urllib3": "2.5.0",
+    }
+    ours = {
+        "openai": SpecifierSet(">=1.60"),
+        "anthropic": SpecifierSet(">=0.40"),
+        "pydantic": SpecifierSet(">=2.6"),
+        "tqdm": SpecifierSet(">=4.66"),
+    }
+    keep = {"openai": "3.57.0", "anthropic": "2.14.0", "pydantic": "2.12.0", "pydantic-core": "2.41.0"}
+    release = [
+        "openai<=2.7.2",
+        "anthropic<=0.109.2",
+        "pydantic<1",
+        "pydantic_core==2.0.0",
+        "tqdm",  # no range: nothing to pin
+        "urllib3>=2.7.0",  # not ours: the release's range alone
+        "not-installed-here<1",  # left to the folder's own needs
+        "fastapi @ https://example.invalid/fastapi.whl",
+    ]
+    pins, refused = plan_release_pins(release, ours, keep, installed.get)
+    assert [(p.name, p.requirement, p.installed) for p in pins] == [
+        ("openai", "openai<=2.7.2,>=1.60", "3.57.0"),
+        ("anthropic", "anthropic<=0.109.2,>=0.40", "2.14.0"),
+        ("urllib3", "urllib3>=2.7.0", "2.5.0"),
+    ]
+    assert refused == [
+        "pydantic<1 (kept pydantic 2.12.0: outside this package's own range pydantic>=2.6)",
+        "pydantic_core==2.0.0 (kept pydantic-core 2.41.0: a package this one runs on pins it exactly)",
+    ]
+    # Without this package's metadata its ranges are unknown: nothing is pinned.
+    pins, refused = plan_release_pins(["openai<=2.7.2"], None, keep, installed.get)
+    assert pins == [] and "requirements are not installed" in refused[0]
+
+
+def test_satisfiable_ranges_and_our_own() -> None:
+    assert satisfiable(SpecifierSet("<=2.7.2,>=1.60"))
+    assert satisfiable(SpecifierSet(">1.5,<1.6"))
+    assert satisfiable(SpecifierSet("==2.44.0,>=1.60"))
+    assert not satisfiable(SpecifierSet("<1.0,>=1.60"))
+    assert not satisfiable(SpecifierSet("==1.2,>=1.60"))
+    ours = own_ranges()
+    assert ours is not None and "1.60" in str(ours["openai"]) and ours["pydantic"].contains("2.6")
+
+
+def test_release_requirements_are_the_core_lines_whose_markers_hold(tmp_path: Path) -> None:
+    info = tmp_path / "nemo_gym-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(
+        "Metadata-Version: 2.4\nName: nemo-gym\nVersion: 1.0\n"
+        "Requires-Dist: openai<=2.7.2\n"
+        'Requires-Dist: ruff; extra == "dev"\n'
+        'Requires-Dist: old-lib<1; python_version < "3.0"\n'
+        'Requires-Dist: new-lib>=2; python_version >= "3.0"\n'
+    )
+    assert release_requirements(tmp_path) == ["openai<=2.7.2", "new-lib>=2"]
+
+
+def _wheel(path: Path, files: dict[str, str]) -> Path:
+    with zipfile.ZipFile(path, "w") as zf:
+        for name, text in files.items():
+            zf.writestr(name, text)
+    return path
+
+
+def _dist_info(dist: str, version: str, requires: list[str] = ()) -> dict[str, str]:  # type: ignore[assignment]
+    info = f"{dist.replace('-', '_')}-{version}.dist-info"
+    lines = "".join(f"Requires-Dist: {r}\n" for r in requires)
+    return {
+        f"{info}/METADATA": f"Metadata-Version: 2.4\nName: {dist}\nVersion: {version}\n"
+        f"License-Expression: Apache-2.0\n{lines}",
+        f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        f"{info}/RECORD": "",
+    }
+
+
+@pytest.fixture(scope="module")
+def index_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A PEP 503 index on loopback: ``pins-fake-lib`` 1.0, 2.0 and 3.0, and a ``nemo-gym`` release
+    pinning ``pins-fake-lib<=2.5`` (and ``pydantic<1``, outside this package's range)."""
+    files = tmp_path_factory.mktemp("index")
+    projects: dict[str, list[Path]] = {DEP: [], "nemo-gym": []}
+    for version in ("1.0", "2.0", "3.0"):
+        module = {"pins_fake_lib.py": f"VERSION = {version!r}\n"}
+        projects[DEP].append(
+            _wheel(
+                files / f"pins_fake_lib-{version}-py3-none-any.whl", {**_dist_info(DEP, version), **module}
+            )
+        )
+    folder = f"resources_servers/{ENV_NAME}"
+    release = {
+        **_dist_info("nemo-gym", RELEASE, [f"{DEP}<=2.5", "pydantic<1", 'ruff<0.0.1; extra == "dev"']),
+        "nemo_gym/__init__.py": "raise ImportError('the nemo-gym wheel was imported')\n",
+        f"{folder}/__init__.py": "",
+        f"{folder}/app.py": "import pins_fake_lib\n",
+        f"{folder}/requirements.txt": "-e nemo-gym[dev] @ ../../\n",
+    }
+    projects["nemo-gym"].append(_wheel(files / f"nemo_gym-{RELEASE}-py3-none-any.whl", release))
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+            parts = [p for p in self.path.split("?")[0].split("/") if p]
+            body: bytes | None = None
+            if len(parts) == 2 and parts[0] == "simple" and parts[1] in projects:
+                links = "".join(
+                    f'<a href="/files/{w.name}#sha256={hashlib.sha256(w.read_bytes()).hexdigest()}">{w.name}</a>'
+                    for w in projects[parts[1]]
+                )
+                body, kind = f"<html><body>{links}</body></html>".encode(), "text/html"
+            elif len(parts) == 2 and parts[0] == "files" and (files / parts[1]).is_file():
+                body, kind = (files / parts[1]).read_bytes(), "application/octet-stream"
+            if body is None:
+                self.send_response(404)
+                self.end_headers()
+                return
+            self.send_response(200)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/simple/"
+    server.shutdown()
+
+
+def _layer(root: Path, below: list[str]) -> Path:
+    """A venv whose packages sit on ``below`` (a .pth file): pip installs go into it only."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True, timeout=120)
+    site = next((root / "lib").glob("python*/site-packages"))
+    (site / "_below.pth").write_text("\n".join(below) + "\n")
+    return root / "bin" / "python"
+
+
+@pytest.mark.slow
+def test_a_pull_installs_the_releases_pin_into_its_layer(index_url: str, tmp_path: Path) -> None:
+    host = index_url.split("/")[2].split(":")[0]
+    env = dict(
+        os.environ,
+        PYTHONPATH=str(REPO),
+        NEMO_GYM_WHEEL_CACHE=str(tmp_path / "cache"),
+        PIP_INDEX_URL=index_url,
+        PIP_TRUSTED_HOST=host,
+        PIP_NO_CACHE_DIR="1",
+    )
+    ours = [p for p in sys.path if p.endswith("site-packages") and Path(p).is_dir()]
+    # The base: this environment plus pins-fake-lib 3.0, which the release's range excludes.
+    base = _layer(tmp_path / "base", ours)
+    setup = subprocess.run(
+        [str(base), "-m", "pip", "install", "-q", "--disable-pip-version-check", f"{DEP}==3.0"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert setup.returncode == 0, setup.stderr
+    base_site = str(next((tmp_path / "base" / "lib").glob("python*/site-packages")))
+    layer = _layer(tmp_path / "layer", [base_site, *ours])
+    probe = "import pins_fake_lib, pydantic; print(pins_fake_lib.VERSION, pydantic.VERSION)"
+
+    def versions(python: Path) -> list[str]:
+        done = subprocess.run([str(python), "-c", probe], env=env, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.split()
+
+    before = versions(layer)
+    assert before[0] == "3.0"
+
+    target = tmp_path / "project" / "resources_servers" / ENV_NAME
+    pull = subprocess.run(
+        [str(layer), "-c", "from nemo_gym.tools.gym_cli import main; main()", "env", "pull",
+         f"{ENV_NAME}=={RELEASE}", f"+dir={target}"],
+        env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert pull.returncode == 0, pull.stdout + pull.stderr
+    assert f"pinned as nemo-gym {RELEASE} pins them: {DEP} 3.0 -> 2.0 ({DEP}<=2.5)" in pull.stdout
+    record = json.loads((target / ".nemo_gym_source.json").read_text())
+    assert record["release_pins"] == [
+        {"distribution": DEP, "release": f"{DEP}<=2.5", "was": "3.0", "now": "2.0"}
+    ]
+    assert [r for r in record["release_pins_not_applied"] if r.startswith("pydantic<1")] == [
+        f"pydantic<1 (kept pydantic {before[1]}: outside this package's own range pydantic{own_ranges()['pydantic']})"  # type: ignore[index]
+    ]
+    # The newest version the range allows, in the layer only; the base and pydantic are unchanged.
+    assert versions(layer) == ["2.0", before[1]]
+    assert versions(base)[0] == "3.0"
+
+    # +release_pins=false leaves the base's version showing through a fresh layer.
+    plain = _layer(tmp_path / "plain", [base_site, *ours])
+    again = subprocess.run(
+        [str(plain), "-c", "from nemo_gym.tools.gym_cli import main; main()", "env", "pull",
+         f"{ENV_NAME}=={RELEASE}", f"+dir={target}", "+force=true", "+release_pins=false"],
+        env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "pinned as" not in again.stdout and versions(plain)[0] == "3.0"
