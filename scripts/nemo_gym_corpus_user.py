@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from nemo_gym.launch.config import project_root
-from nemo_gym.tools.env_example_run import example_run
+from nemo_gym.tools.env_example_run import declared_cohort, example_run
 from nemo_gym.tools.env_pull_needs import classify_folder, folder_needs
 
 SCRIPTED = "responses_api_models/scripted_model/configs/scripted_model.yaml"
@@ -162,7 +162,8 @@ def run_user_path(
                 rows = routed_rows(rows, run.agent, scratch / f"{kind}__{name}.rows.jsonl", limit=2)
                 code, out = run_bounded(
                     [*gym, "eval", "run", f"+config_paths=[{run_config},{SCRIPTED},{policy}]",
-                     f"+input_jsonl_fpath={rows}", f"+output_jsonl_fpath={output}", "+limit=2", "head_server.port=0"],
+                     f"+input_jsonl_fpath={rows}", f"+output_jsonl_fpath={output}", "+limit=2",
+                     *cohort_overrides(run.config, rows=2), "head_server.port=0"],
                     project, env, timeout,
                 )  # fmt: skip
                 result.ran = code == 0
@@ -170,6 +171,17 @@ def run_user_path(
     result.seconds = time.monotonic() - started
     shutil.rmtree(project, ignore_errors=True)
     return result
+
+
+def cohort_overrides(config: Path, rows: int) -> list[str]:
+    """For a config whose resources server scores n rollouts of a row together (its
+    ``num_rollouts_per_prompt``: :func:`~nemo_gym.tools.env_example_run.declared_cohort`), the
+    overrides a user's run needs: n repeats of each row, all ``rows * n`` in flight at once
+    (a verify waits for its whole cohort). Nothing for any other config."""
+    cohort = declared_cohort(config)
+    if cohort is None:
+        return []
+    return [f"+num_repeats={cohort[0]}", f"+num_samples_in_parallel={rows * cohort[0]}"]
 
 
 def routed_rows(rows: Path, agent: str | None, dest: Path, limit: int) -> Path:

@@ -276,3 +276,33 @@ def test_user_path_judges_are_scripted_and_eligibility_is_counted(tmp_path: Path
     for r in results:
         user.append_jsonl(path, r)
     assert [r.folder for r in user.read_jsonl(path)] == [r.folder for r in results]
+
+
+def test_user_path_sends_a_full_cohort_when_the_config_declares_one(tmp_path: Path) -> None:
+    """A resources server that scores n rollouts of a row together (genrm_compare's
+    ``num_rollouts_per_prompt: 16``) never answers a run of single rollouts: the eval run sends n
+    repeats of each row, all in flight; the pull's advice says the same. Other configs get nothing."""
+    from nemo_gym.tools.env_pull import next_steps
+
+    user = _user_module()
+    folder = tmp_path / "resources_servers" / "cohort"
+    (folder / "configs").mkdir(parents=True)
+    config = folder / "configs" / "cohort.yaml"
+    config.write_text(
+        "cohort:\n  resources_servers:\n    cohort:\n      entrypoint: app.py\n"
+        "      num_rollouts_per_prompt: 4\n      num_judges_per_comparison: 3\n"
+    )
+    assert user.cohort_overrides(config, rows=2) == ["+num_repeats=4", "+num_samples_in_parallel=8"]
+    run = next(
+        ln
+        for ln in next_steps({"kind": "resources_servers", "name": "cohort"}, folder)
+        if "gym eval run" in ln
+    )
+    assert run.endswith("+limit=5 +num_repeats=4 +num_samples_in_parallel=20")
+    for body in (
+        "num_rollouts_per_prompt: 1",
+        "num_judges_per_comparison: 3",
+        "num_rollouts_per_prompt: true",
+    ):
+        config.write_text(f"cohort:\n  resources_servers:\n    cohort:\n      {body}\n")
+        assert user.cohort_overrides(config, rows=2) == []

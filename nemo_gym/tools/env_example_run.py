@@ -11,6 +11,7 @@ Nothing is imported or run: the configs are read as YAML.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -62,6 +63,29 @@ def started_servers(config: Path) -> list[str]:
         if isinstance(impls, dict):
             out += [str(impl) for impl in impls if str(impl) not in out]
     return out
+
+
+# A resources server that scores rollouts of one prompt together (a group-relative reward) says
+# how many it waits for: ``num_rollouts_per_prompt: 16`` (genrm_compare). Fewer never complete one.
+_COHORT_KEY = re.compile(r"^num_\w*_per_(prompt|task|group)$")
+
+
+def declared_cohort(config: Path) -> tuple[int, str] | None:
+    """``(n, key)`` when a resources server the config declares verifies ``n`` > 1 rollouts of
+    the same row together (its ``num_rollouts_per_prompt``-style key): a run must send that many
+    repeats of each row, all in flight at once. None otherwise."""
+    for block in _load(config).values():
+        impls = block.get(RESOURCES) if isinstance(block, dict) else None
+        for body in impls.values() if isinstance(impls, dict) else []:
+            for key, value in body.items() if isinstance(body, dict) else []:
+                if (
+                    _COHORT_KEY.match(str(key))
+                    and isinstance(value, int)
+                    and not isinstance(value, bool)
+                    and value > 1
+                ):
+                    return value, str(key)
+    return None
 
 
 def _declares_server(config: dict[str, Any], name: str) -> bool:

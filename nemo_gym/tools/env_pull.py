@@ -35,6 +35,7 @@ from typing import Any
 
 from nemo_gym.console.command import console_command
 from nemo_gym.launch.config import ConfigError, parse_overrides, project_root
+from nemo_gym.tools.env_example_run import declared_cohort
 from nemo_gym.tools.env_pull_closure import SOURCE_RECORD, clashes, folder_closure, project_users
 from nemo_gym.tools.env_pull_needs import folder_needs
 from nemo_gym.tools.env_pull_pins import (
@@ -321,12 +322,19 @@ def next_steps(record: dict[str, Any], where: Path) -> list[str]:
         configs = sorted((where / "configs").glob("*.yaml"))
         config = where / "configs" / f"{name}.yaml"
         config = config if config.is_file() else (configs[0] if configs else config)
+        cohort = declared_cohort(config) if config.is_file() else None
+        # A server scoring n rollouts of a row together waits for all n: send them, at once.
+        repeats = f" +num_repeats={cohort[0]} +num_samples_in_parallel={5 * cohort[0]}" if cohort else ""
         lines.append(
             f"run it:   gym eval run +config_paths=[{config},"
             "responses_api_models/openai_model/configs/openai_model.yaml] "
             f"+input_jsonl_fpath={where / 'data' / 'example.jsonl'} "
-            f"+output_jsonl_fpath=results/{name}_rollouts.jsonl +limit=5"
+            f"+output_jsonl_fpath=results/{name}_rollouts.jsonl +limit=5{repeats}"
         )
+        if cohort:
+            lines.append(
+                f"          ({cohort[1]}: {cohort[0]} in its config: it scores {cohort[0]} rollouts of a row together)"
+            )
     return lines
 
 
