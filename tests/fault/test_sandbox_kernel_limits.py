@@ -5,7 +5,8 @@ Each attack is a shell command run in a real sandbox (a confined subprocess as u
 sandbox holding its processes while another works, a command forging the sandbox's own failure
 marker. Where the kernel holds the limits (a sized tmpfs per tree and a pids cgroup per sandbox:
 a root server with a writable pids hierarchy) they must hold exactly; the polling fallback
-(``kernel_limits: off``) must still count empty files and never stall the event loop.
+(``kernel_limits: off``) must still count empty files, never stall the event loop, and report a
+burst that passed the quota even when the server was too starved to walk the tree meanwhile.
 """
 
 from __future__ import annotations
@@ -204,6 +205,29 @@ async def test_the_polling_fallback_counts_empty_files_and_never_stalls_the_even
         await provider.close(handle)
 
 
+async def test_a_burst_past_the_polled_quota_is_reported_even_when_the_server_misses_every_walk():
+    # A starved server (a loaded machine) can miss every walk while a command passes the quota
+    # and exits: the tree is checked once more when the command ends, so that is never a success.
+    provider = LocalProvider(default_timeout_s=60, disk_mib=512, inodes=300, kernel_limits="off")
+    handle, tree = await _open(provider)
+    try:
+        burst = ": > started; until [ -e go ]; do sleep 0.01; done; for i in $(seq 2000); do : > e$i; done; echo made"
+        run = asyncio.create_task(provider.exec(handle, burst))
+        while not os.path.exists(os.path.join(tree, "started")):
+            await asyncio.sleep(0.01)
+        Path(tree, "go").touch()
+        deadline = time.monotonic() + 30
+        # The event loop is blocked (no walk can start) until the burst has finished.
+        while time.monotonic() < deadline and len(os.listdir(tree)) < 2002:
+            time.sleep(0.05)
+        time.sleep(0.5)
+        result = await run
+        assert "made" in (result.stdout or "")  # it ran to the end: no walk stopped it
+        assert result.error_type == "disk_quota", result
+    finally:
+        await provider.close(handle)
+
+
 @needs_cgroup
 async def test_commands_running_at_once_in_one_sandbox_do_not_kill_each_other():
     # They share the sandbox's cgroup: it is emptied only once the last of them has returned.
@@ -227,7 +251,8 @@ from nemo_gym.sandbox.providers.local.provider import LocalProvider
 async def main():
     p = LocalProvider(workspace_root=sys.argv[2] + "/trees", disk_mib=8, inodes=300)
     h = await p.create(SandboxSpec())
-    many = await p.exec(h, "for i in $(seq 2000); do : > e$i; done; echo made")
+    # Still running once past the quota (a walk must find it), then it would say so.
+    many = await p.exec(h, "for i in $(seq 2000); do : > e$i; done; sleep 30; echo made")
     await p.close(h)
     print(json.dumps({"limits": p.kernel_limits, "error_type": many.error_type, "made": "made" in (many.stdout or "")}))
 asyncio.run(main())

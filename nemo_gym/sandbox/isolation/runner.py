@@ -9,9 +9,10 @@ failure of the sandbox is told from the command's exit status.
 
 Disk: where the working tree is a sized file system (:mod:`kernel_limits`), the kernel holds the
 quota and nothing is polled (``ProcessLimits.disk_bytes`` is None). Otherwise the tree is
-walked every 20 ms in a worker thread (bytes and entries against the quota and the file count):
-a fallback that a burst of writes can overshoot between two walks. Nothing here blocks the
-event loop.
+walked every 20 ms in a worker thread (bytes and entries against the quota and the file count),
+and once more when the command ends: a fallback that a burst of writes can overshoot between two
+walks, but that never lets a command leave its tree over the quota unreported. Nothing here
+blocks the event loop.
 
 Used by the ``local`` sandbox provider (shell commands, processes allowed) and by code_gen
 (Python code that may not start processes): one implementation of the confinement.
@@ -267,6 +268,7 @@ async def run_confined(
     disk_task = asyncio.create_task(_watch_disk(workdir, limits.disk_bytes, limits.disk_files, disk_full))
     wait_task = asyncio.create_task(proc.wait())
     timed_out = False
+    done: set[asyncio.Task[Any]] = set()
     waited: float | None = None
     at_deadline: float | None = None
     try:
@@ -291,6 +293,11 @@ async def run_confined(
             wait_task.cancel()
         if on_exit is not None:
             on_exit(proc.pid)
+    if wait_task in done and not disk_full.is_set() and not overflow.is_set():
+        # The command ended between two walks (a starved server can miss every one): what it
+        # left over the quota is still a disk-quota failure, never a success.
+        if await asyncio.to_thread(_over_quota, workdir, limits.disk_bytes, limits.disk_files):
+            disk_full.set()
     returncode = proc.returncode if proc.returncode is not None else -signal.SIGKILL
     failure = _sandbox_failure(status_read, returncode, timed_out, disk_full.is_set() or overflow.is_set())
     stdout, stderr = await _finish_readers(out_task, err_task)
@@ -415,12 +422,20 @@ async def _watch_disk(
         await asyncio.Event().wait()  # until cancelled
     while True:
         await asyncio.sleep(DISK_POLL_S)
-        used, files = await asyncio.to_thread(tree_usage, workdir)
-        if (limit_bytes is not None and used > limit_bytes) or (
-            limit_files is not None and files > limit_files
-        ):
+        if await asyncio.to_thread(_over_quota, workdir, limit_bytes, limit_files):
             full.set()
             return
+
+
+def _over_quota(workdir: str, limit_bytes: int | None, limit_files: int | None) -> bool:
+    """Whether the files under ``workdir`` use more than ``limit_bytes`` or number more than
+    ``limit_files`` (a limit of None is not checked; with neither, nothing is walked)."""
+    if limit_bytes is None and limit_files is None:
+        return False
+    used, files = tree_usage(workdir)
+    return (limit_bytes is not None and used > limit_bytes) or (
+        limit_files is not None and files > limit_files
+    )
 
 
 def disk_usage(root: str) -> int:
