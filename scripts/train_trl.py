@@ -90,6 +90,36 @@ def quarter_means(values: list[float]) -> tuple[float, float]:
     return sum(values[:size]) / size, sum(values[-size:]) / size
 
 
+def step_summary(
+    args: argparse.Namespace, history: list[list[float]], seconds: float, **counts: Any
+) -> dict[str, Any]:
+    """A run's summary from its reward batches (``history``, one a step): the seed and settings,
+    ``counts`` (calls made, weights pushed), each step's mean reward, the first- and last-quarter
+    means and the training time."""
+    steps = [sum(batch) / len(batch) for batch in history]
+    first, last = quarter_means(steps)
+    return {
+        "seed": args.seed,
+        "steps": len(steps),
+        "generations_per_step": args.generations,
+        "learning_rate": args.lr,
+        **counts,
+        "step_mean_rewards": [round(r, 4) for r in steps],
+        "first_quarter_mean": round(first, 4),
+        "last_quarter_mean": round(last, 4),
+        "train_seconds": round(seconds, 1),
+    }
+
+
+def print_summary(summary: dict[str, Any]) -> None:
+    """The summary as one JSON line, then the reward's rise in words."""
+    print(json.dumps(summary))
+    print(
+        f"reward: first quarter {summary['first_quarter_mean']:.3f} -> last quarter "
+        f"{summary['last_quarter_mean']:.3f} over {summary['steps']} steps in {summary['train_seconds']} s"
+    )
+
+
 def plot(rewards: list[float], path: Path, title: str, ylabel: str = "mean reward (mcqa /verify)") -> None:
     """The per-step mean reward as a PNG."""
     import matplotlib
@@ -160,25 +190,14 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
         bridge.close()
         handle.stop()
 
-    steps = [sum(batch) / len(batch) for batch in reward.history]
-    first, last = quarter_means(steps)
-    summary = {
-        "seed": args.seed,
-        "steps": len(steps),
-        "generations_per_step": args.generations,
-        "learning_rate": args.lr,
-        "via": args.via,
-        "verify_calls": sum(len(b) for b in reward.history),
-        "step_mean_rewards": [round(r, 4) for r in steps],
-        "first_quarter_mean": round(first, 4),
-        "last_quarter_mean": round(last, 4),
-        "train_seconds": round(seconds, 1),
-    }
+    summary = step_summary(
+        args, reward.history, seconds, via=args.via, verify_calls=sum(len(b) for b in reward.history)
+    )
     (out / "rewards.json").write_text(json.dumps(summary, indent=2) + "\n")
     if not args.no_plot:
         through = "through OpenEnv's client, " if args.via == "openenv" else ""
         plot(
-            steps,
+            summary["step_mean_rewards"],
             out / "reward_curve.png",
             f"TRL GRPO on CPU, tiny model, {through}mcqa /verify (seed {args.seed})",
         )
@@ -203,11 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-plot", action="store_true", help="skip the PNG (no matplotlib needed)")
     args = parser.parse_args(argv)
     summary = train(args)
-    print(json.dumps(summary))
-    print(
-        f"reward: first quarter {summary['first_quarter_mean']:.3f} -> last quarter "
-        f"{summary['last_quarter_mean']:.3f} over {summary['steps']} steps in {summary['train_seconds']} s"
-    )
+    print_summary(summary)
     return 0 if summary["last_quarter_mean"] > summary["first_quarter_mean"] else 1
 
 

@@ -31,7 +31,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from train_trl import plot, quarter_means, run_grpo  # noqa: E402 - the sibling script's helpers
+from train_trl import plot, print_summary, run_grpo, step_summary  # noqa: E402 - the sibling script's helpers
 
 CONFIGS = [
     "resources_servers/letter_lookup/configs/letter_lookup.yaml",
@@ -86,24 +86,22 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         handle.stop()
 
-    steps = [sum(batch) / len(batch) for batch in rollouts.history]
-    first, last = quarter_means(steps)
-    summary = {
-        "seed": args.seed,
-        "steps": len(steps),
-        "generations_per_step": args.generations,
-        "learning_rate": args.lr,
-        "rollouts": sum(len(b) for b in rollouts.history),
-        "weight_pushes": rollouts.pushes,
-        "step_mean_rewards": [round(r, 4) for r in steps],
-        "first_quarter_mean": round(first, 4),
-        "last_quarter_mean": round(last, 4),
-        "train_seconds": round(seconds, 1),
-    }
+    summary = step_summary(
+        args,
+        rollouts.history,
+        seconds,
+        rollouts=sum(len(b) for b in rollouts.history),
+        weight_pushes=rollouts.pushes,
+    )
     (out / "rewards.json").write_text(json.dumps(summary, indent=2) + "\n")
     if not args.no_plot:
         title = f"TRL GRPO on CPU over agent rollouts (letter_lookup, tool call + answer; seed {args.seed})"
-        plot(steps, out / "reward_curve.png", title, ylabel="mean reward (letter_lookup /verify)")
+        plot(
+            summary["step_mean_rewards"],
+            out / "reward_curve.png",
+            title,
+            ylabel="mean reward (letter_lookup /verify)",
+        )
     return summary
 
 
@@ -121,11 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-check", action="store_true", help="exit 0 even if the reward did not rise")
     args = parser.parse_args(argv)
     summary = train(args)
-    print(json.dumps(summary))
-    print(
-        f"reward: first quarter {summary['first_quarter_mean']:.3f} -> last quarter "
-        f"{summary['last_quarter_mean']:.3f} over {summary['steps']} steps in {summary['train_seconds']} s"
-    )
+    print_summary(summary)
     return 0 if args.no_check or summary["last_quarter_mean"] > summary["first_quarter_mean"] else 1
 
 
