@@ -161,41 +161,45 @@ def _ended_on_failure(
     return findings
 
 
+def _per_call(
+    check: str,
+    bindings: Bindings,
+    subject: Subject,
+    detail: Callable[[dict[str, Any]], dict[str, Any] | None],
+) -> list[Finding]:
+    """A ``check`` finding for each matched model call whose ``detail`` is not None, located at
+    that call."""
+    findings = []
+    for i, call in enumerate(bindings.matched):
+        found = detail(call)
+        if found is not None:
+            findings.append(Finding(check=check, subject=subject, locator=_locator(call, i), detail=found))
+    return findings
+
+
 def _zero_completion(
     record: dict[str, Any], trajectory: dict[str, Any], bindings: Bindings, subject: Subject
 ) -> list[Finding]:
-    return [
-        Finding(
-            check="model_call_zero_completion_tokens",
-            subject=subject,
-            locator=_locator(call, i),
-            detail={"completion_tokens": 0},
-        )
-        for i, call in enumerate(bindings.matched)
-        if call.get("tokens_out") == 0
-    ]
+    return _per_call(
+        "model_call_zero_completion_tokens",
+        bindings,
+        subject,
+        lambda call: {"completion_tokens": 0} if call.get("tokens_out") == 0 else None,
+    )
 
 
 def _missing_counts(
     record: dict[str, Any], trajectory: dict[str, Any], bindings: Bindings, subject: Subject
 ) -> list[Finding]:
-    findings = []
-    for i, call in enumerate(bindings.matched):
-        missing = [
+    def missing(call: dict[str, Any]) -> dict[str, Any] | None:
+        names = [
             name
             for name, key in (("prompt_tokens", "tokens_in"), ("completion_tokens", "tokens_out"))
             if call.get(key) is None
         ]
-        if missing:
-            findings.append(
-                Finding(
-                    check="model_call_missing_token_counts",
-                    subject=subject,
-                    locator=_locator(call, i),
-                    detail={"missing": missing},
-                )
-            )
-    return findings
+        return {"missing": names} if names else None
+
+    return _per_call("model_call_missing_token_counts", bindings, subject, missing)
 
 
 def _capture_mismatch(
@@ -242,20 +246,17 @@ def _failed_calls(
     record: dict[str, Any], trajectory: dict[str, Any], bindings: Bindings, subject: Subject
 ) -> list[Finding]:
     last = max((call["call_index"] for call in bindings.matched), default=None)
-    return [
-        Finding(
-            check="model_call_failed",
-            subject=subject,
-            locator=_locator(call, i),
-            detail={
-                "status": call.get("status_code"),
-                "error_category": call.get("error_category"),
-                "terminal": bindings.complete and last is not None and call["call_index"] == last,
-            },
-        )
-        for i, call in enumerate(bindings.matched)
-        if is_failed(call)
-    ]
+
+    def failed(call: dict[str, Any]) -> dict[str, Any] | None:
+        if not is_failed(call):
+            return None
+        return {
+            "status": call.get("status_code"),
+            "error_category": call.get("error_category"),
+            "terminal": bindings.complete and last is not None and call["call_index"] == last,
+        }
+
+    return _per_call("model_call_failed", bindings, subject, failed)
 
 
 def _token_mismatch(
@@ -293,17 +294,14 @@ def _response_has_content(response: Any) -> bool:
 def _runaway(
     record: dict[str, Any], trajectory: dict[str, Any], bindings: Bindings, subject: Subject
 ) -> list[Finding]:
-    return [
-        Finding(
-            check="model_call_runaway_generation",
-            subject=subject,
-            locator=_locator(call, i),
-            detail={"finish_reason": call.get("finish_reason")},
-        )
-        for i, call in enumerate(bindings.matched)
-        if call.get("finish_reason") in LENGTH_FINISH_REASONS
-        and not _response_has_content(call.get("response"))
-    ]
+    def runaway(call: dict[str, Any]) -> dict[str, Any] | None:
+        if call.get("finish_reason") in LENGTH_FINISH_REASONS and not _response_has_content(
+            call.get("response")
+        ):
+            return {"finish_reason": call.get("finish_reason")}
+        return None
+
+    return _per_call("model_call_runaway_generation", bindings, subject, runaway)
 
 
 def _nothing(
