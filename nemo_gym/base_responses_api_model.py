@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypedDict
 
@@ -550,15 +551,19 @@ class SimpleResponsesAPIModel(BaseServer):
         captured tokens override it)."""
 
 
+_CAPTURE_SINK = "nemo_gym.token_id_capture.sink"
+
+
 async def _captured(handler: Any, body: Any, request_body: Any) -> Any:
     """``handler(body)``, with the call's training tokens captured when it is being captured.
 
     The parent is resolved once from the request as received (prefix supply and capture share
     the decision), before dispatch; the complete answer's tokens are written after it.
     """
-    from nemo_gym.token_id_capture.sink import current_capture_context
-
-    if current_capture_context() is None:
+    # The capture context lives in the sink module, imported (about 0.1 s) only by what sets
+    # one up: while it is not loaded no call can be captured, and nothing is imported per call.
+    sink = sys.modules.get(_CAPTURE_SINK)
+    if sink is None or sink.current_capture_context() is None:
         return await handler(body)
     from nemo_gym.token_id_capture.request_items import request_messages
     from nemo_gym.token_id_capture.sink import capture_tokens, register_call_intent, resolve_parent

@@ -32,7 +32,10 @@ async def until_disconnect(receive: Receive, awaitable: Awaitable[Any], scope: S
     future of the connection that resolves when it is lost, and the handler is cancelled from its
     callback; elsewhere a task waits on ``receive`` for ``http.disconnect`` (a task per request).
     """
-    task = asyncio.current_task()
+    gone = scope.get(CONNECTION_GONE_SCOPE_KEY) if scope is not None else None
+    # The connection's future names the loop: current_task(loop) skips get_running_loop(),
+    # which costs a getpid() system call on every call.
+    task = asyncio.current_task(gone.get_loop() if gone is not None else None)
     state = {"gone": False, "finished": False}
 
     def on_disconnect(watcher: asyncio.Future[None]) -> None:
@@ -41,7 +44,6 @@ async def until_disconnect(receive: Receive, awaitable: Awaitable[Any], scope: S
         state["gone"] = True
         task.cancel()
 
-    gone = scope.get(CONNECTION_GONE_SCOPE_KEY) if scope is not None else None
     if gone is not None:
         if gone.done():
             raise ClientGone
@@ -63,6 +65,13 @@ async def until_disconnect(receive: Receive, awaitable: Awaitable[Any], scope: S
             watcher.cancel()
         elif gone is not None:
             gone.remove_done_callback(on_disconnect)
+
+
+def running_loop(scope: Scope) -> asyncio.AbstractEventLoop:
+    """The running event loop, from the connection's future in ``scope`` when this project's
+    protocol put one there (``asyncio.get_running_loop()`` makes a ``getpid()`` system call)."""
+    gone = scope.get(CONNECTION_GONE_SCOPE_KEY)
+    return gone.get_loop() if gone is not None else asyncio.get_running_loop()
 
 
 def connection_gone_protocol(base: type[asyncio.Protocol]) -> type[asyncio.Protocol]:

@@ -31,6 +31,7 @@ from typing import Any
 import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from nemo_gym.serving.disconnect import running_loop
 from nemo_gym.serving.secrets import redact_bytes
 
 logger = logging.getLogger("nemo_gym")
@@ -218,7 +219,7 @@ class RequestGuard:
             )
             return
 
-        loop = asyncio.get_running_loop()
+        loop = running_loop(scope)
         deadline = loop.time() + body_timeout_s
         body_done = not _expects_body(scope)
         received = 0

@@ -24,6 +24,7 @@ import asyncio
 import email.utils
 import os
 import random
+import threading
 import time
 import weakref
 from collections.abc import Awaitable, Callable, Collection, Mapping
@@ -86,6 +87,7 @@ class LoopConnections:
         self.max_connections = max_connections or default_connection_limit()
         self._sessions: dict[asyncio.AbstractEventLoop, aiohttp.ClientSession] = {}
         self._pools: dict[asyncio.AbstractEventLoop, hop_client.HopPool] = {}
+        self._last: tuple[int, hop_client.HopPool] | None = None  # (thread, pool) of the last pool()
         weakref.finalize(self, _close_sessions_now, self._sessions)
         weakref.finalize(self, _close_pools_now, self._pools)
 
@@ -106,10 +108,22 @@ class LoopConnections:
 
     def pool(self) -> hop_client.HopPool:
         """The plain-HTTP connection pool of the running event loop."""
+        # Every hop asks: the pool last handed out on this thread is the running loop's while its
+        # loop is running (a thread runs one loop at a time), which spares get_running_loop()
+        # and the getpid() system call it makes.
+        last = self._last
+        if (
+            last is not None
+            and last[0] == threading.get_ident()
+            and not last[1].closed
+            and last[1].loop.is_running()
+        ):
+            return last[1]
         loop = asyncio.get_running_loop()
         pool = self._pools.get(loop)
         if pool is None or pool.closed:
             pool = self._pools[loop] = hop_client.HopPool(self.max_connections)
+        self._last = (threading.get_ident(), pool)
         return pool
 
     async def close(self) -> None:
