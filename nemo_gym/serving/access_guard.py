@@ -44,6 +44,9 @@ ENV_ALLOWED_HOSTS = "NEMO_GYM_ALLOWED_HOSTS"
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1", "localhost.localdomain"})
 WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::"})
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+_AUTH_KEY = AUTH_HEADER.encode()
+# How many (Host, Origin) pairs a guard remembers the verdict for.
+_SITE_ANSWERS_KEPT = 256
 # The only headers the guard reads (uvicorn gives header names lowercased).
 _READ = frozenset(
     {b"host", b"origin", b"authorization", b"content-type", b"content-length", b"transfer-encoding"}
@@ -125,6 +128,7 @@ class AccessGuard:
         self.any_host = "*" in self.allowed
         self.json_only = json_only
         self.websocket = websocket
+        self._site_answers: dict[tuple[bytes | None, bytes | None], tuple[int, str] | None] = {}
 
     def host_allowed(self, name: str) -> bool:
         """Whether a Host/Origin host name is one this server answers to."""
@@ -135,17 +139,21 @@ class AccessGuard:
         if kind == "lifespan":
             await self.app(scope, receive, send)
             return
-        headers: dict[bytes, bytes] = {}
-        for key, value in scope.get("headers") or ():
-            if key in _READ and key not in headers:
-                headers[key] = value
         if kind == "websocket":
-            await self._websocket(scope, receive, send, headers)
+            await self._websocket(scope, receive, send, _read_headers(scope))
             return
-        problem = self._problem(scope, headers) if kind == "http" else (400, f"{kind} is not served here")
+        problem = self.http_problem(scope) if kind == "http" else (400, f"{kind} is not served here")
         if problem is None:
             await self.app(scope, receive, send)
             return
+        await self.refuse(send, problem)
+
+    def http_problem(self, scope: Scope) -> tuple[int, str] | None:
+        """Why an HTTP request is refused (status, message), or None when it may pass."""
+        return self._problem(scope, _read_headers(scope))
+
+    async def refuse(self, send: Send, problem: tuple[int, str]) -> None:
+        """Answer a refused HTTP request with its JSON error (and close the connection)."""
         status, message = problem
         body = orjson.dumps({"error": message, "server": self.server_name})
         answer = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
@@ -169,31 +177,61 @@ class AccessGuard:
         await send({"type": "websocket.close", "code": 1008, "reason": problem[1][:120]})
 
     def _problem(self, scope: Scope, headers: dict[bytes, bytes]) -> tuple[int, str] | None:
-        host_header = headers.get(b"host")
-        host = host_header.decode("latin-1") if host_header is not None else ""
-        if host_header is not None and not self.host_allowed(_host_name(host)):
-            return 400, (
-                f"Host {host!r} is not a name this server answers to (its addresses, localhost, or "
-                f"allowed_hosts / {ENV_ALLOWED_HOSTS}); refused to stop DNS rebinding"
-            )
-        origin_header = headers.get(b"origin")
-        if origin_header is not None:
-            origin = origin_header.decode("latin-1")
-            netloc = urlsplit(origin).netloc.lower() if "://" in origin else ""
-            same = bool(netloc) and netloc == host.lower()
-            if not same and not (netloc and (self.any_host or _host_name(netloc) in self.allowed)):
-                return 403, f"cross-site request refused: Origin {origin!r} is not this server"
-        if self.expected is not None and not check_token(headers.get(AUTH_HEADER.encode()), self.expected):
+        site = self._site_problem(headers.get(b"host"), headers.get(b"origin"))
+        if site is not None:
+            return site
+        if self.expected is not None and not check_token(headers.get(_AUTH_KEY), self.expected):
             return 401, "missing or wrong auth token (set NEMO_GYM_AUTH_TOKEN on the caller)"
         if self.json_only and scope.get("method") in _BODY_METHODS and _has_body(headers):
             content_type = headers.get(b"content-type")
-            if not is_json_content_type(content_type):
+            if content_type != b"application/json" and not is_json_content_type(content_type):
                 shown = content_type.decode("latin-1") if content_type is not None else "none"
                 return (
                     415,
                     f"request body must be JSON (Content-Type: application/json), got Content-Type {shown}",
                 )
         return None
+
+    def _site_problem(self, host_header: bytes | None, origin_header: bytes | None) -> tuple[int, str] | None:
+        """The Host and Origin checks, remembered per pair of header values: a server's callers
+        send the same few, and the answer depends on nothing else."""
+        key = (host_header, origin_header)
+        try:
+            return self._site_answers[key]
+        except KeyError:
+            pass
+        answer = self._check_site(host_header, origin_header)
+        if len(self._site_answers) >= _SITE_ANSWERS_KEPT:
+            self._site_answers.clear()  # many distinct values (a scan): bounded, never grows
+        self._site_answers[key] = answer
+        return answer
+
+    def _check_site(self, host_header: bytes | None, origin_header: bytes | None) -> tuple[int, str] | None:
+        host = host_header.decode("latin-1") if host_header is not None else ""
+        if host_header is not None and not self.host_allowed(_host_name(host)):
+            return 400, (
+                f"Host {host!r} is not a name this server answers to (its addresses, localhost, or "
+                f"allowed_hosts / {ENV_ALLOWED_HOSTS}); refused to stop DNS rebinding"
+            )
+        if origin_header is not None:
+            origin = origin_header.decode("latin-1")
+            netloc = urlsplit(origin).netloc.lower() if "://" in origin else ""
+            same = bool(netloc) and netloc == host.lower()
+            if not same and not (netloc and (self.any_host or _host_name(netloc) in self.allowed)):
+                return 403, f"cross-site request refused: Origin {origin!r} is not this server"
+        return None
+
+
+def _read_headers(scope: Scope) -> dict[bytes, bytes]:
+    """The first value of each header the guard reads."""
+    raw = scope.get("headers") or ()
+    if isinstance(raw, (list, tuple)):
+        return dict(reversed(raw))  # at C speed; reversed: the first value of a name wins
+    headers: dict[bytes, bytes] = {}
+    for key, value in raw:
+        if key in _READ and key not in headers:
+            headers[key] = value
+    return headers
 
 
 def _has_body(headers: dict[bytes, bytes]) -> bool:

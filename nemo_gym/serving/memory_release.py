@@ -91,19 +91,27 @@ class ReleaseMemoryAfterBurst:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        self.enter()
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.leave()
+
+    def enter(self) -> None:
+        """An HTTP request came in (what ``__call__`` does before the app; the fused gate calls it)."""
         self._in_flight += 1
         self._served += 1
         if self._in_flight > self._peak:
             self._peak = self._in_flight
-        try:
-            await self.app(scope, receive, send)
-        finally:
-            self._in_flight -= 1
-            if self._in_flight == 0 and (self._peak >= self.burst or self._served >= self.work):
-                # One timer at a time, whatever the request rate: it checks the idle time itself.
-                self._idle_since = time.monotonic()
-                if self._timer is None or self._next:
-                    self._start_timer(0)
+
+    def leave(self) -> None:
+        """An HTTP request is done."""
+        self._in_flight -= 1
+        if self._in_flight == 0 and (self._peak >= self.burst or self._served >= self.work):
+            # One timer at a time, whatever the request rate: it checks the idle time itself.
+            self._idle_since = time.monotonic()
+            if self._timer is None or self._next:
+                self._start_timer(0)
 
     def _start_timer(self, index: int) -> None:
         if self._timer is not None:

@@ -149,6 +149,21 @@ def _json_type(value: Any) -> str:
     return type(value).__name__
 
 
+def _body_headers(scope: Scope) -> tuple[int | None, bool]:
+    """:func:`_declared_length` and :func:`_expects_body` in one pass over the headers."""
+    expects: bool | None = None
+    for name, value in scope.get("headers") or ():
+        if name == b"content-length":
+            text = value.strip()
+            # The first Content-Length settles both (a Transfer-Encoding before it already did).
+            return (int(text) if text.isdigit() else None), (
+                expects if expects is not None else text not in (b"0", b"")
+            )
+        if name == b"transfer-encoding" and expects is None:
+            expects = True
+    return None, bool(expects)
+
+
 def _expects_body(scope: Scope) -> bool:
     for name, value in scope.get("headers") or ():
         if name == b"content-length":
@@ -208,7 +223,7 @@ class RequestGuard:
             return
         limit = self.path_limits.get(scope.get("path", ""), self.max_body_bytes)
         body_timeout_s = self.path_body_timeouts.get(scope.get("path", ""), self.body_timeout_s)
-        declared = _declared_length(scope)
+        declared, expects_body = _body_headers(scope)
         if declared is not None and declared > limit:
             await send_json_error(
                 send,
@@ -221,7 +236,7 @@ class RequestGuard:
 
         loop = running_loop(scope)
         deadline = loop.time() + body_timeout_s
-        body_done = not _expects_body(scope)
+        body_done = not expects_body
         received = 0
         started = complete = False
 

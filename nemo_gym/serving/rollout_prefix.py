@@ -11,6 +11,24 @@ from nemo_gym.serving.request_context import _current_rollout_id
 TOKEN_CAPTURE_SCOPE_KEY = "nemo_gym.token_capture"
 
 
+def strip_rollout_prefix(scope: Scope) -> tuple[Scope, str]:
+    """A copy of an HTTP ``scope`` whose path starts with the rollout prefix, the prefix (and the
+    capture segment after the id) stripped; and the rollout id."""
+    rollout_id, _, rest = scope["path"][len(ROLLOUT_PREFIX) :].partition("/")
+    scope = dict(scope)
+    # NeMo Gym's training-capture segment follows the id; the route is the same.
+    capture, _, after = rest.partition("/")
+    if capture == TOKEN_CAPTURE_PATH_SEGMENT:
+        rest = after
+        scope[TOKEN_CAPTURE_SCOPE_KEY] = True
+    scope["path"] = "/" + rest
+    scope["raw_path"] = scope["path"].encode()
+    # Starlette merges these into the matched route's: NeMo Gym handlers read
+    # ``request.path_params["rollout_id"]`` as their prefixed routes bound it.
+    scope["path_params"] = {**scope.get("path_params", {}), "rollout_id": rollout_id}
+    return scope, rollout_id
+
+
 class StripRolloutPrefix:
     """ASGI middleware: ``/ng-rollout/<id>[/training-token-capture]/rest`` → ``/rest``, the id
     kept for the handler (and in ``path_params``), the capture segment as a scope flag."""
@@ -21,18 +39,7 @@ class StripRolloutPrefix:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "")
         if scope["type"] == "http" and path.startswith(ROLLOUT_PREFIX):
-            rollout_id, _, rest = path[len(ROLLOUT_PREFIX) :].partition("/")
-            scope = dict(scope)
-            # NeMo Gym's training-capture segment follows the id; the route is the same.
-            capture, _, after = rest.partition("/")
-            if capture == TOKEN_CAPTURE_PATH_SEGMENT:
-                rest = after
-                scope[TOKEN_CAPTURE_SCOPE_KEY] = True
-            scope["path"] = "/" + rest
-            scope["raw_path"] = scope["path"].encode()
-            # Starlette merges these into the matched route's: NeMo Gym handlers read
-            # ``request.path_params["rollout_id"]`` as their prefixed routes bound it.
-            scope["path_params"] = {**scope.get("path_params", {}), "rollout_id": rollout_id}
+            scope, rollout_id = strip_rollout_prefix(scope)
             token = _current_rollout_id.set(rollout_id)
             try:
                 await self.app(scope, receive, send)

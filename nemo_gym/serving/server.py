@@ -79,6 +79,7 @@ from nemo_gym.serving.request_guard import (  # noqa: F401 - HTTPError is part o
 )
 from nemo_gym.serving.rollout_prefix import TOKEN_CAPTURE_SCOPE_KEY, StripRolloutPrefix  # noqa: F401
 from nemo_gym.serving.secrets import remember_secret_values, secret_values
+from nemo_gym.serving.server_gate import ServerGate
 from nemo_gym.serving.server_logging import configure_logging
 from nemo_gym.serving.sessions import SessionStore
 from nemo_gym.serving.sockets import bind_socket, bind_socket_in_range
@@ -448,15 +449,13 @@ class BaseServer(BaseModel):
             path_limits=path_limits,
             path_body_timeouts=path_body_timeouts,
         )
-        app = StripRolloutPrefix(app)
         from nemo_gym.serving.memory_release import ReleaseMemoryAfterBurst, release_enabled
 
-        if release_enabled():
-            app = ReleaseMemoryAfterBurst(app)  # RSS settles back after thousands in flight
         # Outermost: a request from the wrong Host/Origin, without the token (handed on stdin to
         # launched servers, so auth_token(), not the environment) or with a non-JSON body never
-        # reaches a route.
-        return AccessGuard(
+        # reaches a route. Then the requests in flight are counted (RSS settles back after
+        # thousands in flight) and the rollout prefix is stripped: one layer for all three.
+        access = AccessGuard(
             app,
             self.name,
             token=auth_token(),
@@ -464,6 +463,8 @@ class BaseServer(BaseModel):
             allowed_hosts=self.config.allowed_hosts,
             websocket=self.serves_websocket,
         )
+        memory = ReleaseMemoryAfterBurst(app) if release_enabled() else None
+        return ServerGate(app, access, memory)
 
     # ---- process entry -------------------------------------------------------------------
     @classmethod
