@@ -114,9 +114,15 @@ class _LazyTyped:
             if errors:
                 raise ValueError("; ".join(errors[:5]))
             return value
-        if self.type_name == "NeMoGymResponse" and isinstance(value, dict):
+        if (
+            self.type_name == "NeMoGymResponse"
+            and isinstance(value, dict)
+            and ("output" in value or not value)
+        ):
             # NeMo Gym's model requires the envelope (id, created_at, ...); a verify body carrying
-            # only ``output`` is still a response here: the rest is filled in and left unset.
+            # only ``output`` (or an empty response) is still a response here: the rest is filled
+            # in and left unset. Without ``output`` (``{"id": ...}``: a model server's broken
+            # answer) it is validated as NeMo Gym validates it, and fails.
             missing = [key for key in ENVELOPE_DEFAULTS if key not in value]
             typed = self.typed().__pydantic_validator__.validate_python(
                 {**value, **{key: ENVELOPE_DEFAULTS[key] for key in missing}}, context=info.context

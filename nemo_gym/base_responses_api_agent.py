@@ -122,9 +122,16 @@ class BaseResponsesAPIAgentConfig(BaseServerConfig):
 
 
 class SimpleResponsesAPIAgent(BaseServer):
-    """Base of every agent server."""
+    """Base of every agent server.
+
+    A handler whose body is a request model (``BaseRunRequest``) reads
+    ``body.responses_create_params`` as NeMo Gym's typed model, which also answers ``.get``,
+    ``[]`` and ``in`` as the plain dict did; ``plain_bodies = True`` keeps it a plain dict (the
+    faster path for an agent written that way). A handler taking ``dict`` gets the JSON as sent.
+    """
 
     server_type: ClassVar[str] = "responses_api_agents"
+    plain_bodies: ClassVar[bool] = False
     config: BaseResponsesAPIAgentConfig
 
     @property

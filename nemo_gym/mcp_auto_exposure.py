@@ -35,7 +35,7 @@ import json
 import logging
 import secrets
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 from typing import Any
 
 import mcp.types as types
@@ -47,6 +47,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import Receive, Scope, Send
 
 from nemo_gym.agents.hop_faults import status_failure_class
+from nemo_gym.serving.answered_errors import KeepAnsweredErrors
 from nemo_gym.serving.protocol import (
     MCP_FAILURE_CLASS_META,
     MCP_METADATA_KEY,
@@ -523,14 +524,15 @@ async def call_route(app: Any, path: str, session_id: str, arguments: dict[str, 
     status = 500
     chunks: list[bytes] = []
 
-    async def send(message: dict[str, Any]) -> None:
+    async def send(message: MutableMapping[str, Any]) -> None:
         nonlocal status
         if message["type"] == "http.response.start":
             status = message["status"]
         elif message["type"] == "http.response.body":
             chunks.append(message.get("body", b""))
 
-    await app(scope, receive, send)
+    # A handler's exception is answered (status and JSON error) like any other call's.
+    await KeepAnsweredErrors(app)(scope, receive, send)
     body = b"".join(chunks)
     try:
         return status, json.loads(body) if body else None

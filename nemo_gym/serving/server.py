@@ -29,6 +29,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from nemo_gym.serving import local_socket
 from nemo_gym.serving.access_guard import AccessGuard
+from nemo_gym.serving.answered_errors import AnswerThenRaise, KeepAnsweredErrors
 from nemo_gym.serving.direct_routes import DirectRoutes, read_body, session_cookie
 
 # The pieces of a server that live in their own modules are re-exported here: servers, tests and
@@ -353,12 +354,18 @@ class BaseServer(BaseModel):
             token = _current_session_id.set(session_id)
             plain_token = plain_bodies_in_effect.set(plain)
             try:
-                body = model.model_validate(data) if model is not None else data
+                try:
+                    body = model.model_validate(data) if model is not None else data
+                except ValidationError as exc:  # the caller's body: a 422, nothing raised on
+                    return error_response(exc, server_name, method, path)
                 result = await until_disconnect(receive, handler(body), scope)
             except ClientGone:
                 return Response(status_code=499)  # nobody is left to read it
-            except Exception as exc:  # noqa: BLE001 - every failure becomes a JSON error naming the server
+            except HTTPError as exc:  # the handler's deliberate answer
                 return error_response(exc, server_name, method, path)
+            except Exception as exc:  # noqa: BLE001 - every failure becomes a JSON error naming the server
+                # Answered, then raised on as starlette's error middleware does (answered_errors).
+                return AnswerThenRaise(error_response(exc, server_name, method, path), exc)
             else:
                 # A handler may answer with a ready response (a model server's event stream).
                 try:
@@ -433,6 +440,7 @@ class BaseServer(BaseModel):
             app = DirectRoutes(
                 Starlette(routes=routes, exception_handlers=json_error_handlers(self.name)), routes
             )
+        app = KeepAnsweredErrors(app)  # a handler's exception, once answered, stops here
         path_limits = {}
         path_body_timeouts = {}
         spooled = getattr(self.config, "max_aggregate_metrics_body_bytes", None)
