@@ -153,6 +153,7 @@ def merge_model_call_capture_into_record(
 
         try:
             bundle = AgentObservationBundle.model_validate(observations)
+            bundle = _producer_pass(bundle, calls, rollout_id)
             bundle = join_model_call_observations(bundle, calls)
             record["ng_agent_observations"] = bundle.model_dump(mode="json")
         except Exception:  # noqa: BLE001 - a join failure is a gap, never a lost row
@@ -168,3 +169,23 @@ def merge_model_call_capture_into_record(
         capture["gaps"] = [gap.model_dump(mode="json", exclude_none=True) for gap in gaps]
     record["ng_model_call_capture"] = capture
     return record
+
+
+def _producer_pass(bundle: Any, calls: list[Any], rollout_id: str) -> Any:
+    """``bundle`` after its producer's own association of compaction calls, when the producing
+    agent folder defines one (:mod:`nemo_gym.collection.observation_producers`); a pass that
+    fails leaves the bundle to the generic join, with a ``compaction_model_call_join_failed`` gap."""
+    from nemo_gym.collection.observation_producers import compaction_call_association
+    from nemo_gym.rollout_observability import ObservationGap
+
+    try:
+        associate = compaction_call_association(bundle.source)
+        if associate is None:
+            return bundle
+        return associate(bundle, calls)
+    except Exception:  # noqa: BLE001 - the producer's failure is a gap, never a lost row
+        logger.warning(
+            "cannot associate %s compaction calls of rollout %s", bundle.source, rollout_id, exc_info=True
+        )
+        bundle.gaps.append(ObservationGap(code="compaction_model_call_join_failed"))
+        return bundle
