@@ -19,6 +19,7 @@ from nemo_gym.sandbox import (
     SandboxSpec,
     SandboxStatus,
     create_provider,
+    get_provider_class,
     list_providers,
     register_provider,
     resolve_provider_config,
@@ -259,3 +260,25 @@ async def test_the_command_limit_holds_across_providers_built_per_sandbox():
     assert time.perf_counter() - started >= 1.2  # one after the other
     for box in boxes:
         await box.stop()
+
+
+def test_nemo_gym_providers_not_shipped_validate_by_name_and_refuse_to_make_a_sandbox(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """0.6.0's and 0.7.0's pinchbench check ``sandbox_provider: {opensandbox: {}}`` at config
+    time (``get_provider_class``), as NeMo Gym's lazily imported providers allow."""
+    from nemo_gym.sandbox.providers import registry
+    from nemo_gym.sandbox.providers.base import SandboxCreateError
+
+    for name in ("opensandbox", "e2b", "daytona", "enroot", "openshell", "ecs_fargate"):
+        cls = get_provider_class(name)
+        assert isinstance(cls, type) and name in (cls.__doc__ or "")
+        with pytest.raises(
+            SandboxCreateError, match=rf"'{name}' .*not implemented.*use one of apptainer, docker"
+        ):
+            create_provider({name: {"api_key": "x"}})
+    assert "opensandbox" not in list_providers()  # listed are the ones that make sandboxes
+    # A provider registered (or published) under the name is the one used.
+    monkeypatch.setattr(registry, "_registered", {})
+    register_provider("opensandbox", LocalProvider)
+    assert get_provider_class("opensandbox") is LocalProvider

@@ -3,6 +3,11 @@
 Lookup order: classes given to :func:`register_provider`, then the providers shipped here
 (imported only when asked for, so an optional SDK is needed only by its provider), then entry
 points in the ``nemo_gym.sandbox_providers`` group published by other installed packages.
+
+NeMo Gym's other back ends (:data:`NOT_SHIPPED`: cloud services and cluster runtimes) are
+names here too, as in NeMo Gym, where a provider's SDK is imported only when a sandbox is made:
+a config naming one validates (an agent checks its ``sandbox_provider`` at start), and making a
+sandbox with it fails, saying the provider is not part of this project and what to use instead.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from collections.abc import Mapping
 from importlib.metadata import entry_points
 from typing import Any
 
-from nemo_gym.sandbox.providers.base import SandboxProvider
+from nemo_gym.sandbox.providers.base import SandboxCreateError, SandboxProvider
 
 logger = logging.getLogger("nemo_gym.sandbox")
 
@@ -27,7 +32,35 @@ BUILTIN_PROVIDERS = {
     "apptainer": "nemo_gym.sandbox.providers.apptainer:ApptainerProvider",
 }
 
+# NeMo Gym's provider names this project does not implement: name → what the back end is.
+NOT_SHIPPED = {
+    "daytona": "Daytona's cloud sandboxes",
+    "e2b": "E2B's cloud sandboxes",
+    "ecs_fargate": "AWS ECS Fargate tasks",
+    "enroot": "NVIDIA enroot containers",
+    "opensandbox": "an OpenSandbox server",
+    "openshell": "an OpenShell gateway",
+}
+
 _registered: dict[str, type] = {}
+
+
+def _not_shipped(name: str) -> type:
+    """A provider class for NeMo Gym's ``name`` whose construction names what to use instead."""
+
+    def refuse(self: object, **config: Any) -> None:
+        raise SandboxCreateError(
+            f"sandbox provider {name!r} (NeMo Gym's, for {NOT_SHIPPED[name]}) is not implemented "
+            f"in this project: use one of {', '.join(sorted(BUILTIN_PROVIDERS))}, or install a package "
+            f"publishing {name!r} in the entry point group {ENTRY_POINT_GROUP!r}"
+        )
+
+    doc = (
+        f"NeMo Gym's {name!r} provider ({NOT_SHIPPED[name]}): not implemented here; constructing it says so."
+    )
+    return type(
+        f"NotShipped_{name}", (SandboxProvider,), {"__init__": refuse, "__doc__": doc, "__module__": __name__}
+    )
 
 
 def _entry_points() -> dict[str, Any]:
@@ -64,6 +97,8 @@ def get_provider_class(name: str) -> type:
     if ep is not None:
         loaded: type = ep.load()
         return loaded
+    if name in NOT_SHIPPED:
+        return _not_shipped(name)
     raise ValueError(f"Unknown sandbox provider {name!r}. Available providers: {', '.join(list_providers())}")
 
 
