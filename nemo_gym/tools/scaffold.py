@@ -324,23 +324,35 @@ def scaffold_files(name: str, description: str | None = None) -> dict[str, str]:
     }
 
 
-def init_resources_server(entrypoint: str, cwd: Path | None = None, description: str | None = None) -> Path:
-    """Create ``resources_servers/<name>`` under ``cwd``; refuses to touch an existing folder.
-
-    ``description`` says what the environment does (its config's and README's description).
-    """
+def new_folder(kind_folder: str, entrypoint: str, cwd: Path | None = None) -> tuple[Path, str]:
+    """The folder ``<kind_folder>/<name>`` under ``cwd`` that ``entrypoint`` names, and the name;
+    ``ConfigError`` for an entrypoint of another shape, a bad name, or a folder that exists."""
     relative = Path(entrypoint.rstrip("/"))
-    if relative.is_absolute() or len(relative.parts) != 2 or relative.parts[0] != KIND_FOLDER:
-        raise ConfigError(f"+entrypoint must look like {KIND_FOLDER}/<name>, got {entrypoint!r}")
+    if relative.is_absolute() or len(relative.parts) != 2 or relative.parts[0] != kind_folder:
+        raise ConfigError(f"+entrypoint must look like {kind_folder}/<name>, got {entrypoint!r}")
     name = relative.parts[1]
     validate_name(name)
     folder = (cwd or Path.cwd()) / relative
     if folder.exists():
         raise ConfigError(f"{folder} already exists; pick another name or remove it first")
-    for path, text in scaffold_files(name, description).items():
+    return folder, name
+
+
+def write_files(folder: Path, files: dict[str, str]) -> None:
+    """Write ``files`` (text by path relative to ``folder``), making their directories."""
+    for path, text in files.items():
         target = folder / path
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text)
+
+
+def init_resources_server(entrypoint: str, cwd: Path | None = None, description: str | None = None) -> Path:
+    """Create ``resources_servers/<name>`` under ``cwd``; refuses to touch an existing folder.
+
+    ``description`` says what the environment does (its config's and README's description).
+    """
+    folder, name = new_folder(KIND_FOLDER, entrypoint, cwd)
+    write_files(folder, scaffold_files(name, description))
     _write_example_metrics(folder, name)
     return folder
 

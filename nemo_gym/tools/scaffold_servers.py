@@ -23,7 +23,7 @@ from string import Template
 
 from nemo_gym.console.command import console_command
 from nemo_gym.launch.config import ConfigError, load_config
-from nemo_gym.tools.scaffold import class_prefix, validate_name
+from nemo_gym.tools.scaffold import class_prefix, new_folder, write_files
 
 AGENT_FOLDER = "responses_api_agents"
 MODEL_FOLDER = "responses_api_models"
@@ -266,18 +266,8 @@ def server_scaffold_files(kind_folder: str, name: str) -> dict[str, str]:
 
 def init_server(kind_folder: str, entrypoint: str, cwd: Path | None = None) -> Path:
     """Create ``<kind_folder>/<name>`` under ``cwd``; refuses to touch an existing folder."""
-    relative = Path(entrypoint.rstrip("/"))
-    if relative.is_absolute() or len(relative.parts) != 2 or relative.parts[0] != kind_folder:
-        raise ConfigError(f"+entrypoint must look like {kind_folder}/<name>, got {entrypoint!r}")
-    name = relative.parts[1]
-    validate_name(name)
-    folder = (cwd or Path.cwd()) / relative
-    if folder.exists():
-        raise ConfigError(f"{folder} already exists; pick another name or remove it first")
-    for path, text in server_scaffold_files(kind_folder, name).items():
-        target = folder / path
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text)
+    folder, name = new_folder(kind_folder, entrypoint, cwd)
+    write_files(folder, server_scaffold_files(kind_folder, name))
     return folder
 
 
