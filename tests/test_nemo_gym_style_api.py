@@ -286,3 +286,13 @@ def test_served_by_a_real_process_behind_our_guards(notes_module, monkeypatch: p
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+@pytest.mark.parametrize(
+    "head", [BaseServerConfig(host="127.0.0.1", port=0), {"host": "127.0.0.1", "port": 0}]
+)
+def test_a_client_on_a_head_config_with_port_0(head) -> None:
+    # NeMo Gym's agent runners build a client on an unused head (port 0) and only call servers
+    # whose URLs they set themselves (0.7.0's harness_agent agent_runner.py).
+    client = ServerClient(head_server_config=head, global_config_dict={})
+    assert client.head_server_config is head

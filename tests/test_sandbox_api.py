@@ -282,3 +282,21 @@ def test_nemo_gym_providers_not_shipped_validate_by_name_and_refuse_to_make_a_sa
     monkeypatch.setattr(registry, "_registered", {})
     register_provider("opensandbox", LocalProvider)
     assert get_provider_class("opensandbox") is LocalProvider
+
+
+async def test_a_local_handle_answers_nemo_gyms_raw_keys(tmp_path: Path):
+    # NeMo Gym's local handles are dicts; its agents' tests read handle.raw["workspace"].
+    provider = LocalProvider(workspace_root=str(tmp_path))
+    handle = await provider.create(SandboxSpec(image=""))
+    try:
+        result = await provider.exec(handle, "mkdir -p logs && echo 1 > logs/reward.txt")
+        assert result.return_code == 0, result.stderr
+        workspace = handle.raw["workspace"]
+        assert isinstance(workspace, Path)
+        assert (workspace / "logs" / "reward.txt").read_text() == "1\n"
+        assert handle.raw["owned"] is True and handle.raw["env"]["HOME"].startswith(str(workspace))
+        with pytest.raises(KeyError, match="'workspace', 'env' and 'owned'"):
+            handle.raw["root"]
+    finally:
+        await provider.close(handle)
+    assert not workspace.exists()

@@ -72,8 +72,8 @@ def restricted_network_policy(provider_name: str, urls: list[str]) -> dict[str, 
     enforce one; any other is refused rather than left open."""
     if provider_name != "opensandbox":
         raise ValueError(
-            f"restricted network access needs a provider with network policies (opensandbox); {provider_name!r} "
-            "has none here: use network off (the default) or on"
+            f"restricted network access needs a provider with network policies (OpenSandbox's, named "
+            f"'opensandbox'); {provider_name!r} has none here: use network off (the default) or on"
         )
     hosts = sorted({reachable_host(url) for url in urls})
     return {"defaultAction": "deny", "egress": [{"action": "allow", "target": host} for host in hosts]}

@@ -112,6 +112,14 @@ class ClientResponse:
             raise HTTPStatusError(self.server_name, self.url_path, self.status, self._response.body)
 
 
+def _field(config: Any, name: str) -> Any:
+    """``config.name``, else ``config[name]``: a pydantic or dataclass config, or a mapping (a
+    falsy attribute such as port 0 is still the attribute)."""
+    if hasattr(config, name):
+        return getattr(config, name)
+    return config[name]
+
+
 @dataclass(frozen=True)
 class HeadServerAddress:
     """Where the head server listens (what NeMo Gym's ``load_head_server_config`` answers)."""
@@ -131,8 +139,7 @@ class NeMoGymServerClient(ServerClient):
     def __init__(self, head_server_config: Any = None, global_config_dict: Any = None, **kwargs: Any) -> None:
         head_url = kwargs.pop("head_url", None)
         if head_url is None and head_server_config is not None:
-            host = getattr(head_server_config, "host", None) or head_server_config["host"]
-            port = getattr(head_server_config, "port", None) or head_server_config["port"]
+            host, port = (_field(head_server_config, name) for name in ("host", "port"))
             head_url = f"http://{host}:{port}"
         super().__init__(head_url, **kwargs)
         self.head_server_config = head_server_config

@@ -45,6 +45,7 @@ import orjson
 from nemo_gym.console.command import console_command
 from nemo_gym.launch.config import ConfigError, load_config, load_yaml_file, project_root, server_instances
 from nemo_gym.launch.datasets import DatasetConfig
+from nemo_gym.tools import reaping_runner
 from nemo_gym.tools.dataset_statistics import DatasetStatistics, metrics_drift, metrics_path_for
 from nemo_gym.tools.env_pull_closure import SOURCE_RECORD
 from nemo_gym.tools.prepare_data import iter_json_lines, tool_names, validate_row
@@ -388,22 +389,31 @@ def _run_pytest(check: ServerCheck, timeout_s: float) -> None:
         ini = Path(scratch) / "pytest.ini"
         ini.write_text(NEMO_GYM_PYTEST_INI)
         command, env = pytest_command(check.folder, ini)
+        # Under the reaping runner: what the tests orphan is reaped at once and what they leave
+        # running is killed at the end, whatever this machine's PID 1 does (reaping_runner.py).
+        command = [sys.executable, "-I", reaping_runner.__file__, "--", *command]
+        process = subprocess.Popen(
+            command, cwd=check.folder, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
         try:
-            done = subprocess.run(
-                command, cwd=check.folder, env=env, capture_output=True, text=True, timeout=timeout_s
-            )
-        except subprocess.TimeoutExpired as exc:
+            stdout, stderr = process.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            # SIGTERM: the runner stops pytest and kills what it started, then exits.
+            process.terminate()
+            try:
+                stdout, stderr = process.communicate(timeout=reaping_runner.LEFTOVER_GRACE_S + 10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                stdout, stderr = process.communicate()
             check.pytest_returncode = -1
-            check.pytest_output = _text(exc.stdout) + _text(exc.stderr)
+            check.pytest_output = _text(stdout) + _text(stderr)
             check.problems.append(
                 f"{check.folder}: the tests did not finish within {timeout_s:g}s (+timeout_s=... to wait longer)"
             )
             return
-    check.pytest_returncode = done.returncode
-    check.pytest_output = done.stdout + done.stderr
-    summary_lines = [
-        line for line in done.stdout.splitlines() if " in " in line and PYTEST_SUMMARY.search(line)
-    ]
+    check.pytest_returncode = process.returncode
+    check.pytest_output = stdout + stderr
+    summary_lines = [line for line in stdout.splitlines() if " in " in line and PYTEST_SUMMARY.search(line)]
     if summary_lines:
         for count, kind in PYTEST_SUMMARY.findall(summary_lines[-1]):
             check.pytest_counts[kind] = int(count)

@@ -106,6 +106,17 @@ class _LocalSandbox:
     paused: bool = False
     closed: bool = False
 
+    def __getitem__(self, key: str) -> Any:
+        """NeMo Gym's local handles are dicts: ``handle.raw["workspace"]`` (the working tree, a
+        ``Path``), ``["env"]`` and ``["owned"]`` (whether close deletes the tree: always here)."""
+        if key == "workspace":
+            return Path(self.tree)
+        if key == "env":
+            return self.env
+        if key == "owned":
+            return True
+        raise KeyError(f"{key!r}: a local sandbox handle has 'workspace', 'env' and 'owned'")
+
 
 def _child_python() -> str:
     """An interpreter the unprivileged user can run: this one, else the system's python3
