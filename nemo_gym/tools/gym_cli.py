@@ -81,7 +81,7 @@ def flags_help(command: Subcommand) -> str:
     keys = dict(command.keys)
     for flag in command.flags or FLAGS:
         shown = ", ".join((*flag.aliases, flag.flag)) + (" VALUE" if flag.takes_value else "")
-        text = "+" + keys[flag.flag] if flag.flag in keys else flag.text
+        text = "+" + keys[flag.flag] if flag.flag in keys else flag.text or "+" + flag.key
         lines.append(f"  {shown:<26} {text}")
     return "\n".join(lines) + "\n"
 

@@ -16,7 +16,8 @@ class Flag:
 
     flag: str
     key: str
-    text: str
+    text: str = ""
+    """What it does, in the help; none: the override it becomes (``+key``), which says it."""
     takes_value: bool = True
     aliases: tuple[str, ...] = ()
     """Other spellings (``-o`` for ``--output``)."""
@@ -57,12 +58,12 @@ FLAGS = (
         "config_paths",
         "a model server by name: adds responses_api_models/NAME/configs/NAME.yaml",
     ),
-    Flag("--agent", "agent_name", "+agent_name"),
-    Flag("--input", "input_jsonl_fpath", "+input_jsonl_fpath"),
-    Flag("--output", "output_jsonl_fpath", "+output_jsonl_fpath"),
-    Flag("--limit", "limit", "+limit"),
-    Flag("--num-repeats", "num_repeats", "+num_repeats"),
-    Flag("--benchmark", "benchmark", "+benchmark"),
+    Flag("--agent", "agent_name"),
+    Flag("--input", "input_jsonl_fpath"),
+    Flag("--output", "output_jsonl_fpath"),
+    Flag("--limit", "limit"),
+    Flag("--num-repeats", "num_repeats"),
+    Flag("--benchmark", "benchmark"),
     Flag(
         "--available",
         "available",
@@ -186,28 +187,18 @@ GROUPS: dict[str, tuple[str, tuple[Subcommand, ...]]] = {
                 "ng_compare_runs",
                 "a baseline run against candidate runs: metric deltas and flipped tasks",
                 flags=(
-                    Flag("--baseline", "baseline_rollouts_jsonl_fpath", "+baseline_rollouts_jsonl_fpath"),
-                    Flag(
-                        "--candidates", "candidate_rollouts_jsonl_fpaths", "+candidate_rollouts_jsonl_fpaths"
-                    ),
-                    Flag(
-                        "--baseline-agg-metrics",
-                        "baseline_aggregate_metrics_fpath",
-                        "+baseline_aggregate_metrics_fpath",
-                    ),
-                    Flag(
-                        "--candidates-agg-metrics",
-                        "candidate_aggregate_metrics_fpaths",
-                        "+candidate_aggregate_metrics_fpaths",
-                    ),
-                    Flag("--agent", "agent_name", "+agent_name"),
-                    Flag("--baseline-agent", "baseline_agent_name", "+baseline_agent_name"),
+                    Flag("--baseline", "baseline_rollouts_jsonl_fpath"),
+                    Flag("--candidates", "candidate_rollouts_jsonl_fpaths"),
+                    Flag("--baseline-agg-metrics", "baseline_aggregate_metrics_fpath"),
+                    Flag("--candidates-agg-metrics", "candidate_aggregate_metrics_fpaths"),
+                    Flag("--agent", "agent_name"),
+                    Flag("--baseline-agent", "baseline_agent_name"),
                     Flag(
                         "--candidate-agents",
                         "candidate_agent_names",
                         "+candidate_agent_names (comma-separated)",
                     ),
-                    Flag("--output-dir", "output_dirpath", "+output_dirpath", aliases=("-o",)),
+                    Flag("--output-dir", "output_dirpath", aliases=("-o",)),
                     Flag("--report-format", "report_format", "+report_format (md, json, both)"),
                 ),
             ),
@@ -219,7 +210,7 @@ GROUPS: dict[str, tuple[str, tuple[Subcommand, ...]]] = {
                 ("run_dir",),
                 flags=(
                     Flag("--rollouts-file", "rollout_file", "+rollout_file (relative to RUN_DIR)"),
-                    Flag("--workers", "workers", "+workers"),
+                    Flag("--workers", "workers"),
                     Flag(
                         "--ignore-checks",
                         "ignored_checks",
@@ -236,10 +227,10 @@ GROUPS: dict[str, tuple[str, tuple[Subcommand, ...]]] = {
                 "export rollouts as ATIF trajectories (--format atif)",
                 flags=(
                     Flag("--format", "format", "+format (atif)"),
-                    Flag("--rollouts", "rollouts_jsonl_fpath", "+rollouts_jsonl_fpath"),
+                    Flag("--rollouts", "rollouts_jsonl_fpath"),
                     Flag("--output-dir", "output_dirpath", "+output_dirpath (a new folder)"),
-                    Flag("--session-id", "session_id", "+session_id", quote=True),
-                    Flag("--agent-version", "agent_version", "+agent_version", quote=True),
+                    Flag("--session-id", "session_id", quote=True),
+                    Flag("--agent-version", "agent_version", quote=True),
                 ),
             ),
             Subcommand(
@@ -312,9 +303,9 @@ GROUPS: dict[str, tuple[str, tuple[Subcommand, ...]]] = {
                 "ng_materialize_prompts",
                 "apply a prompt template to raw rows (a dataset preview)",
                 flags=(
-                    Flag("--input", "input_jsonl_fpath", "+input_jsonl_fpath", aliases=("-i",)),
-                    Flag("--prompt-config", "prompt_config", "+prompt_config"),
-                    Flag("--output", "output_jsonl_fpath", "+output_jsonl_fpath", aliases=("-o",)),
+                    Flag("--input", "input_jsonl_fpath", aliases=("-i",)),
+                    Flag("--prompt-config", "prompt_config"),
+                    Flag("--output", "output_jsonl_fpath", aliases=("-o",)),
                 ),
             ),
             *(
