@@ -40,7 +40,6 @@ import math
 import os
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -173,6 +172,7 @@ def collect(
     work: Path,
     idle_cpu_s_per_s: dict[str, float],
     py_spy: Path | None = None,
+    py_spy_native: bool = False,
 ) -> dict[str, Any]:
     """One ``ng_collect_rollouts`` run: its rate, and the stack's CPU per rollout by role.
 
@@ -182,54 +182,14 @@ def collect(
     out_dir = work / f"{s.label}_k{k}_{time.monotonic_ns()}"
     out_dir.mkdir()
     output = out_dir / "rollouts.jsonl"
-    argv = s.ng_collect_rollouts + [
-        f"+agent_name={pair.AGENT}",
-        f"+input_jsonl_fpath={input_path}",
-        f"+output_jsonl_fpath={output}",
-        f"+num_samples_in_parallel={concurrency}",
-        "++head_server.host=127.0.0.1",
-        f"++head_server.port={s.head_port}",
-    ]
     roles = {p.pid: role_of(p) for p in s.stack_processes()}
-    spies = start_py_spy(py_spy, f"{s.label}_k{k}", roles) if py_spy else []
-    started = time.perf_counter()
-    with (out_dir / "collector.log").open("wb") as log:
-        collector = subprocess.Popen(argv, cwd=s.tree, env=s.env, stdout=log, stderr=subprocess.STDOUT)
-    root = psutil.Process(collector.pid)
-    collector_procs: dict[int, psutil.Process] = {root.pid: root}
-    collector_cpu: dict[int, float] = {}
-    samples: list[tuple[float, int, float, dict[int, float]]] = []
-    seen, offset = 0, 0
-    while True:
-        running = collector.poll() is None
-        if output.exists():
-            with output.open("rb") as source:
-                source.seek(offset)
-                chunk = source.read()
-            seen += chunk.count(b"\n")
-            offset += len(chunk)
-        if running:
-            try:
-                for child in root.children(recursive=True):
-                    collector_procs.setdefault(child.pid, child)
-            except psutil.NoSuchProcess:
-                pass
-            for pid, p in list(collector_procs.items()):
-                try:
-                    collector_cpu[pid] = pair.cpu_s(p)
-                except psutil.NoSuchProcess:
-                    pass
-        samples.append((time.perf_counter(), seen, sum(collector_cpu.values()), s.cpu_snapshot()))
-        if not running:
-            break
-        time.sleep(0.05)
-    wall = time.perf_counter() - started
-    for spy in spies:
-        spy.send_signal(signal.SIGINT)
-        spy.wait(timeout=30)
-    if collector.returncode != 0:
-        tail = (out_dir / "collector.log").read_text(errors="replace")[-3000:]
-        raise RuntimeError(f"{s.label}: ng_collect_rollouts exited {collector.returncode}:\n{tail}")
+    spies = start_py_spy(py_spy, f"{s.label}_k{k}", roles, py_spy_native) if py_spy else []
+    try:
+        samples, wall = s.run_collector(input_path, concurrency, out_dir, poll_s=0.05)
+    finally:
+        for spy in spies:
+            spy.send_signal(signal.SIGINT)
+            spy.wait(timeout=30)
     results = [json.loads(line) for line in output.read_bytes().splitlines() if line.strip()]
     if len(results) != rows:
         raise RuntimeError(f"{s.label}: {len(results)} result rows, expected {rows}; see {out_dir}")
@@ -270,8 +230,11 @@ def collect(
     }
 
 
-def start_py_spy(folder: Path, prefix: str, roles: dict[int, str]) -> list[subprocess.Popen[bytes]]:
-    """``py-spy record`` on every server process (the busiest one per role is what you want)."""
+def start_py_spy(
+    folder: Path, prefix: str, roles: dict[int, str], native: bool = False
+) -> list[subprocess.Popen[bytes]]:
+    """``py-spy record`` on every server process (the busiest one per role is what you want);
+    ``native`` adds C frames (uvloop, orjson, the kernel-call wrappers) to the samples."""
     folder.mkdir(parents=True, exist_ok=True)
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     spies = []
@@ -281,7 +244,8 @@ def start_py_spy(folder: Path, prefix: str, roles: dict[int, str]) -> list[subpr
         out = folder / f"{prefix}_{role}_{pid}.txt"
         spies.append(
             subprocess.Popen(
-                [spy, "record", "-r", "250", "-f", "raw", "-o", str(out), "--pid", str(pid)],
+                [spy, "record", "-r", "250", "-f", "raw", "-o", str(out), "--pid", str(pid)]
+                + (["--native"] if native else []),
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
             )
@@ -331,6 +295,9 @@ def main() -> None:
         help="sample every server with `py-spy record -f raw` during each measured run, into this folder "
         "(its CPU is not the stack's, but it shares the machine: use it to find hot spots, not for the table)",
     )
+    parser.add_argument(
+        "--py-spy-native", action="store_true", help="with --py-spy: sample C frames too (py-spy --native)"
+    )
     args = parser.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="bench_long_"))
@@ -377,12 +344,7 @@ def main() -> None:
     load_start = os.getloadavg()
     failed = True
     try:
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            with socket.socket() as sock:
-                if sock.connect_ex(("127.0.0.1", policy_port)) == 0:
-                    break
-            time.sleep(0.05)
+        pair.wait_for_port(policy_port)
         for round_index in range(args.repeats):
             for s in systems:
                 s.start(policy_port, work)
@@ -393,7 +355,9 @@ def main() -> None:
                     collect(s, warm, 40, args.concurrency, 2, work, idle)
                     for k in args.turns:
                         path, n = inputs[k]
-                        r = collect(s, path, n, args.concurrency, k, work, idle, args.py_spy)
+                        r = collect(
+                            s, path, n, args.concurrency, k, work, idle, args.py_spy, args.py_spy_native
+                        )
                         r["load_avg"] = os.getloadavg()[0]
                         s.results["runs"].setdefault(str(k), []).append(r)
                         roles = r["cpu_ms_per_rollout_by_role"]
@@ -409,10 +373,7 @@ def main() -> None:
                     s.stop()
         failed = False
     finally:
-        for s in systems:
-            s.stop()
-            if s.ray_tmpdir:
-                shutil.rmtree(s.ray_tmpdir, ignore_errors=True)
+        pair.stop_all(systems)
         policy.terminate()
         policy.wait()
         if failed:

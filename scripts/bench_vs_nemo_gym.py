@@ -271,10 +271,15 @@ class System:
             self.log.close()
         self.proc = None
 
-    def collect(self, input_path: Path, rows: int, concurrency: int, work: Path) -> dict[str, Any]:
-        """One ``ng_collect_rollouts`` run; rate and CPU per rollout over its result window."""
-        out_dir = work / f"{self.label}_c{concurrency}_{time.monotonic_ns()}"
-        out_dir.mkdir()
+    def run_collector(
+        self, input_path: Path, concurrency: int, out_dir: Path, poll_s: float = 0.02
+    ) -> tuple[list[tuple[float, int, float, dict[int, float]]], float]:
+        """Run ``ng_collect_rollouts`` on ``input_path`` into ``out_dir/rollouts.jsonl``.
+
+        Returns the samples taken every ``poll_s`` until it exits, each ``(time, result rows
+        written, CPU seconds of the collector and its children, CPU seconds by stack process)``,
+        and its wall time; raises when it fails (its log's tail in the message).
+        """
         output = out_dir / "rollouts.jsonl"
         argv = self.ng_collect_rollouts + [
             f"+agent_name={AGENT}",
@@ -284,8 +289,8 @@ class System:
             "++head_server.host=127.0.0.1",
             f"++head_server.port={self.head_port}",
         ]
-        stack_before = self.cpu_snapshot()
-        started = time.perf_counter()
+        first = (time.perf_counter(), 0, 0.0, self.cpu_snapshot())
+        started = first[0]
         with (out_dir / "collector.log").open("wb") as log:
             collector = subprocess.Popen(
                 argv, cwd=self.tree, env=self.env, stdout=log, stderr=subprocess.STDOUT
@@ -293,7 +298,7 @@ class System:
         root = psutil.Process(collector.pid)
         collector_procs: dict[int, psutil.Process] = {root.pid: root}
         collector_cpu: dict[int, float] = {}
-        samples: list[tuple[float, int, float, dict[int, float]]] = []
+        samples = [first]
         seen, offset = 0, 0
         while True:
             running = collector.poll() is None
@@ -317,11 +322,21 @@ class System:
             samples.append((time.perf_counter(), seen, sum(collector_cpu.values()), self.cpu_snapshot()))
             if not running:
                 break
-            time.sleep(0.02)
+            time.sleep(poll_s)
         wall = time.perf_counter() - started
         if collector.returncode != 0:
             tail = (out_dir / "collector.log").read_text(errors="replace")[-3000:]
             raise RuntimeError(f"{self.label}: ng_collect_rollouts exited {collector.returncode}:\n{tail}")
+        return samples, wall
+
+    def collect(self, input_path: Path, rows: int, concurrency: int, work: Path) -> dict[str, Any]:
+        """One ``ng_collect_rollouts`` run; rate and CPU per rollout over its result window."""
+        out_dir = work / f"{self.label}_c{concurrency}_{time.monotonic_ns()}"
+        out_dir.mkdir()
+        output = out_dir / "rollouts.jsonl"
+        samples, wall = self.run_collector(input_path, concurrency, out_dir)
+        stack_before = samples[0][3]
+        samples = samples[1:]
         written = sum(1 for line in output.read_bytes().splitlines() if line.strip())
         if written != rows:
             raise RuntimeError(f"{self.label}: {written} result rows, expected {rows}; see {out_dir}")
@@ -462,6 +477,24 @@ def nemo_gym(tree: Path | None, venv: Path | None, work: Path) -> tuple[System |
     return system, None
 
 
+def wait_for_port(port: int, timeout_s: float = 20.0) -> None:
+    """Until something accepts connections on 127.0.0.1:``port`` (or ``timeout_s`` passed)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+
+
+def stop_all(systems: list[System]) -> None:
+    """Stop every system's stack and remove its private Ray directory."""
+    for s in systems:
+        s.stop()
+        if s.ray_tmpdir:
+            shutil.rmtree(s.ray_tmpdir, ignore_errors=True)
+
+
 def load_rows(tree: Path | None) -> list[bytes]:
     source = ROOT / "resources_servers/example_single_tool_call/data/example.jsonl"
     if (
@@ -567,12 +600,7 @@ def main() -> None:
     }
     failed = True
     try:
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            with socket.socket() as sock:
-                if sock.connect_ex(("127.0.0.1", policy_port)) == 0:
-                    break
-            time.sleep(0.05)
+        wait_for_port(policy_port)
         for s in systems:
             s.results.update(
                 startup_s=[],
@@ -594,10 +622,7 @@ def main() -> None:
                 measure_round(s, policy_port, work, input_path, warm_input, warm_rows, rows, args)
         failed = False
     finally:
-        for s in systems:
-            s.stop()
-            if s.ray_tmpdir:
-                shutil.rmtree(s.ray_tmpdir, ignore_errors=True)
+        stop_all(systems)
         policy.terminate()
         policy.wait()
         if failed:
