@@ -64,6 +64,8 @@ DEFAULT_CONNECT_RETRIES = 4
 # How long a name's replica list is reused before the head server is asked again: replicas
 # started later (more workers, a restart on another node) get new rollouts within this time.
 RESOLVE_TTL_S = 2.0
+# How many encoded Cookie header lines a client remembers (about one per rollout in flight).
+_COOKIE_LINES_KEPT = 1024
 
 
 class ServerCallError(Exception):
@@ -178,6 +180,7 @@ class ServerClient:
         self._hop_targets: dict[str, tuple[str, int, str, str | None] | None] = {}
         self._use_hop_client = hop_client_enabled()
         self._hop_headers = hop_client.encode_headers(self._headers.items())
+        self._cookie_lines: dict[tuple[tuple[str, str], ...], bytes] = {}
         self._hop_json_headers = hop_client.encode_headers(
             [*self._headers.items(), ("Content-Type", "application/json")]
         )
@@ -271,6 +274,16 @@ class ServerClient:
             lookup.add_done_callback(lambda _: self._lookups.pop(loop, None))
         return await asyncio.shield(lookup)
 
+    def _known_base(self, server_name: str) -> str | None:
+        """What :meth:`base_url` answers without awaiting anything: the one replica of a server
+        whose address is static or freshly resolved (None: ask :meth:`base_url`)."""
+        urls = self._static.get(server_name)
+        if urls is None:
+            if time.monotonic() - self._resolved_at >= RESOLVE_TTL_S:
+                return None
+            urls = self._resolved.get(server_name)
+        return urls[0] if urls is not None and len(urls) == 1 else None
+
     async def base_url(self, server_name: str, affinity: str | None = None) -> str:
         """One replica's base URL; the same ``affinity`` key picks the same replica.
 
@@ -308,7 +321,9 @@ class ServerClient:
         Raises :class:`ServerCallError` of kind ``unreachable``, ``timeout`` or ``not_found``;
         an HTTP error status is returned, not raised (see :meth:`post_json`).
         """
-        base = replica or await self.base_url(server_name, affinity=rollout_id)
+        base = (
+            replica or self._known_base(server_name) or await self.base_url(server_name, affinity=rollout_id)
+        )
         path = self._path(base, url_path, rollout_id, token_capture)
         try:
             return await self._send(
@@ -375,9 +390,7 @@ class ServerClient:
                     return await attempt(timeout_s, 1)
                 headers = self._hop_headers if data is None else self._hop_json_headers
                 if cookies:
-                    headers += hop_client.encode_headers(
-                        [("Cookie", "; ".join(f"{k}={v}" for k, v in cookies.items()))]
-                    )
+                    headers += self._cookie_line(cookies)
                 # The first try is made here, outside the retry loop: on the hot path (a connection
                 # that works) that is no closure and no coroutine more than the hop itself.
                 return await self._hop_try(timeout_s, method, base, target, path, data, headers, timeout_s)
@@ -395,6 +408,18 @@ class ServerClient:
             raise ServerCallError(failure.kind, server_name, path, failure.describe(base)) from (
                 failure.__cause__ or failure
             )
+
+    def _cookie_line(self, cookies: Mapping[str, str]) -> bytes:
+        """The encoded ``Cookie`` header line for ``cookies`` (a rollout's jar sends the same one
+        on each of its calls: remembered, a bounded number of them)."""
+        key = tuple(cookies.items())
+        line = self._cookie_lines.get(key)
+        if line is None:
+            line = hop_client.encode_headers([("Cookie", "; ".join(f"{k}={v}" for k, v in key))])
+            if len(self._cookie_lines) >= _COOKIE_LINES_KEPT:
+                self._cookie_lines.clear()
+            self._cookie_lines[key] = line
+        return line
 
     def _aiohttp_attempt(
         self,
