@@ -195,15 +195,18 @@ class BaseVerifyRequest(BaseRunRequest):
 
 
 class BaseVerifyResponse(BaseVerifyRequest):
-    """The verify request plus ``reward``, optional ``reward_components`` and diagnostics.
+    """The verify request plus ``reward`` and diagnostics.
 
     ``mask_sample`` (NeMo Gym's) marks a completed rollout whose reward is not a valid
     measurement (the environment, not the model, failed); ``failure_kind``/``failure_reason``
-    say why.
+    say why. As in NeMo Gym, the answer holds the fields its class declares: a row's other
+    fields, passed in with ``**body.model_dump()``, are left out (a subclass that wants them
+    sets ``model_config = ConfigDict(extra="allow")``, as NeMo Gym's simple agent does).
     """
 
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
     reward: float
-    reward_components: dict[str, float] | None = None
     mask_sample: bool = False
     failure_kind: str | None = None
     failure_reason: str | None = None
@@ -212,7 +215,7 @@ class BaseVerifyResponse(BaseVerifyRequest):
 class BaseMultiRewardVerifyResponse(BaseVerifyResponse):
     """A verify answer with several reward objectives: ``reward_components`` required, ``reward`` their aggregate."""
 
-    reward_components: dict[str, float]  # type: ignore[assignment]
+    reward_components: dict[str, float]
 
 
 class MCPServerMetadata(BaseModel):

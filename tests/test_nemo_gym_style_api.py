@@ -68,7 +68,7 @@ class NotesVerifyRequest(BaseVerifyRequest):
     expected_count: int
 
 
-class NotesVerifyResponse(BaseVerifyResponse):
+class NotesVerifyResponse(NotesVerifyRequest, BaseVerifyResponse):
     notes_seen: int
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Literal
 
-from pydantic import ValidationError
+from pydantic import ConfigDict, ValidationError
 
 from nemo_gym.base_resources_server import (
     BaseResourcesServerConfig,
@@ -54,6 +54,9 @@ class CodeGenVerifyRequest(BaseVerifyRequest):
 
 class CodeGenVerifyResponse(BaseVerifyResponse):
     """Diagnostics: the text and code judged, per-test codes, the first failure, and why."""
+
+    # The row's other fields stay in the rollout (the base answer, as NeMo Gym's, drops them).
+    model_config = ConfigDict(extra="allow")
 
     extracted_model_output: str | None = None
     extracted_model_code: str | None = None

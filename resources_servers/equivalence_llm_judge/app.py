@@ -24,7 +24,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from pydantic import model_validator
+from pydantic import ConfigDict, model_validator
 
 from nemo_gym import PARENT_DIR
 from nemo_gym.base_resources_server import (
@@ -94,6 +94,9 @@ class EquivalenceVerifyRequest(EquivalenceRunRequest, BaseVerifyRequest):
 
 class EquivalenceVerifyResponse(BaseVerifyResponse):
     """``judge_evaluations``: every judge call made (request, response, ``verdict_label``)."""
+
+    # The row's other fields stay in the rollout (the base answer, as NeMo Gym's, drops them).
+    model_config = ConfigDict(extra="allow")
 
     expected_answer: str
     generated_answer: str

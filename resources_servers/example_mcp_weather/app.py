@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 from nemo_gym.base_resources_server import (
     BaseResourcesServerConfig,
@@ -64,6 +64,9 @@ class ExampleMCPWeatherVerifyRequest(BaseVerifyRequest):
 class ExampleMCPWeatherVerifyResponse(BaseVerifyResponse):
     """Diagnostics: the expected sentence, whether the tool ran for that city in this session,
     whether the final answer holds the sentence."""
+
+    # The row's other fields stay in the rollout (the base answer, as NeMo Gym's, drops them).
+    model_config = ConfigDict(extra="allow")
 
     expected_weather: str
     tool_call_seen: bool

@@ -11,7 +11,7 @@ import re
 from typing import Any, Literal
 
 import orjson
-from pydantic import BaseModel, Field, StrictInt
+from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
 from nemo_gym.base_resources_server import (
     BaseResourcesServerConfig,
@@ -69,6 +69,9 @@ class ExampleMultiStepVerifyRequest(BaseVerifyRequest):
 
 class ExampleMultiStepVerifyResponse(ExampleMultiStepVerifyRequest, BaseVerifyResponse):
     """Reward plus diagnostics of the submission."""
+
+    # The row's other fields stay in the rollout (the base answer, as NeMo Gym's, drops them).
+    model_config = ConfigDict(extra="allow")
 
     parsed_synonym_values: list[int]
     accuracy: bool

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from pydantic import BaseModel, StrictInt
+from pydantic import BaseModel, ConfigDict, StrictInt
 
 from nemo_gym.base_resources_server import (
     BaseResourcesServerConfig,
@@ -60,6 +60,9 @@ class CounterVerifyRequest(BaseVerifyRequest):
 
 class CounterVerifyResponse(CounterVerifyRequest, BaseVerifyResponse):
     """Reward plus what verify found in the session."""
+
+    # The row's other fields stay in the rollout (the base answer, as NeMo Gym's, drops them).
+    model_config = ConfigDict(extra="allow")
 
     session_found: bool
     final_count: int | None = None

@@ -6,7 +6,7 @@ NeMo Gym's environment of this name scores every response 1.0 (it only exercises
 
 from __future__ import annotations
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 from nemo_gym.base_resources_server import (
     BaseResourcesServerConfig,
@@ -33,6 +33,9 @@ class GetWeatherResponse(BaseModel):
 
 class ExampleSingleToolCallVerifyResponse(BaseVerifyResponse):
     """Diagnostics: whether the tool was called and whether a final answer was given."""
+
+    # The row's other fields stay in the rollout (the base answer, as NeMo Gym's, drops them).
+    model_config = ConfigDict(extra="allow")
 
     called_tool: bool
     answered: bool

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Literal
 
-from pydantic import BaseModel, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from nemo_gym.base_resources_server import (
     BaseResourcesServerConfig,
@@ -51,6 +51,9 @@ class InstructionSpec(BaseModel):
 
 class InstructionFollowingVerifyResponse(BaseVerifyResponse):
     """Strict and loose per-instruction results, the fraction followed, and instruction errors."""
+
+    # The row's other fields stay in the rollout (the base answer, as NeMo Gym's, drops them).
+    model_config = ConfigDict(extra="allow")
 
     follow_all_instructions: bool
     follow_instruction_list: list[bool]

@@ -9,7 +9,7 @@ call, the tool's output, then the answer.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from nemo_gym.base_resources_server import (
     BaseResourcesServerConfig,
@@ -52,6 +52,9 @@ class LetterVerifyRequest(BaseVerifyRequest):
 
 class LetterVerifyResponse(LetterVerifyRequest, BaseVerifyResponse):
     """Reward plus what verify found."""
+
+    # The row's other fields stay in the rollout (the base answer, as NeMo Gym's, drops them).
+    model_config = ConfigDict(extra="allow")
 
     called_lookup: bool
     answer_letter: str | None = None

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from nemo_gym.base_resources_server import (
     BaseResourcesServerConfig,
@@ -91,6 +91,9 @@ class MathVerifyRequest(MathRunRequest, BaseVerifyRequest):
 
 class MathVerifyResponse(BaseVerifyResponse):
     """``library_reward`` (symbolic) and ``library_reason``; ``judge_evaluations`` when the judge was asked."""
+
+    # The row's other fields stay in the rollout (the base answer, as NeMo Gym's, drops them).
+    model_config = ConfigDict(extra="allow")
 
     expected_answer: str
     extracted_answer: str | None

@@ -24,7 +24,7 @@ import re
 from itertools import pairwise
 from typing import Any, Literal
 
-from pydantic import model_validator
+from pydantic import ConfigDict, model_validator
 
 from nemo_gym.base_resources_server import (
     BaseResourcesServerConfig,
@@ -103,6 +103,9 @@ class MCQAVerifyResponse(BaseVerifyResponse):
     ``output_regex_error``: why a row's ``output_regex`` could not be used (grading fell back to
     the grading mode), else None.
     """
+
+    # The row's other fields stay in the rollout (the base answer, as NeMo Gym's, drops them).
+    model_config = ConfigDict(extra="allow")
 
     expected_answer: str
     extracted_answer: str | None

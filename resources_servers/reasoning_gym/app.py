@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 import reasoning_gym
+from pydantic import ConfigDict
 
 from nemo_gym.base_resources_server import (
     BaseResourcesServerConfig,
@@ -46,6 +47,9 @@ class ReasoningGymVerifyRequest(BaseVerifyRequest):
 
 class ReasoningGymVerifyResponse(BaseVerifyResponse):
     """The task, the package's score, the answer extracted and where it came from."""
+
+    # The row's other fields stay in the rollout (the base answer, as NeMo Gym's, drops them).
+    model_config = ConfigDict(extra="allow")
 
     task_name: str
     score: float

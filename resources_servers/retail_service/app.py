@@ -94,6 +94,9 @@ class RetailVerifyRequest(BaseVerifyRequest):
 class RetailVerifyResponse(RetailVerifyRequest, BaseVerifyResponse):
     """Reward plus what verify found."""
 
+    # The row's other fields stay in the rollout (the base answer, as NeMo Gym's, drops them).
+    model_config = ConfigDict(extra="allow")
+
     session_found: bool
     final_orders: dict[str, Order] | None = None
     mismatches: list[str] = Field(default_factory=list)

@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 import jsonschema
 import yaml
-from pydantic import Field, field_validator
+from pydantic import ConfigDict, Field, field_validator
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -114,6 +114,9 @@ class StructuredOutputsVerifyRequest(StructuredOutputsRunRequest, BaseVerifyRequ
 
 class StructuredOutputsVerifyResponse(BaseVerifyResponse):
     """``error_type`` (None when valid) and a short ``error_message``."""
+
+    # The row's other fields stay in the rollout (the base answer, as NeMo Gym's, drops them).
+    model_config = ConfigDict(extra="allow")
 
     error_type: ErrorType | None = None
     error_message: str | None = None

@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 
 import orjson
 from jsonschema import SchemaError, validators
-from pydantic import BaseModel, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -67,6 +67,10 @@ _EXPECTED_CALLS = TypeAdapter(list[ExpectedCall])
 class ToolCallMatchVerifyResponse(BaseVerifyResponse):
     """Reward, ``reward_components`` and what was compared."""
 
+    # The row's other fields stay in the rollout (the base answer, as NeMo Gym's, drops them).
+    model_config = ConfigDict(extra="allow")
+
+    reward_components: dict[str, float] | None = None
     num_expected: int
     num_predicted: int
     num_correct: int

@@ -96,6 +96,9 @@ class WorkplaceVerifyRequest(BaseVerifyRequest):
 class WorkplaceVerifyResponse(BaseVerifyResponse):
     """Diagnostics: whether the states matched and, if not, every difference found."""
 
+    # The row's other fields stay in the rollout (the base answer, as NeMo Gym's, drops them).
+    model_config = ConfigDict(extra="allow")
+
     state_matches: bool
     state_diff: list[str]
     state_source: Literal["session", "response_replay"]
