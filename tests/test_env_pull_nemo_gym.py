@@ -6,18 +6,14 @@ is bounded by a timeout."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from nemo_gym.launch.config import project_root
-from nemo_gym.tools.env_pull import PullError, fetch_wheel
+from nemo_gym.testing.gym_projects import gym_project
 
-GYM = [sys.executable, "-c", "from nemo_gym.tools.gym_cli import main; main()"]
 SCRIPTED = "responses_api_models/scripted_model/configs/scripted_model.yaml"
 # (environment, its config, its rows, extra overrides): the scripted model's default script calls
 # the first tool then answers; format_verification offers no tool, so it answers in one turn.
@@ -34,28 +30,19 @@ CASES = [
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("nemo_gym_wheel")
 def test_three_pulled_nemo_gym_environments_run_with_gym_eval_run(tmp_path: Path) -> None:
-    try:
-        fetch_wheel("0.7.0")
-    except PullError as exc:
-        pytest.skip(f"cannot fetch the nemo-gym 0.7.0 wheel (pip cannot reach the package index?): {exc}")
-    env = dict(os.environ, PYTHONPATH=str(project_root()))
+    project = gym_project(tmp_path)
     for name, config, rows, extra in CASES:
         folder = tmp_path / "resources_servers" / name
-        pulled = subprocess.run(
-            [*GYM, "env", "pull", f"{name}==0.7.0", f"+dir={folder}"],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+        pulled = project.gym("env", "pull", f"{name}==0.7.0", f"+dir={folder}")
         assert pulled.returncode == 0, pulled.stderr
         assert json.loads((folder / ".nemo_gym_source.json").read_text())["version"] == "0.7.0"
         out = tmp_path / f"{name}.jsonl"
-        run = subprocess.run(
-            [*GYM, "eval", "run", f"+config_paths=[resources_servers/{name}/configs/{config},{SCRIPTED}]",
-             f"+input_jsonl_fpath=resources_servers/{name}/data/{rows}", f"+output_jsonl_fpath={out}", "+limit=2", *extra],
-            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+        run = project.gym(
+            "eval", "run", f"+config_paths=[resources_servers/{name}/configs/{config},{SCRIPTED}]",
+            f"+input_jsonl_fpath=resources_servers/{name}/data/{rows}", f"+output_jsonl_fpath={out}", "+limit=2",
+            *extra,
         )  # fmt: skip
         assert run.returncode == 0, (name, run.stdout[-2000:], run.stderr[-2000:])
         results = [json.loads(line) for line in out.read_text().splitlines()]
@@ -76,13 +63,15 @@ def _layered_python(root: Path) -> Path:
     return root / "bin" / "python"
 
 
-def _fresh_project(dest: Path) -> Path:
-    """What a user's clone holds besides nemo_gym/: the bundled folders, the lint and test settings."""
-    for name in ("resources_servers", "responses_api_agents", "responses_api_models", "benchmarks"):
-        shutil.copytree(project_root() / name, dest / name, ignore=shutil.ignore_patterns("__pycache__"))
-    for name in ("conftest.py", "pyproject.toml"):
-        shutil.copy2(project_root() / name, dest / name)
-    return dest
+# What a user's clone holds besides nemo_gym/: the bundled folders, the lint and test settings.
+FRESH_PROJECT = (
+    "resources_servers",
+    "responses_api_agents",
+    "responses_api_models",
+    "benchmarks",
+    "conftest.py",
+    "pyproject.toml",
+)
 
 
 # The scripted model's turns for each folder: call the first tool then answer, or just answer.
@@ -100,31 +89,22 @@ FOUR = {
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("nemo_gym_wheel")
 def test_four_nemo_gym_folders_pull_test_and_run_in_a_fresh_project(tmp_path: Path) -> None:
     """The issue's four folders, as a user gets them: pulled into a fresh project, tested with
     ``gym env test`` (their ``from app import`` tests), run with ``gym eval run``; the clash
     with the bundled math_with_judge is named before anything is written; wordle's data step
     is said; the project's lint and test collection leave the pulled folders out."""
-    try:
-        fetch_wheel("0.7.0")
-    except PullError as exc:
-        pytest.skip(f"cannot fetch the nemo-gym 0.7.0 wheel (pip cannot reach the package index?): {exc}")
-    project = _fresh_project(tmp_path / "project")
-    python = _layered_python(tmp_path / "venv")
-    env = dict(os.environ, PYTHONPATH=str(project_root()))
-
-    def gym(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-        cmd = [str(python), "-c", "from nemo_gym.tools.gym_cli import main; main()", *args]
-        return subprocess.run(cmd, cwd=project, env=env, capture_output=True, text=True, timeout=timeout)
-
-    refused = gym("env", "pull", "polymath==0.7.0", f"+project_dir={project}")
+    fresh = gym_project(tmp_path / "project", FRESH_PROJECT, python=_layered_python(tmp_path / "venv"))
+    project = fresh.root
+    refused = fresh.pull("polymath==0.7.0", timeout=600)
     assert refused.returncode == 1
     assert "LibraryJudgeMathResourcesServer" in refused.stderr and "+replace_bundled=true" in refused.stderr
     assert not (project / "resources_servers" / "polymath").exists()
 
     for name in FOUR:
         extra = ["+replace_bundled=true"] if name == "polymath" else []
-        pulled = gym("env", "pull", f"{name}==0.7.0", f"+project_dir={project}", *extra)
+        pulled = fresh.pull(f"{name}==0.7.0", *extra, timeout=600)
         assert pulled.returncode == 0, (name, pulled.stdout, pulled.stderr)
         assert f"gym env test resources_servers/{name}" in pulled.stdout and "gym eval run" in pulled.stdout
         if name == "wordle":
@@ -136,7 +116,7 @@ def test_four_nemo_gym_folders_pull_test_and_run_in_a_fresh_project(tmp_path: Pa
     assert record["pulled_for"] == "resources_servers/wordle" and record["version"] == "0.7.0"
 
     for name in FOUR:
-        tested = gym("env", "test", name)
+        tested = fresh.gym("env", "test", name, timeout=600)
         assert tested.returncode == 0, (name, tested.stdout[-3000:], tested.stderr[-2000:])
         assert f"[{name}] ok" in tested.stdout
 
@@ -146,7 +126,7 @@ def test_four_nemo_gym_folders_pull_test_and_run_in_a_fresh_project(tmp_path: Pa
     )
     for name, extra in FOUR.items():
         out = tmp_path / f"{name}.jsonl"
-        run = gym(
+        run = fresh.gym(
             "eval", "run", f"+config_paths=[resources_servers/{name}/configs/{name}.yaml,{SCRIPTED}]",
             f"+input_jsonl_fpath=resources_servers/{name}/data/example.jsonl", f"+output_jsonl_fpath={out}",
             "+limit=2", "head_server.port=0", *extra, timeout=300,
@@ -162,7 +142,7 @@ def test_four_nemo_gym_folders_pull_test_and_run_in_a_fresh_project(tmp_path: Pa
     assert lint.returncode == 0, lint.stdout[-2000:]
     collected = subprocess.run(
         [sys.executable, "-m", "pytest", "--collect-only", "-q", "resources_servers"],
-        cwd=project, env=env, capture_output=True, text=True, timeout=300,
+        cwd=project, env=fresh.env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert collected.returncode == 0, collected.stdout[-2000:]
     for name in (*FOUR, "gymnasium", "math_with_judge"):

@@ -19,9 +19,7 @@ from pathlib import Path
 import pytest
 
 from nemo_gym.launch.config import project_root
-from nemo_gym.tools.env_pull import PullError, fetch_wheel
 
-VERSION = "0.7.0"
 SAMPLE = (
     "aalcr abstention arc_agi bbq bigcodebench blackjack bunsenbench_chemistry_mcq circle_click "
     "circle_count citation_if competitive_coding_challenges deepsearchqa deepswe denovo_swe "
@@ -39,14 +37,10 @@ THRESHOLD = len(FOLDERS) - 2
 
 
 @pytest.mark.slow
-def test_a_sample_of_nemo_gym_environments_passes_its_own_tests(tmp_path: Path) -> None:
-    try:
-        wheel_root = fetch_wheel(VERSION)
-    except PullError as exc:
-        pytest.skip(f"cannot fetch the nemo-gym {VERSION} wheel (pip cannot reach the package index?): {exc}")
+def test_a_sample_of_nemo_gym_environments_passes_its_own_tests(tmp_path: Path, nemo_gym_wheel: Path) -> None:
     out = tmp_path / "corpus.json"
     command = [
-        sys.executable, str(project_root() / "scripts" / "nemo_gym_corpus.py"), "--wheel-dir", str(wheel_root),
+        sys.executable, str(project_root() / "scripts" / "nemo_gym_corpus.py"), "--wheel-dir", str(nemo_gym_wheel),
         "--kind", "resources_servers", "--kind", "responses_api_models", "--folders", ",".join(FOLDERS),
         "--jobs", "2", "--timeout", "150",
         "--install", "none", "--cache-dir", str(tmp_path / "cache"), "--json", str(out),
@@ -66,17 +60,15 @@ def test_a_sample_of_nemo_gym_environments_passes_its_own_tests(tmp_path: Path) 
 
 
 @pytest.mark.slow
-def test_nemo_gym_vllm_model_folder_passes_every_one_of_its_tests(tmp_path: Path) -> None:
+def test_nemo_gym_vllm_model_folder_passes_every_one_of_its_tests(
+    tmp_path: Path, nemo_gym_wheel: Path
+) -> None:
     """NeMo Gym's vllm_model adapter, whose tests drive its training-token capture
     (``nemo_gym.token_id_capture``: local store, lineage, worker-owned staging over every dialect,
     streamed or not), passes all of them here: not a threshold, every test."""
-    try:
-        wheel_root = fetch_wheel(VERSION)
-    except PullError as exc:
-        pytest.skip(f"cannot fetch the nemo-gym {VERSION} wheel (pip cannot reach the package index?): {exc}")
     out = tmp_path / "corpus.json"
     command = [
-        sys.executable, str(project_root() / "scripts" / "nemo_gym_corpus.py"), "--wheel-dir", str(wheel_root),
+        sys.executable, str(project_root() / "scripts" / "nemo_gym_corpus.py"), "--wheel-dir", str(nemo_gym_wheel),
         "--kind", "responses_api_models", "--folders", "vllm_model", "--timeout", "240",
         "--install", "none", "--cache-dir", str(tmp_path / "cache"), "--json", str(out),
     ]  # fmt: skip

@@ -13,18 +13,12 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from nemo_gym.launch.config import project_root
-from nemo_gym.tools.env_pull import PullError, fetch_wheel
+from nemo_gym.testing.gym_projects import gym_project
 
-GYM = [sys.executable, "-c", "from nemo_gym.tools.gym_cli import main; main()"]
 USER_ENV = Path(__file__).resolve().parent / "openenv_user_env"
 SCRIPTED = "responses_api_models/scripted_model/configs/scripted_model.yaml"
 SERVER = "++openenv_echo_resources_server.resources_servers.openenv"
@@ -40,36 +34,21 @@ def _echo_rows(path: Path) -> list[dict]:
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("nemo_gym_wheel")
 def test_pulled_openenv_folder_runs_its_echo_environment(tmp_path: Path) -> None:
-    try:
-        fetch_wheel("0.7.0")
-    except PullError as exc:
-        pytest.skip(f"cannot fetch the nemo-gym 0.7.0 wheel (pip cannot reach the package index?): {exc}")
-    project = tmp_path / "project"
-    shutil.copytree(
-        project_root() / "responses_api_models" / "scripted_model",
-        project / "responses_api_models" / "scripted_model",
-        ignore=shutil.ignore_patterns("__pycache__"),
-    )
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(project_root()), str(USER_ENV)]))
-
-    def gym(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [*GYM, *args], cwd=project, env=env, capture_output=True, text=True, timeout=300
-        )
-
-    pulled = gym("env", "pull", "openenv==0.7.0", f"+project_dir={project}", "+install=false")
+    project = gym_project(tmp_path / "project", ["responses_api_models/scripted_model"], [USER_ENV])
+    pulled = project.pull("openenv==0.7.0", "+install=false")
     assert pulled.returncode == 0, pulled.stderr
-    folder = project / "resources_servers" / "openenv"
+    folder = project.root / "resources_servers" / "openenv"
     assert json.loads((folder / ".nemo_gym_source.json").read_text())["version"] == "0.7.0"
     assert "openenv-echo-env @ git+" in pulled.stdout  # named as not installed, not silently dropped
     config = "resources_servers/openenv/configs/openenv_echo.yaml"
-    assert "echo_env.server.echo_environment.EchoEnvironment" in (project / config).read_text()
+    assert "echo_env.server.echo_environment.EchoEnvironment" in (project.root / config).read_text()
 
     # 1. The Echo config as shipped (MCP: the folder lists the tools at start and serves one route
     #    per tool), its five rows; the scripted model calls the row's first tool, then answers.
     out = tmp_path / "echo.jsonl"
-    run = gym(
+    run = project.gym(
         "eval", "run", f"+config_paths=[{config},{SCRIPTED}]",
         "+input_jsonl_fpath=resources_servers/openenv/data/echo/example.jsonl", f"+output_jsonl_fpath={out}",
         "head_server.port=0", f"{SERVER}.env_class=user_echo_env.UserEchoEnvironment",
@@ -111,7 +90,7 @@ def test_pulled_openenv_folder_runs_its_echo_environment(tmp_path: Path) -> None
         )
     )
     out = tmp_path / "step.jsonl"
-    run = gym(
+    run = project.gym(
         "eval", "run", f"+config_paths=[{config},{SCRIPTED}]", f"+input_jsonl_fpath={rows}",
         f"+output_jsonl_fpath={out}", "head_server.port=0", f"{SERVER}.env_class=user_echo_env.UserEchoEnvironment",
         f"{SERVER}.action_class=user_echo_env.UserEchoAction", f"{SERVER}.is_mcp=false",

@@ -14,18 +14,12 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from nemo_gym.launch.config import project_root
-from nemo_gym.tools.env_pull import PullError, fetch_wheel
+from nemo_gym.testing.gym_projects import gym_project
 
-GYM = [sys.executable, "-c", "from nemo_gym.tools.gym_cli import main; main()"]
 USER_ENV = Path(__file__).resolve().parent / "verifiers_user_env"
 AGENT = "++verifiers_agent.responses_api_agents.verifiers_agent"
 # The scripted policy answers each row with the letter it asks for, except E (answered A).
@@ -44,26 +38,12 @@ pytestmark = pytest.mark.skipif(
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("nemo_gym_wheel")
 def test_pulled_verifiers_agent_runs_a_verifiers_environment(tmp_path: Path) -> None:
-    try:
-        fetch_wheel("0.7.0")
-    except PullError as exc:
-        pytest.skip(f"cannot fetch the nemo-gym 0.7.0 wheel (pip cannot reach the package index?): {exc}")
-    project = tmp_path / "project"
-    shutil.copytree(
-        project_root() / "responses_api_models", project / "responses_api_models",
-        ignore=shutil.ignore_patterns("__pycache__"),
-    )  # fmt: skip
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(project_root()), str(USER_ENV)]))
-
-    def gym(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [*GYM, *args], cwd=project, env=env, capture_output=True, text=True, timeout=300
-        )
-
-    pulled = gym("env", "pull", "verifiers_agent==0.7.0", f"+project_dir={project}", "+install=false")
+    project = gym_project(tmp_path / "project", ["responses_api_models"], [USER_ENV])
+    pulled = project.pull("verifiers_agent==0.7.0", "+install=false")
     assert pulled.returncode == 0, pulled.stderr
-    folder = project / "responses_api_agents" / "verifiers_agent"
+    folder = project.root / "responses_api_agents" / "verifiers_agent"
     assert json.loads((folder / ".nemo_gym_source.json").read_text())["version"] == "0.7.0"
     assert "acereason-math" in pulled.stdout  # named as not installed
 
@@ -84,7 +64,7 @@ def test_pulled_verifiers_agent_runs_a_verifiers_environment(tmp_path: Path) -> 
         "responses_api_models/scripted_model/configs/scripted_model.yaml",
         str(tmp_path / "script.yaml"),
     ]
-    run = gym(
+    run = project.gym(
         "eval", "run", f"+config_paths=[{','.join(configs)}]", f"+input_jsonl_fpath={rows}",
         f"+output_jsonl_fpath={out}", "head_server.port=0", f"{AGENT}.vf_env_id=vf_first_letter",
         f"{AGENT}.max_tokens=64",
