@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from nemo_gym.testing.gym_projects import gym_project
+from nemo_gym.testing import gym_project
 
 SCRIPTED = "responses_api_models/scripted_model/configs/scripted_model.yaml"
 # (environment, its config, its rows, extra overrides): the scripted model's default script calls

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from nemo_gym.testing.gym_projects import gym_project
+from nemo_gym.testing import gym_project
 
 USER_ENV = Path(__file__).resolve().parent / "openenv_user_env"
 SCRIPTED = "responses_api_models/scripted_model/configs/scripted_model.yaml"

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from nemo_gym.testing.gym_projects import gym_project
+from nemo_gym.testing import gym_project
 
 USER_ENV = Path(__file__).resolve().parent / "verifiers_user_env"
 AGENT = "++verifiers_agent.responses_api_agents.verifiers_agent"

@@ -5,12 +5,15 @@
   (real child processes) and stops it afterwards.
 - :class:`SyncClient` makes blocking JSON calls with per-server cookie jars, for tests.
 
+- :func:`gym_project` makes a fresh project to pull NeMo Gym's folders into and run ``gym`` in.
+
 Each idea lives in its own module (``servers``, ``stacks``, ``http_clients``, ``jsonl_rows``,
-``verify_cases``, ``session_conformance``); this package re-exports them.
+``verify_cases``, ``session_conformance``, ``gym_projects``); this package re-exports them.
 """
 
 from __future__ import annotations
 
+from nemo_gym.testing.gym_projects import GymProject, gym_project
 from nemo_gym.testing.http_clients import SyncClient, http_call
 from nemo_gym.testing.jsonl_rows import distinct_example_rows, read_jsonl, write_jsonl
 from nemo_gym.testing.servers import (
@@ -43,6 +46,7 @@ from nemo_gym.testing.verify_cases import (
 
 __all__ = [
     "HELD_OUT_EVERY",
+    "GymProject",
     "SCRIPTED_MODEL_CONFIG",
     "ParityCase",
     "SyncClient",
@@ -53,6 +57,7 @@ __all__ = [
     "compat_dir",
     "compat_root",
     "distinct_example_rows",
+    "gym_project",
     "http_call",
     "lazy_servers",
     "ng_run_process",
