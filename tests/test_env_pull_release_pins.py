@@ -17,6 +17,7 @@ import sys
 import threading
 import zipfile
 from collections.abc import Iterator
+from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -32,8 +33,8 @@ RELEASE = "9.9.7"
 
 
 def test_a_release_range_is_pinned_within_ours_and_refused_outside_it() -> None:
-    """0.4.0's ``openai<=2.7.2`` beside openai 3.57 becomes ``openai<=2.7.2,>=1.60`` (ours is
-    ``>=1.60``); a range outside ours, or on a distribution what we run on pins exactly, is refused."""
+    """0.4.0's ``openai<=2.7.2`` beside openai 3.57 becomes ``openai<=2.7.2,>=1.99.9`` (ours is
+    ``>=1.99.9``); a range outside ours, or on a distribution what we run on pins exactly, is refused."""
     installed = {
         "openai": "3.57.0",
         "anthropic": "2.14.0",
@@ -43,7 +44,7 @@ def test_a_release_range_is_pinned_within_ours_and_refused_outside_it() -> None:
         "urllib3": "2.5.0",
     }
     ours = {
-        "openai": SpecifierSet(">=1.60"),
+        "openai": SpecifierSet(">=1.99.9"),
         "anthropic": SpecifierSet(">=0.40"),
         "pydantic": SpecifierSet(">=2.6"),
         "tqdm": SpecifierSet(">=4.66"),
@@ -61,7 +62,7 @@ def test_a_release_range_is_pinned_within_ours_and_refused_outside_it() -> None:
     ]
     pins, refused = plan_release_pins(release, ours, keep, installed.get)
     assert [(p.name, p.requirement, p.installed) for p in pins] == [
-        ("openai", "openai<=2.7.2,>=1.60", "3.57.0"),
+        ("openai", "openai<=2.7.2,>=1.99.9", "3.57.0"),
         ("anthropic", "anthropic<=0.109.2,>=0.40", "2.14.0"),
         ("urllib3", "urllib3>=2.7.0", "2.5.0"),
     ]
@@ -80,8 +81,9 @@ def test_satisfiable_ranges_and_our_own() -> None:
     assert satisfiable(SpecifierSet("==2.44.0,>=1.60"))
     assert not satisfiable(SpecifierSet("<1.0,>=1.60"))
     assert not satisfiable(SpecifierSet("==1.2,>=1.60"))
-    ours = own_ranges()
-    assert ours is not None and "1.60" in str(ours["openai"]) and ours["pydantic"].contains("2.6")
+    ours = own_ranges()  # read from this checkout's pyproject.toml
+    assert ours is not None and ours["pydantic"].contains("2.6") and not ours["pydantic"].contains("1.10")
+    assert ours["openai"].contains(metadata.version("openai")) and not ours["openai"].contains("1.60.0")
 
 
 def test_release_requirements_are_the_core_lines_whose_markers_hold(tmp_path: Path) -> None:

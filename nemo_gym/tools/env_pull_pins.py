@@ -7,7 +7,7 @@ dumps with openai 2.7.2's keys. Where a release's range (a core ``Requires-Dist`
 excludes the version installed here, the pull installs the newest version the range allows,
 into the environment that runs the pull (a layered one shadows its base, as the corpus
 script's does), so long as this package's own range for that distribution still holds
-(``openai>=1.60``): a pin this package cannot run on is refused and reported, as is a
+(``openai>=1.99.9``): a pin this package cannot run on is refused and reported, as is a
 distribution that what this package runs on pins exactly (``pydantic`` pins
 ``pydantic-core``). Every release goes through this one rule.
 """
@@ -35,7 +35,7 @@ class ReleasePin:
     name: str  # normalised distribution name
     release: str  # the release's requirement line (``openai<=2.7.2``)
     installed: str  # the version installed before the pull
-    requirement: str  # what pip is asked for: the release's range within ours (``openai<=2.7.2,>=1.60``)
+    requirement: str  # what pip is asked for: the release's range within ours (``openai<=2.7.2,>=1.99.9``)
     now: str = ""  # the version installed after the pull ("" until applied)
 
     def describe(self) -> str:
@@ -61,11 +61,15 @@ def release_requirements(wheel_root: Path) -> list[str]:
 
 def own_ranges(dist: str = "nemo_gym") -> dict[str, SpecifierSet] | None:
     """This package's own range for each distribution it requires (every extra), by normalised
-    name; None when its metadata is not installed (its ranges are then unknown)."""
-    try:
-        requires = metadata.requires(dist) or []
-    except metadata.PackageNotFoundError:
-        return None
+    name: from the ``pyproject.toml`` beside the imported package when it is a source tree (a
+    clone, an editable install, whose installed metadata may be older), else from its installed
+    metadata; None when neither is found (its ranges are then unknown)."""
+    requires = _source_requires(dist)
+    if requires is None:
+        try:
+            requires = metadata.requires(dist) or []
+        except metadata.PackageNotFoundError:
+            return None
     out: dict[str, SpecifierSet] = {}
     for line in requires:
         try:
@@ -75,6 +79,24 @@ def own_ranges(dist: str = "nemo_gym") -> dict[str, SpecifierSet] | None:
         name = requirement_name(req.name)
         out[name] = out.get(name, SpecifierSet()) & req.specifier
     return out
+
+
+def _source_requires(dist: str) -> list[str] | None:
+    """The requirement lines (core and every extra) of the ``pyproject.toml`` holding the
+    imported ``dist`` package, or None when it is not imported from a source tree."""
+    import importlib.util
+    import tomllib
+
+    spec = importlib.util.find_spec(dist)
+    origin = Path(spec.origin) if spec is not None and spec.origin else None
+    pyproject = origin.parent.parent / "pyproject.toml" if origin is not None else None
+    if pyproject is None or not pyproject.is_file():
+        return None
+    project = tomllib.loads(pyproject.read_text()).get("project") or {}
+    if requirement_name(str(project.get("name", ""))) != requirement_name(dist):
+        return None
+    extras = project.get("optional-dependencies") or {}
+    return [*(project.get("dependencies") or []), *(line for lines in extras.values() for line in lines)]
 
 
 def satisfiable(spec: SpecifierSet) -> bool:
