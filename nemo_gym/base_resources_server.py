@@ -173,6 +173,13 @@ class BaseRunRequest(BaseModel):
 
     responses_create_params: CreateParamsField = Field(default_factory=dict)  # type: ignore[assignment]
 
+    @property
+    def capture_rollout_id(self) -> Any:
+        """NeMo Gym's name for the row's ``_ng_rollout_id`` (``None`` when it has none; a value
+        that is not a rollout id is left for the rollout-id check to name). Read only, and the
+        row keeps the key: a body dumps as it came."""
+        return (self.__pydantic_extra__ or {}).get("_ng_rollout_id")
+
 
 class BaseSeedSessionRequest(BaseRunRequest):
     """The row sent to ``/seed_session``."""
