@@ -26,7 +26,8 @@ from nemo_gym.base_resources_server import (
     tool,
 )
 from nemo_gym.models.conversation_store import ConversationStore, KeptConversation
-from nemo_gym.testing import SyncClient, running_agent, running_aiohttp_app, running_server
+from nemo_gym.response_items import build_response, usage_dict
+from nemo_gym.testing import SyncClient, fake_openai_responses, running_agent, running_server
 from responses_api_agents.simple_agent.app import SimpleAgent
 from responses_api_models.openai_model.app import OpenAIModel
 
@@ -86,22 +87,8 @@ class Recorder:
                     "generation_log_probs": [-0.5, -0.25],
                 },
             ]
-        return {
-            "id": f"resp_{n}",
-            "object": "response",
-            "created_at": 0,
-            "model": body.get("model") or "m",
-            "status": "completed",
-            "output": output,
-            "parallel_tool_calls": True,
-            "tool_choice": "auto",
-            "tools": body.get("tools") or [],
-            "error": None,
-            "incomplete_details": None,
-            "instructions": None,
-            "metadata": {},
-            "usage": {"input_tokens": 1, "output_tokens": 1, "total_tokens": 2},
-        }
+        response = build_response(output, body, model=body.get("model") or "m", usage=usage_dict(1, 1))
+        return {**response, "id": f"resp_{n}"}
 
 
 @contextlib.contextmanager
@@ -114,10 +101,7 @@ def recording_upstream(turns: int) -> Iterator[Recorder]:
         state.raw.append(raw)
         return web.Response(body=orjson.dumps(answer), content_type="application/json")
 
-    app = web.Application(client_max_size=2**26)
-    app.router.add_post("/v1/responses", responses)
-    with running_aiohttp_app(app) as url:
-        state.url = f"{url}/v1"
+    with fake_openai_responses(responses) as state.url:
         yield state
 
 

@@ -17,6 +17,7 @@ from nemo_gym.testing.gym_projects import GymProject, gym_project
 from nemo_gym.testing.http_clients import SyncClient, http_call
 from nemo_gym.testing.jsonl_rows import distinct_example_rows, read_jsonl, write_jsonl
 from nemo_gym.testing.servers import (
+    fake_openai_responses,
     lazy_servers,
     running_agent,
     running_aiohttp_app,
@@ -57,6 +58,7 @@ __all__ = [
     "compat_dir",
     "compat_root",
     "distinct_example_rows",
+    "fake_openai_responses",
     "gym_project",
     "http_call",
     "lazy_servers",

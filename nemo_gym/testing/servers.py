@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 from aiohttp import web
@@ -104,6 +104,19 @@ def running_aiohttp_app(app: web.Application) -> Iterator[str]:
         loop.call_soon_threadsafe(loop.stop)
         thread.join(10)
         loop.close()
+
+
+@contextlib.contextmanager
+def fake_openai_responses(
+    handler: Callable[[web.Request], Awaitable[web.StreamResponse]], client_max_size: int = 2**26
+) -> Iterator[str]:
+    """Serve ``handler`` as ``POST /v1/responses`` of a fake OpenAI endpoint (see
+    :func:`running_aiohttp_app`); yields the ``openai_base_url`` to point a model server at,
+    ``http://127.0.0.1:PORT/v1``."""
+    app = web.Application(client_max_size=client_max_size)
+    app.router.add_post("/v1/responses", handler)
+    with running_aiohttp_app(app) as url:
+        yield f"{url}/v1"
 
 
 @contextlib.asynccontextmanager

@@ -19,7 +19,8 @@ import pytest
 from aiohttp import web
 
 from nemo_gym.launch.launcher import free_port
-from nemo_gym.testing import SyncClient, running_aiohttp_app, running_server
+from nemo_gym.response_items import build_response, function_call_item, usage_dict
+from nemo_gym.testing import SyncClient, fake_openai_responses, running_server
 from responses_api_models.openai_model.app import OpenAIModel
 
 
@@ -40,39 +41,8 @@ class FakeOpenAI:
 
 def response_object(model: str) -> dict[str, Any]:
     """A valid Responses API response with one function call."""
-    return {
-        "id": "resp_fake",
-        "object": "response",
-        "created_at": 1700000000.0,
-        "status": "completed",
-        "error": None,
-        "incomplete_details": None,
-        "instructions": None,
-        "metadata": {},
-        "model": model,
-        "output": [
-            {
-                "id": "fc_1",
-                "type": "function_call",
-                "call_id": "call_1",
-                "name": "get_weather",
-                "arguments": '{"city": "Oslo"}',
-                "status": "completed",
-            }
-        ],
-        "parallel_tool_calls": True,
-        "temperature": 1.0,
-        "tool_choice": "auto",
-        "tools": [],
-        "top_p": 1.0,
-        "usage": {
-            "input_tokens": 10,
-            "input_tokens_details": {"cached_tokens": 0},
-            "output_tokens": 5,
-            "output_tokens_details": {"reasoning_tokens": 0},
-            "total_tokens": 15,
-        },
-    }
+    call = function_call_item("get_weather", '{"city": "Oslo"}', "call_1")
+    return build_response([call], {"temperature": 1.0, "top_p": 1.0}, model=model, usage=usage_dict(10, 5))
 
 
 @contextlib.contextmanager
@@ -106,10 +76,7 @@ def fake_openai(state: FakeOpenAI) -> Iterator[FakeOpenAI]:
             state.in_flight -= 1
         return web.json_response(response_object(body.get("model", "")))
 
-    app = web.Application()
-    app.router.add_post("/v1/responses", responses)
-    with running_aiohttp_app(app) as url:
-        state.url = f"{url}/v1"
+    with fake_openai_responses(responses) as state.url:
         yield state
 
 
