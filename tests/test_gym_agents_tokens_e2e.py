@@ -10,8 +10,6 @@ the last call's prompt + generation, with the loss mask on the policy's tokens o
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,21 +19,11 @@ import yaml
 from nemo_gym.launch.config import project_root
 from nemo_gym.rollout_collection import ng_collect_rollouts
 from nemo_gym.testing import read_jsonl, running_stack
+from nemo_gym.testing.cpu_engine import LOCAL_HF_MODEL_CONFIG, export_training_sequences, forced_engine_config
 
 pytestmark = pytest.mark.slow
 
 ROOT = project_root()
-LOCAL_HF = "responses_api_models/local_hf_model/configs/local_hf_model.yaml"
-
-
-def engine_overrides(path: Path, forced: list[str], extra: dict[str, Any] | None = None) -> str:
-    engine = {"forced_completions": forced, "default_max_tokens": 96}
-    path.write_text(
-        yaml.safe_dump(
-            {"local_hf_engine": {"responses_api_models": {"local_hf_model": engine}}, **(extra or {})}
-        )
-    )
-    return str(path)
 
 
 def collect(tmp_path: Path, configs: list[str], agent: str, rows: Path) -> list[dict[str, Any]]:
@@ -61,18 +49,6 @@ def collect_on(tmp_path: Path, head_port: int, agent: str, rows: Path) -> list[d
     return read_jsonl(out)
 
 
-def export(tmp_path: Path, rollouts: Path) -> dict[str, Any]:
-    sequences = tmp_path / "sequences.jsonl"
-    code = (
-        "from nemo_gym.train_data import ng_export_training_data as c; "
-        f"c(['+input_jsonl_fpath={rollouts}', '+output_jsonl_fpath={sequences}'])"
-    )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stdout + done.stderr
-    (sequence,) = read_jsonl(sequences)
-    return sequence
-
-
 def check_token_exact(tmp_path: Path, row: dict[str, Any], num_calls: int) -> None:
     calls = [item for item in row["response"]["output"] if "prompt_token_ids" in item]
     assert len(calls) == num_calls, [item.get("role") or item["type"] for item in row["response"]["output"]]
@@ -80,9 +56,7 @@ def check_token_exact(tmp_path: Path, row: dict[str, Any], num_calls: int) -> No
         prefix = earlier["prompt_token_ids"] + earlier["generation_token_ids"]
         assert later["prompt_token_ids"][: len(prefix)] == prefix
         assert "token_ids_contiguous" not in later
-    rollouts = tmp_path / "collected.jsonl"
-    rollouts.write_text(json.dumps(row) + "\n")
-    sequence = export(tmp_path, rollouts)
+    (sequence,) = export_training_sequences([row], tmp_path)
     assert sequence["contiguous"] is True and sequence["num_calls"] == num_calls
     last = calls[-1]
     assert sequence["input_ids"] == last["prompt_token_ids"] + last["generation_token_ids"]
@@ -99,8 +73,8 @@ def test_simulated_user_agent_on_retail_exports_token_exact(tmp_path: Path):
         "Order W1001 is returned.",
     ]
     user_model = yaml.safe_load((ROOT / env / "configs/scripted_policy.yaml").read_text())["user_model"]
-    overrides = engine_overrides(tmp_path / "forced.yaml", forced, {"user_model": user_model})
-    configs = [f"{env}/configs/retail_service.yaml", LOCAL_HF, overrides]
+    overrides = forced_engine_config(tmp_path / "forced.yaml", forced, 96, user_model=user_model)
+    configs = [f"{env}/configs/retail_service.yaml", LOCAL_HF_MODEL_CONFIG, overrides]
     (row,) = collect(
         tmp_path, configs, "retail_service_simulated_user_agent", ROOT / env / "data/example.jsonl"
     )
@@ -121,11 +95,11 @@ def test_harness_agent_black_box_exports_token_exact_over_both_apis(tmp_path: Pa
     )
     chat_agent = json.loads(json.dumps(agent["example_session_state_mgmt_harness_agent"]))
     chat_agent["responses_api_agents"]["harness_agent"]["command"][3] = "chat"
-    overrides = engine_overrides(tmp_path / "forced.yaml", forced, {"chat_harness_agent": chat_agent})
+    overrides = forced_engine_config(tmp_path / "forced.yaml", forced, 96, chat_harness_agent=chat_agent)
     configs = [
         f"{env}/configs/example_session_state_mgmt.yaml",
         "responses_api_agents/harness_agent/configs/harness_agent.yaml",
-        LOCAL_HF,
+        LOCAL_HF_MODEL_CONFIG,
         overrides,
     ]
     rows = ROOT / env / "data/example.jsonl"

@@ -16,10 +16,10 @@ import json
 from pathlib import Path
 
 import pytest
-import yaml
 
 from nemo_gym.launch.config import project_root
-from nemo_gym.serving.server_client import ServerClient
+from nemo_gym.testing import read_jsonl
+from nemo_gym.testing.cpu_engine import LOCAL_HF_MODEL_CONFIG, forced_engine_config, run_agent
 from nemo_gym.testing.stacks import ng_run_process
 from nemo_gym.token_id_capture import (
     TokenCaptureStore,
@@ -44,37 +44,16 @@ def _token_items(output: list[dict]) -> list[tuple[list, list, list]]:
 
 def test_ng_run_with_token_id_capture_on_gives_a_trainer_contiguous_sequences(tmp_path: Path) -> None:
     captures = tmp_path / "captures"
-    overrides = tmp_path / "forced.yaml"
-    engine = {"forced_completions": FORCED, "default_max_tokens": 48}
-    overrides.write_text(
-        yaml.safe_dump(
-            {
-                "local_hf_engine": {"responses_api_models": {"local_hf_model": engine}},
-                "token_id_capture": {"enabled": True, "all_agents": True, "dir": str(captures)},
-            }
-        )
-    )
-    row = json.loads(
-        (project_root() / "resources_servers/example_single_tool_call/data/example.jsonl")
-        .read_text()
-        .splitlines()[0]
-    )
+    capture = {"enabled": True, "all_agents": True, "dir": str(captures)}
+    row = read_jsonl(project_root() / "resources_servers/example_single_tool_call/data/example.jsonl")[0]
     configs = [
         "resources_servers/example_single_tool_call/configs/example_single_tool_call.yaml",
-        "responses_api_models/local_hf_model/configs/local_hf_model.yaml",
-        str(overrides),
+        LOCAL_HF_MODEL_CONFIG,
+        forced_engine_config(tmp_path / "forced.yaml", FORCED, token_id_capture=capture),
     ]
-
-    async def run(head_url: str) -> dict:
-        client = ServerClient(head_url, timeout_s=180)
-        try:
-            body = {**row, "_ng_task_index": 3, "_ng_rollout_index": 1}
-            return await client.rollout().post_json("example_single_tool_call_simple_agent", "/run", body)
-        finally:
-            await client.close()
-
     with ng_run_process(configs, timeout_s=180) as (_, head_url):
-        result = asyncio.run(run(head_url))
+        body = {**row, "_ng_task_index": 3, "_ng_rollout_index": 1}
+        result = run_agent(head_url, "example_single_tool_call_simple_agent", body)
 
     # What the rollout itself carries (return_token_id_information): three calls, spliced.
     carried = _token_items(result["response"]["output"])

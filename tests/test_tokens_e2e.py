@@ -8,18 +8,18 @@ one contiguous training sequence from the rollout.
 
 from __future__ import annotations
 
-import asyncio
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 from nemo_gym.launch.config import project_root
-from nemo_gym.serving.server_client import ServerClient
-from nemo_gym.testing import running_stack
+from nemo_gym.testing import read_jsonl, running_stack
+from nemo_gym.testing.cpu_engine import (
+    LOCAL_HF_MODEL_CONFIG,
+    export_training_sequences,
+    forced_engine_config,
+    run_agent,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -32,31 +32,14 @@ FORCED = [
 
 
 def test_three_tool_calls_contiguous_and_exported(tmp_path: Path) -> None:
-    overrides = tmp_path / "forced.yaml"
-    engine = {"forced_completions": FORCED, "default_max_tokens": 48}
-    overrides.write_text(
-        yaml.safe_dump({"local_hf_engine": {"responses_api_models": {"local_hf_model": engine}}})
-    )
-    row = json.loads(
-        (project_root() / "resources_servers/example_single_tool_call/data/example.jsonl")
-        .read_text()
-        .splitlines()[0]
-    )
+    row = read_jsonl(project_root() / "resources_servers/example_single_tool_call/data/example.jsonl")[0]
     configs = [
         "resources_servers/example_single_tool_call/configs/example_single_tool_call.yaml",
-        "responses_api_models/local_hf_model/configs/local_hf_model.yaml",
-        str(overrides),
+        LOCAL_HF_MODEL_CONFIG,
+        forced_engine_config(tmp_path / "forced.yaml", FORCED),
     ]
-
-    async def run(head_url: str) -> dict:
-        client = ServerClient(head_url, timeout_s=120)
-        try:
-            return await client.rollout().post_json("example_single_tool_call_simple_agent", "/run", row)
-        finally:
-            await client.close()
-
     with running_stack(configs) as handle:
-        result = asyncio.run(run(handle.head_url))
+        result = run_agent(handle.head_url, "example_single_tool_call_simple_agent", row, timeout_s=120)
 
     output = result["response"]["output"]
     calls = [item for item in output if "prompt_token_ids" in item]
@@ -66,16 +49,9 @@ def test_three_tool_calls_contiguous_and_exported(tmp_path: Path) -> None:
         assert later["prompt_token_ids"][: len(prefix)] == prefix
         assert "token_ids_contiguous" not in later
 
-    rollouts = tmp_path / "rollouts.jsonl"
-    rollouts.write_text(json.dumps({**result, "_ng_task_index": 0, "_ng_rollout_index": 0}) + "\n")
-    sequences = tmp_path / "sequences.jsonl"
-    code = (
-        "import sys; from nemo_gym.train_data import ng_export_training_data as c; "
-        f"c(['+input_jsonl_fpath={rollouts}', '+output_jsonl_fpath={sequences}'])"
+    (sequence,) = export_training_sequences(
+        [{**result, "_ng_task_index": 0, "_ng_rollout_index": 0}], tmp_path
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stdout + done.stderr
-    (sequence,) = [json.loads(line) for line in sequences.read_text().splitlines()]
     assert sequence["contiguous"] is True and sequence["num_calls"] == 4
     last = calls[-1]
     assert sequence["input_ids"] == last["prompt_token_ids"] + last["generation_token_ids"]

@@ -11,15 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 from nemo_gym.launch.config import project_root
 from nemo_gym.launch.launcher import free_port
+from nemo_gym.testing.cpu_engine import LOCAL_HF_MODEL_CONFIG, export_training_sequences, forced_engine_config
 
 pytestmark = pytest.mark.slow
 
@@ -35,17 +33,12 @@ def test_run_helper_rollouts_export_token_exact_sequences(tmp_path: Path) -> Non
     from nemo_gym.server_utils import HEAD_SERVER_KEY_NAME, BaseServerConfig
 
     root = project_root()
-    forced = tmp_path / "forced.yaml"
-    engine = {"forced_completions": FORCED, "default_max_tokens": 24}
-    forced.write_text(
-        yaml.safe_dump({"local_hf_engine": {"responses_api_models": {"local_hf_model": engine}}})
-    )
     head_port = free_port("127.0.0.1")
     initial = {
         "config_paths": [
             f"{root}/resources_servers/blackjack/configs/blackjack.yaml",
-            f"{root}/responses_api_models/local_hf_model/configs/local_hf_model.yaml",
-            str(forced),
+            f"{root}/{LOCAL_HF_MODEL_CONFIG}",
+            forced_engine_config(tmp_path / "forced.yaml", FORCED, 24),
         ],
         HEAD_SERVER_KEY_NAME: {"host": "127.0.0.1", "port": head_port},
     }
@@ -99,15 +92,7 @@ def test_run_helper_rollouts_export_token_exact_sequences(tmp_path: Path) -> Non
         assert calls[1]["prompt_token_ids"][: len(prefix)] == prefix
         assert len(calls[1]["prompt_token_ids"]) > len(prefix)  # the observation sits between the calls
 
-    rollouts, sequences = tmp_path / "rollouts.jsonl", tmp_path / "sequences.jsonl"
-    rollouts.write_text("".join(json.dumps(r) + "\n" for r in results))
-    code = (
-        "from nemo_gym.train_data import ng_export_training_data as c; "
-        f"c(['+input_jsonl_fpath={rollouts}', '+output_jsonl_fpath={sequences}'])"
-    )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stdout + done.stderr
-    exported = [json.loads(line) for line in sequences.read_text().splitlines()]
+    exported = export_training_sequences(results, tmp_path)
     assert len(exported) == 2
     for sequence, result in zip(exported, results, strict=True):
         last = [i for i in result["response"]["output"] if "prompt_token_ids" in i][-1]
