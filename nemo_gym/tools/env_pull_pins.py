@@ -38,10 +38,6 @@ class ReleasePin:
     requirement: str  # what pip is asked for: the release's range within ours (``openai<=2.7.2,>=1.99.9``)
     now: str = ""  # the version installed after the pull ("" until applied)
 
-    def describe(self) -> str:
-        """``openai 3.57.0 -> 2.7.2 (the release's openai<=2.7.2)``."""
-        return f"{self.name} {self.installed} -> {self.now or '?'} (the release's {self.release})"
-
 
 def release_requirements(wheel_root: Path) -> list[str]:
     """The release's core ``Requires-Dist`` lines (no extra) whose markers hold here."""
@@ -144,7 +140,7 @@ def plan_release_pins(
         if req.url or not req.specifier or have is None or req.specifier.contains(have, prereleases=True):
             continue
         if ours is None:
-            refused.append(f"{line} (kept {name} {have}: this package's own requirements are not installed)")
+            refused.append(f"{line} (kept {name} {have}: this package's own requirements cannot be read)")
             continue
         if name in keep and name not in ours:
             refused.append(f"{line} (kept {name} {have}: a package this one runs on pins it exactly)")
@@ -181,16 +177,10 @@ def apply_release_pins(
     return applied, refused
 
 
-def pin_summary(applied: list[ReleasePin]) -> str:
-    """One line naming every applied pin."""
-    return "; ".join(p.describe() for p in applied)
-
-
 __all__ = [
     "ReleasePin",
     "apply_release_pins",
     "own_ranges",
-    "pin_summary",
     "plan_release_pins",
     "release_requirements",
     "satisfiable",
