@@ -9,7 +9,10 @@ folder is copied to ``resources_servers/NAME`` (``responses_api_agents/NAME``,
 of the wheel it imports or names that this project lacks (helper packages such as
 ``resources_servers/gymnasium``, the environment an agent builds on). What those folders'
 ``requirements.txt`` lists and NeMo Gym's own dependencies that their code imports without
-listing them are installed with pip into the current environment. Where the project already has
+listing them are installed with pip into the current environment, after the versions the
+release's own dependency list pins where it excludes what is installed (0.4.0's
+``openai<=2.7.2``; within this package's own ranges: :mod:`nemo_gym.tools.env_pull_pins`).
+Where the project already has
 a folder of a needed name that does not define what the pulled code imports from it, the pull
 stops and says so; ``+replace_bundled=true`` puts NeMo Gym's folder in its place.
 
