@@ -52,31 +52,18 @@ def run_grpo(
     """Train the tiny model at ``model_path`` with TRL's GRPOTrainer on CPU (``args``: steps,
     lr, seed, generations); ``trainer_kwargs`` go to the trainer (``rollout_func``,
     ``environment_factory``). Returns the seconds training took."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from trl import GRPOConfig, GRPOTrainer
+    from nemo_gym.bridges.trl_grpo import cpu_grpo_trainer
 
-    grpo = GRPOConfig(
-        output_dir=str(out / "trainer"),
-        use_cpu=True,
-        seed=args.seed,
-        max_steps=args.steps,
-        learning_rate=args.lr,
-        per_device_train_batch_size=args.generations,
-        num_generations=args.generations,
+    trainer = cpu_grpo_trainer(
+        model_path,
+        dataset,
+        reward_funcs,
+        output_dir=out / "trainer",
+        steps=args.steps,
+        generations=args.generations,
         max_completion_length=max_completion_length,
-        temperature=1.0,
-        beta=0.0,
-        logging_steps=1,
-        save_strategy="no",
-        report_to=[],
-        disable_tqdm=True,
-    )
-    trainer = GRPOTrainer(
-        model=AutoModelForCausalLM.from_pretrained(model_path),
-        processing_class=AutoTokenizer.from_pretrained(model_path),
-        reward_funcs=reward_funcs,
-        args=grpo,
-        train_dataset=dataset,
+        learning_rate=args.lr,
+        seed=args.seed,
         **trainer_kwargs,
     )
     started = time.monotonic()

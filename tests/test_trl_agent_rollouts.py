@@ -156,9 +156,8 @@ def test_trl_grpo_trains_on_agent_rollouts(stack, tmp_path: Path) -> None:
     runs): it pushes its weights to the engine each step, and each reward is /verify's."""
     import torch
     from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from trl import GRPOConfig, GRPOTrainer
 
+    from nemo_gym.bridges.trl_grpo import cpu_grpo_trainer
     from nemo_gym.engine.tiny_model import build_tiny_model
 
     head, engine = stack
@@ -166,17 +165,14 @@ def test_trl_grpo_trains_on_agent_rollouts(stack, tmp_path: Path) -> None:
     path = build_tiny_model()
     rows = ROWS[:4]
     rollouts = AgentRollouts(rows, head_server_config=head, engine_url=engine, agent_name=AGENT)
-    args = GRPOConfig(
-        output_dir=str(tmp_path), use_cpu=True, seed=0, max_steps=2, learning_rate=3e-3,
-        per_device_train_batch_size=4, num_generations=4, max_completion_length=256, beta=0.0,
-        logging_steps=1, save_strategy="no", report_to=[], disable_tqdm=True,
-    )  # fmt: skip
-    trainer = GRPOTrainer(
-        model=AutoModelForCausalLM.from_pretrained(path),
-        processing_class=AutoTokenizer.from_pretrained(path),
-        reward_funcs=rollout_reward,
-        args=args,
-        train_dataset=Dataset.from_dict({"prompt": trl_dataset_columns(rows)["prompt"]}),
+    trainer = cpu_grpo_trainer(
+        path,
+        Dataset.from_dict({"prompt": trl_dataset_columns(rows)["prompt"]}),
+        rollout_reward,
+        output_dir=tmp_path,
+        steps=2,
+        generations=4,
+        max_completion_length=256,
         rollout_func=rollouts,
     )
     trainer.train()

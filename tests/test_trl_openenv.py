@@ -83,10 +83,9 @@ def test_trl_grpo_trains_through_openenvs_client(tmp_path: Path) -> None:
     came back through OpenEnv's client."""
     import torch
     from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from trl import GRPOConfig, GRPOTrainer
 
     from nemo_gym.bridges.openenv_server import openenv_app
+    from nemo_gym.bridges.trl_grpo import cpu_grpo_trainer
     from nemo_gym.bridges.trl_openenv import openenv_environment_factory, openenv_reward
     from nemo_gym.engine.tiny_model import build_tiny_model
     from resources_servers.mcqa.app import MCQAServer
@@ -104,17 +103,14 @@ def test_trl_grpo_trains_through_openenvs_client(tmp_path: Path) -> None:
         running_server(MCQAServer({"name": "mcqa"})) as env_url,
         running_app(openenv_app(env_url, ROWS)) as url,
     ):
-        args = GRPOConfig(
-            output_dir=str(tmp_path), use_cpu=True, seed=0, max_steps=2, learning_rate=3e-3,
-            per_device_train_batch_size=8, num_generations=8, max_completion_length=4, beta=0.0,
-            logging_steps=1, save_strategy="no", report_to=[], disable_tqdm=True,
-        )  # fmt: skip
-        trainer = GRPOTrainer(
-            model=AutoModelForCausalLM.from_pretrained(path),
-            processing_class=AutoTokenizer.from_pretrained(path),
-            reward_funcs=reward,
-            args=args,
-            train_dataset=Dataset.from_dict(trl_dataset_columns(ROWS)),
+        trainer = cpu_grpo_trainer(
+            path,
+            Dataset.from_dict(trl_dataset_columns(ROWS)),
+            reward,
+            output_dir=tmp_path,
+            steps=2,
+            generations=8,
+            max_completion_length=4,
             environment_factory=openenv_environment_factory(url),
         )
         trainer.train()
