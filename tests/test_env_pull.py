@@ -5,43 +5,26 @@ files. No network; pip itself does the downloading and installing, in real subpr
 
 from __future__ import annotations
 
-import hashlib
-import http.server
 import json
-import os
 import subprocess
 import sys
-import threading
-import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from nemo_gym.launch.config import project_root
+from nemo_gym.testing.package_index import build_wheel, dist_info, layered_python, package_index, pip_env
 
 REPO = project_root()
 ENV_NAME = "pulled_weather"
 DEP = "corpus-fake-dep"
 GYM = [sys.executable, "-c", "from nemo_gym.tools.gym_cli import main; main()"]
-
-
-def build_wheel(path: Path, files: dict[str, str]) -> Path:
-    with zipfile.ZipFile(path, "w") as zf:
-        for name, text in files.items():
-            zf.writestr(name, text)
-    return path
+LICENSE = "Apache License\nVersion 2.0 (test copy)\n"
 
 
 def wheel_metadata(dist: str, version: str, requires_python: str = ">=3.8") -> dict[str, str]:
-    info = f"{dist.replace('-', '_')}-{version}.dist-info"
-    return {
-        f"{info}/METADATA": f"Metadata-Version: 2.4\nName: {dist}\nVersion: {version}\n"
-        f"License-Expression: Apache-2.0\nRequires-Python: {requires_python}\n",
-        f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-        f"{info}/RECORD": "",
-        f"{info}/licenses/LICENSE": "Apache License\nVersion 2.0 (test copy)\n",
-    }
+    return dist_info(dist, version, requires_python=requires_python, license_text=LICENSE)
 
 
 def nemo_gym_wheel(dest: Path) -> Path:
@@ -77,58 +60,12 @@ def index_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A PEP 503 simple index on loopback serving the two wheels."""
     files = tmp_path_factory.mktemp("index")
     wheels = [nemo_gym_wheel(files), dep_wheel(files)]
-    projects = {"nemo-gym": wheels[0], DEP: wheels[1]}
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
-            parts = [p for p in self.path.split("?")[0].split("/") if p]
-            body: bytes | None = None
-            if len(parts) == 2 and parts[0] == "simple" and parts[1] in projects:
-                wheel = projects[parts[1]]
-                digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
-                body = f'<html><body><a href="/files/{wheel.name}#sha256={digest}">{wheel.name}</a></body></html>'.encode()
-                kind = "text/html"
-            elif len(parts) == 2 and parts[0] == "files" and (files / parts[1]).is_file():
-                body, kind = (files / parts[1]).read_bytes(), "application/octet-stream"
-            if body is None:
-                self.send_response(404)
-                self.end_headers()
-                return
-            self.send_response(200)
-            self.send_header("Content-Type", kind)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/simple/"
-    server.shutdown()
-
-
-def layered_python(root: Path) -> Path:
-    """A venv whose packages are layered on this one's (a .pth file): pip installs go into it only."""
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True, timeout=120)
-    site = next((root / "lib").glob("python*/site-packages"))
-    ours = [p for p in sys.path if p.endswith("site-packages") and Path(p).is_dir()]
-    (site / "_base.pth").write_text("\n".join(ours) + "\n")
-    return root / "bin" / "python"
+    with package_index({"nemo-gym": [wheels[0]], DEP: [wheels[1]]}) as url:
+        yield url
 
 
 def env_for(index: str, cache: Path) -> dict[str, str]:
-    host = index.split("/")[2].split(":")[0]
-    return dict(
-        os.environ,
-        PYTHONPATH=str(REPO),
-        NEMO_GYM_WHEEL_CACHE=str(cache),
-        PIP_INDEX_URL=index,
-        PIP_TRUSTED_HOST=host,
-        PIP_NO_CACHE_DIR="1",
-    )
+    return pip_env(index, PYTHONPATH=str(REPO), NEMO_GYM_WHEEL_CACHE=str(cache))
 
 
 @pytest.mark.slow

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from nemo_gym.testing import gym_project
+from nemo_gym.testing.package_index import layered_python
 
 SCRIPTED = "responses_api_models/scripted_model/configs/scripted_model.yaml"
 # (environment, its config, its rows, extra overrides): the scripted model's default script calls
@@ -54,15 +55,6 @@ def test_three_pulled_nemo_gym_environments_run_with_gym_eval_run(tmp_path: Path
     assert all(r["reward"] == 1.0 for r in single)
 
 
-def _layered_python(root: Path) -> Path:
-    """A venv layered on this one (a .pth file): what a pull installs goes into it, not into ours."""
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True, timeout=120)
-    site = next((root / "lib").glob("python*/site-packages"))
-    ours = [p for p in sys.path if p.endswith("site-packages") and Path(p).is_dir()]
-    (site / "_base.pth").write_text("\n".join(ours) + "\n")
-    return root / "bin" / "python"
-
-
 # What a user's clone holds besides nemo_gym/: the bundled folders, the lint and test settings.
 FRESH_PROJECT = (
     "resources_servers",
@@ -95,7 +87,7 @@ def test_four_nemo_gym_folders_pull_test_and_run_in_a_fresh_project(tmp_path: Pa
     ``gym env test`` (their ``from app import`` tests), run with ``gym eval run``; the clash
     with the bundled math_with_judge is named before anything is written; wordle's data step
     is said; the project's lint and test collection leave the pulled folders out."""
-    fresh = gym_project(tmp_path / "project", FRESH_PROJECT, python=_layered_python(tmp_path / "venv"))
+    fresh = gym_project(tmp_path / "project", FRESH_PROJECT, python=layered_python(tmp_path / "venv"))
     project = fresh.root
     refused = fresh.pull("polymath==0.7.0", timeout=600)
     assert refused.returncode == 1

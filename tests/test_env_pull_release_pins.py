@@ -8,14 +8,8 @@ and serves them from a package index on loopback; pip does the rest in real subp
 
 from __future__ import annotations
 
-import hashlib
-import http.server
 import json
-import os
 import subprocess
-import sys
-import threading
-import zipfile
 from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
@@ -24,6 +18,14 @@ import pytest
 from packaging.specifiers import SpecifierSet
 
 from nemo_gym.launch.config import project_root
+from nemo_gym.testing.package_index import (
+    build_wheel,
+    dist_info,
+    layered_python,
+    package_index,
+    pip_env,
+    site_packages_of_this_python,
+)
 from nemo_gym.tools.env_pull_pins import own_ranges, plan_release_pins, release_requirements, satisfiable
 
 REPO = project_root()
@@ -99,24 +101,6 @@ def test_release_requirements_are_the_core_lines_whose_markers_hold(tmp_path: Pa
     assert release_requirements(tmp_path) == ["openai<=2.7.2", "new-lib>=2"]
 
 
-def _wheel(path: Path, files: dict[str, str]) -> Path:
-    with zipfile.ZipFile(path, "w") as zf:
-        for name, text in files.items():
-            zf.writestr(name, text)
-    return path
-
-
-def _dist_info(dist: str, version: str, requires: list[str] = ()) -> dict[str, str]:  # type: ignore[assignment]
-    info = f"{dist.replace('-', '_')}-{version}.dist-info"
-    lines = "".join(f"Requires-Dist: {r}\n" for r in requires)
-    return {
-        f"{info}/METADATA": f"Metadata-Version: 2.4\nName: {dist}\nVersion: {version}\n"
-        f"License-Expression: Apache-2.0\n{lines}",
-        f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-        f"{info}/RECORD": "",
-    }
-
-
 @pytest.fixture(scope="module")
 def index_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A PEP 503 index on loopback: ``pins-fake-lib`` 1.0, 2.0 and 3.0, and a ``nemo-gym`` release
@@ -126,73 +110,30 @@ def index_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     for version in ("1.0", "2.0", "3.0"):
         module = {"pins_fake_lib.py": f"VERSION = {version!r}\n"}
         projects[DEP].append(
-            _wheel(
-                files / f"pins_fake_lib-{version}-py3-none-any.whl", {**_dist_info(DEP, version), **module}
+            build_wheel(
+                files / f"pins_fake_lib-{version}-py3-none-any.whl", {**dist_info(DEP, version), **module}
             )
         )
     folder = f"resources_servers/{ENV_NAME}"
     release = {
-        **_dist_info("nemo-gym", RELEASE, [f"{DEP}<=2.5", "pydantic<1", 'ruff<0.0.1; extra == "dev"']),
+        **dist_info("nemo-gym", RELEASE, [f"{DEP}<=2.5", "pydantic<1", 'ruff<0.0.1; extra == "dev"']),
         "nemo_gym/__init__.py": "raise ImportError('the nemo-gym wheel was imported')\n",
         f"{folder}/__init__.py": "",
         f"{folder}/app.py": "import pins_fake_lib\n",
         f"{folder}/requirements.txt": "-e nemo-gym[dev] @ ../../\n",
     }
-    projects["nemo-gym"].append(_wheel(files / f"nemo_gym-{RELEASE}-py3-none-any.whl", release))
+    projects["nemo-gym"].append(build_wheel(files / f"nemo_gym-{RELEASE}-py3-none-any.whl", release))
 
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
-            parts = [p for p in self.path.split("?")[0].split("/") if p]
-            body: bytes | None = None
-            if len(parts) == 2 and parts[0] == "simple" and parts[1] in projects:
-                links = "".join(
-                    f'<a href="/files/{w.name}#sha256={hashlib.sha256(w.read_bytes()).hexdigest()}">{w.name}</a>'
-                    for w in projects[parts[1]]
-                )
-                body, kind = f"<html><body>{links}</body></html>".encode(), "text/html"
-            elif len(parts) == 2 and parts[0] == "files" and (files / parts[1]).is_file():
-                body, kind = (files / parts[1]).read_bytes(), "application/octet-stream"
-            if body is None:
-                self.send_response(404)
-                self.end_headers()
-                return
-            self.send_response(200)
-            self.send_header("Content-Type", kind)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/simple/"
-    server.shutdown()
-
-
-def _layer(root: Path, below: list[str]) -> Path:
-    """A venv whose packages sit on ``below`` (a .pth file): pip installs go into it only."""
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True, timeout=120)
-    site = next((root / "lib").glob("python*/site-packages"))
-    (site / "_below.pth").write_text("\n".join(below) + "\n")
-    return root / "bin" / "python"
+    with package_index(projects) as url:
+        yield url
 
 
 @pytest.mark.slow
 def test_a_pull_installs_the_releases_pin_into_its_layer(index_url: str, tmp_path: Path) -> None:
-    host = index_url.split("/")[2].split(":")[0]
-    env = dict(
-        os.environ,
-        PYTHONPATH=str(REPO),
-        NEMO_GYM_WHEEL_CACHE=str(tmp_path / "cache"),
-        PIP_INDEX_URL=index_url,
-        PIP_TRUSTED_HOST=host,
-        PIP_NO_CACHE_DIR="1",
-    )
-    ours = [p for p in sys.path if p.endswith("site-packages") and Path(p).is_dir()]
+    env = pip_env(index_url, PYTHONPATH=str(REPO), NEMO_GYM_WHEEL_CACHE=str(tmp_path / "cache"))
+    ours = site_packages_of_this_python()
     # The base: this environment plus pins-fake-lib 3.0, which the release's range excludes.
-    base = _layer(tmp_path / "base", ours)
+    base = layered_python(tmp_path / "base", ours)
     setup = subprocess.run(
         [str(base), "-m", "pip", "install", "-q", "--disable-pip-version-check", f"{DEP}==3.0"],
         env=env,
@@ -202,7 +143,7 @@ def test_a_pull_installs_the_releases_pin_into_its_layer(index_url: str, tmp_pat
     )
     assert setup.returncode == 0, setup.stderr
     base_site = str(next((tmp_path / "base" / "lib").glob("python*/site-packages")))
-    layer = _layer(tmp_path / "layer", [base_site, *ours])
+    layer = layered_python(tmp_path / "layer", [base_site, *ours])
     probe = "import pins_fake_lib, pydantic; print(pins_fake_lib.VERSION, pydantic.VERSION)"
 
     def versions(python: Path) -> list[str]:
@@ -233,7 +174,7 @@ def test_a_pull_installs_the_releases_pin_into_its_layer(index_url: str, tmp_pat
     assert versions(base)[0] == "3.0"
 
     # +release_pins=false leaves the base's version showing through a fresh layer.
-    plain = _layer(tmp_path / "plain", [base_site, *ours])
+    plain = layered_python(tmp_path / "plain", [base_site, *ours])
     again = subprocess.run(
         [str(plain), "-c", "from nemo_gym.tools.gym_cli import main; main()", "env", "pull",
          f"{ENV_NAME}=={RELEASE}", f"+dir={target}", "+force=true", "+release_pins=false"],

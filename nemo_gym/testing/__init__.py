@@ -9,7 +9,8 @@
 
 Each idea lives in its own module (``servers``, ``stacks``, ``http_clients``, ``jsonl_rows``,
 ``verify_cases``, ``session_conformance``, ``gym_projects``); this package re-exports them.
-``cpu_engine`` (the CPU engine with forced completions, for token-ID tests) is imported by path.
+``cpu_engine`` (the CPU engine with forced completions, for token-ID tests) and ``package_index``
+(a package index on loopback, wheels and layered environments for pip) are imported by path.
 """
 
 from __future__ import annotations
