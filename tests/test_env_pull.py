@@ -64,6 +64,13 @@ def index_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield url
 
 
+def write_files(files: dict[Path, str]) -> None:
+    """Write each file's text, making its directories."""
+    for path, text in files.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
 def env_for(index: str, cache: Path) -> dict[str, str]:
     return pip_env(index, PYTHONPATH=str(REPO), NEMO_GYM_WHEEL_CACHE=str(cache))
 
@@ -211,9 +218,7 @@ def test_closure_brings_helpers_and_benchmarks_and_names_a_clash(tmp_path: Path)
         wheel / "benchmarks/game_bench/config.yaml": "x: 1\n",
         project / "resources_servers/judge/app.py": "class JudgeServer: ...\n",
     }
-    for path, text in files.items():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
+    write_files(files)
     copied, kept = folder_closure(wheel, "resources_servers", "game", project)
     assert copied == [("resources_servers", "helper"), ("benchmarks", "game_bench")]
     assert kept == [("resources_servers", "judge")]
@@ -247,9 +252,7 @@ def test_a_group_of_servers_is_one_folder_to_pull_and_tested_server_by_server(tm
         group / "other/app.py": "",
         wheel / "resources_servers/helper/__init__.py": "class Base: ...\n",
     }  # fmt: skip
-    for path, text in files.items():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
+    write_files(files)
     assert ("responses_api_agents", "group") in list_folders(wheel)
     assert find_folder(wheel, "group", None) == ("responses_api_agents", group)
     assert folder_closure(wheel, "responses_api_agents", "group") == ([("resources_servers", "helper")], [])
@@ -279,9 +282,7 @@ def test_closure_follows_path_joins_to_other_folders(tmp_path: Path) -> None:
         wheel / "responses_api_agents/data/README.md": "",
         wheel / "resources_servers/env/app.py": "",
     }
-    for path, text in files.items():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
+    write_files(files)
     copied, _ = folder_closure(wheel, "responses_api_agents", "mine")
     assert copied == [("resources_servers", "env"), ("responses_api_agents", "sibling")]
 
@@ -300,9 +301,7 @@ def test_replacing_a_folder_replaces_the_project_folders_it_would_break(tmp_path
         project / "responses_api_models/local/app.py": "from responses_api_models.vllm.app import ours_only\nclass Local: ...\n",
         project / "responses_api_models/vllm/app.py": "def ours_only(): ...\n",
     }  # fmt: skip
-    for path, text in files.items():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
+    write_files(files)
     copied, kept, replaced = _plan(wheel, "responses_api_models", "genrm", project, replace_bundled=True)
     both = [("responses_api_models", "local"), ("responses_api_models", "vllm")]
     assert (copied, kept, replaced) == (both, [], both)
@@ -413,9 +412,7 @@ def test_needs_sees_downloads_images_agents_and_row_media(tmp_path: Path) -> Non
 
     def folder(name: str, files: dict[str, str]) -> Path:
         root = tmp_path / "resources_servers" / name
-        for rel, text in files.items():
-            (root / rel).parent.mkdir(parents=True, exist_ok=True)
-            (root / rel).write_text(text)
+        write_files({root / rel: text for rel, text in files.items()})
         return root
 
     clone = folder(
