@@ -35,6 +35,7 @@ from nemo_gym.testing import (
     SyncClient,
     collector_argv,
     distinct_example_rows,
+    running_agent,
     running_server,
     running_stack,
     write_jsonl,
@@ -198,38 +199,32 @@ def test_verify_failures_through_a_real_agent_are_classified(tmp_path: Path):
     from responses_api_models.scripted_model.app import ScriptedModel
 
     model = ScriptedModel({"name": "policy_model", "scripts": [{"turns": [{"text": "4"}]}]})
-    with running_server(JudgeEnv({"name": "judge_env"})) as env_url, running_server(model) as model_url:
-        agent = SimpleAgent(
-            {
-                "name": "judge_agent",
-                "resources_server": {"type": "resources_servers", "name": "judge_env"},
-                "model_server": {"type": "responses_api_models", "name": "policy_model"},
-            },
-            server_client=ServerClient(static_urls={"judge_env": env_url, "policy_model": model_url}),
-        )
-        with running_server(agent) as agent_url:
-            rows = [
-                {"responses_create_params": {"input": "2+2?"}, "mode": m}
-                for m in ("ok", "judge", "judge_body", "hang")
-            ]
+    env = JudgeEnv({"name": "judge_env"})
+    with running_agent(
+        env, model, agent_class=SimpleAgent, env_name="judge_env", model_name="policy_model"
+    ) as agent_url:
+        rows = [
+            {"responses_create_params": {"input": "2+2?"}, "mode": m}
+            for m in ("ok", "judge", "judge_body", "hang")
+        ]
 
-            async def main() -> Any:
-                client = ServerClient(static_urls={"judge_agent": agent_url})
-                try:
-                    return await RolloutCollectionHelper(
-                        server_client=client
-                    ).run_from_config(
-                        {
-                            "agent_name": "judge_agent",
-                            "input_jsonl_fpath": str(write_jsonl(tmp_path / "in.jsonl", rows)),
-                            "output_jsonl_fpath": str(tmp_path / "x.jsonl"),
-                            "rollout_timeout_s": 2.5,  # the hang is 5 s; a loaded machine still answers the rest in time
-                        }
-                    )
-                finally:
-                    await client.close()
+        async def main() -> Any:
+            client = ServerClient(static_urls={"judge_agent": agent_url})
+            try:
+                return await RolloutCollectionHelper(
+                    server_client=client
+                ).run_from_config(
+                    {
+                        "agent_name": "judge_agent",
+                        "input_jsonl_fpath": str(write_jsonl(tmp_path / "in.jsonl", rows)),
+                        "output_jsonl_fpath": str(tmp_path / "x.jsonl"),
+                        "rollout_timeout_s": 2.5,  # the hang is 5 s; a loaded machine still answers the rest in time
+                    }
+                )
+            finally:
+                await client.close()
 
-            summary = asyncio.run(main())
+        summary = asyncio.run(main())
     assert summary.succeeded == 1 and summary.failures_by_class == {"judge_failed": 2, "timeout": 1}
     failures = {f["mode"]: f for f in map(orjson.loads, summary.paths.failures.read_bytes().splitlines())}
     assert "judge_env" in failures["judge"]["_ng_error"] and "answered 503" in failures["judge"]["_ng_error"]

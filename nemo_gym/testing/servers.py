@@ -154,14 +154,15 @@ def running_agent(
     model_server: BaseServer,
     *,
     agent_class: type[BaseServer],
+    env_name: str = "env",
+    model_name: str = "model",
     **agent_fields: Any,
 ) -> Iterator[str]:
     """An environment, a model and an agent between them, all in this process; yields the agent's URL.
 
     The agent (``agent_class``, e.g. simple_agent's ``SimpleAgent``: the framework imports no
-    agent folder itself) reaches the two servers by the names
-    ``env`` and ``model`` (static URLs, no head server). ``agent_fields`` are extra agent
-    settings (``max_steps``, ...).
+    agent folder itself) reaches the two servers by the names ``env_name`` and ``model_name``
+    (static URLs, no head server). ``agent_fields`` are extra agent settings (``max_steps``, ...).
     """
     from nemo_gym.serving.server_client import ServerClient
 
@@ -169,11 +170,11 @@ def running_agent(
         agent = agent_class(
             {
                 "name": "agent",
-                "resources_server": {"type": "resources_servers", "name": "env"},
-                "model_server": {"type": "responses_api_models", "name": "model"},
+                "resources_server": {"type": "resources_servers", "name": env_name},
+                "model_server": {"type": "responses_api_models", "name": model_name},
                 **agent_fields,
             },
-            server_client=ServerClient(static_urls={"env": env_url, "model": model_url}),
+            server_client=ServerClient(static_urls={env_name: env_url, model_name: model_url}),
         )
         with running_server(agent) as agent_url:
             yield agent_url
