@@ -50,3 +50,21 @@ def test_the_projects_own_folder_still_wins(tmp_path: Path) -> None:
         [sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 0, done.stderr
+
+
+def test_a_folder_the_project_pulled_is_not_shadowed_by_this_repositorys_bundled_one(tmp_path: Path) -> None:
+    """A user's project keeps this repository's tree ``__init__.py`` (a regular package) and pulls
+    NeMo Gym's ``math_with_judge`` into it without one; this repository, on ``PYTHONPATH``, bundles
+    its own ``math_with_judge`` as a regular package. The project's pulled folder is the one imported:
+    another regular tree is a different package, not a portion to merge."""
+    tree = tmp_path / "project" / "resources_servers"
+    (tree / "math_with_judge").mkdir(parents=True)
+    (tree / "__init__.py").write_text((project_root() / "resources_servers" / "__init__.py").read_text())
+    (tree / "math_with_judge" / "app.py").write_text("source = 'pulled'\n")
+    assert (project_root() / "resources_servers" / "math_with_judge" / "__init__.py").is_file()
+    script = "from resources_servers.math_with_judge.app import source\nassert source == 'pulled', source\n"
+    env = dict(os.environ, PYTHONPATH=str(project_root()))
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=tree.parent, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
