@@ -411,29 +411,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def grouped_folders(wheel_root: Path, kinds: list[str]) -> list[tuple[str, str]]:
-    """Folders whose servers sit one level down, sharing one ``requirements.txt``: ``(kind, name)``.
-
-    NeMo Gym's ``responses_api_agents/conversational_tool_use`` is one: an agent per stage
-    (``domain_generation/app.py``, ``simulation/app.py``, ...). Such a folder imports when every
-    one of its ``app.py`` does, and its tests are all its subfolders' tests.
-    """
-    out = []
-    for kind in kinds:
-        base = wheel_root / kind
-        if base.is_dir():
-            out += [
-                (kind, p.name)
-                for p in sorted(base.iterdir())
-                if p.is_dir() and not (p / "app.py").is_file() and any(p.glob("*/app.py"))
-            ]
-    return out
-
-
 def select_folders(wheel_root: Path, opts: argparse.Namespace) -> list[tuple[str, str]]:
     """The folders chosen by ``--kind``, ``--folders`` and ``--runnable``."""
     kinds = opts.kind or list(KINDS)
-    folders = sorted(set(list_folders(wheel_root, kinds)) | set(grouped_folders(wheel_root, kinds)))
+    # Grouped folders (servers one level down, sharing one requirements.txt) are listed too.
+    folders = sorted(list_folders(wheel_root, kinds))
     if opts.folders:
         wanted = {w.strip() for w in opts.folders.split(",") if w.strip()}
         folders = [(k, n) for k, n in folders if n in wanted or f"{k}/{n}" in wanted]
