@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from nemo_gym.tools.env_pull_internals import missing_internals
 from nemo_gym.tools.env_pull_wheel import KINDS
 
 SOURCE_RECORD = ".nemo_gym_source.json"
@@ -120,7 +121,8 @@ class Clash:
     name: str
     missing: dict[str, list[str]]
     """Module (``resources_servers.math_with_judge.app``) -> names the pulled code imports from
-    it that the project's folder does not define (``[]``: the module itself is missing)."""
+    it that the project's folder does not define (``[]``: the module itself is missing), or
+    ``Class._member`` for a private member the pulled code uses of a class it imports."""
 
     def describe(self) -> str:
         """One sentence per module: what is imported and not there."""
@@ -187,7 +189,9 @@ def clashes(pulled: list[Path], project: Path, refs: list[tuple[str, str]]) -> l
     """The project's own folders among ``refs`` that the ``pulled`` folders' code cannot use.
 
     A folder of the project answers for NeMo Gym's folder of the same name when every module the
-    pulled code imports from it exists and defines every name imported. A folder that was itself
+    pulled code imports from it exists and defines every name imported, and every class of it
+    that the pulled code builds on has the private members that code uses of it
+    (:func:`~nemo_gym.tools.env_pull_internals.missing_internals`). A folder that was itself
     pulled never clashes.
     """
     out = []
@@ -200,6 +204,7 @@ def clashes(pulled: list[Path], project: Path, refs: list[tuple[str, str]]) -> l
         for folder in pulled:
             for module, names in _imports(folder, prefix).items():
                 wanted.setdefault(module, set()).update(names)
+        files = [p for folder in pulled for p in folder.rglob("*.py") if ".venv" not in p.parts]
         missing: dict[str, list[str]] = {}
         for module, names in sorted(wanted.items()):
             path = _module_file(project, module)
@@ -208,6 +213,12 @@ def clashes(pulled: list[Path], project: Path, refs: list[tuple[str, str]]) -> l
                 missing[module] = []
             elif names - defined:
                 missing[module] = sorted(names - defined)
+            else:
+                # Every name is there; a class the pulled code builds on must also have the
+                # internals it uses (env_pull_internals).
+                internals = missing_internals(files, project, module, names)
+                if internals:
+                    missing[module] = internals
         if missing:
             out.append(Clash(kind, name, missing))
     return out
