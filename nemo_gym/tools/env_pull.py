@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import datetime
 import hashlib
+import importlib.util
 import json
 import re
 import shutil
@@ -56,6 +57,7 @@ from nemo_gym.tools.env_pull_requirements import (
     installed_conflicts,
     nemo_gym_dependencies,
     pip_arguments,
+    pkg_resources_setuptools,
     protected_versions,
     read_requirements,
     requirement_name,
@@ -181,6 +183,7 @@ def _install(
     own: list[str] = list(folder_requirements(target))
     for folder in [target, *companions]:
         own += [r for r in runtime_requirements(folder, dependencies) if r not in own]
+    own = pkg_resources_setuptools(target, own, importlib.util.find_spec("pkg_resources") is not None)
     installed, skipped = split(own)
     if installed:
         ok, last = install_requirements(installed, index_url, keep)

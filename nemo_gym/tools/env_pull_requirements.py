@@ -288,6 +288,37 @@ def runtime_requirements(folder: Path, dependencies: dict[str, list[str]]) -> li
     return needed
 
 
+# The first setuptools release without ``pkg_resources``.
+SETUPTOOLS_WITHOUT_PKG_RESOURCES = "81"
+
+
+def pkg_resources_setuptools(folder: Path, reqs: list[str], available: bool) -> list[str]:
+    """``reqs`` with a setuptools that still ships ``pkg_resources`` when the folder's code
+    imports it and the running environment has none (``available`` false): its own setuptools
+    line narrowed below 81, or one added. NeMo Gym's folders import it for libraries that need
+    it (0.7.0's ``grl_sokoban``: ``gym_sokoban`` 0.0.6 imports it, and the folder's fallback
+    needs Python 3.12's ``importlib.resources`` on a module). A folder's range that leaves no
+    such version is kept as it is."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    code = "\n".join(p.read_text(errors="replace") for p in folder.rglob("*.py") if ".venv" not in p.parts)
+    if available or not re.search(r"^\s*(import|from)\s+pkg_resources\b", code, re.M):
+        return reqs
+    out, found = [], False
+    for req in reqs:
+        try:
+            parsed = Requirement(req) if requirement_name(req) == "setuptools" else None
+        except InvalidRequirement:
+            parsed = None
+        if parsed is not None and parsed.url is None:
+            found = True
+            if parsed.specifier.contains("80", prereleases=True) or not parsed.specifier:
+                spec = ",".join(filter(None, [str(parsed.specifier), f"<{SETUPTOOLS_WITHOUT_PKG_RESOURCES}"]))
+                req = f"setuptools{spec}"
+        out.append(req)
+    return out if found else [*out, f"setuptools<{SETUPTOOLS_WITHOUT_PKG_RESOURCES}"]
+
+
 def _installed(dist: str) -> bool:
     try:
         metadata.version(dist)
