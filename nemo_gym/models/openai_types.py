@@ -114,23 +114,6 @@ class NeMoGymSummary(Summary):
     type: Literal["summary_text"] = "summary_text"
 
 
-class NeMoGymResponseReasoningItem(ResponseReasoningItem):
-    """A reasoning item (``summary`` a list, ``type`` defaulted, no ``status``).
-
-    A ``status`` given is dropped, as NeMo Gym does: OpenAI refuses a status on a reasoning
-    item sent back in the next request's input.
-    """
-
-    summary: list[NeMoGymSummary]  # type: ignore[assignment]
-    type: Literal["reasoning"] = "reasoning"
-    status: None = Field(default=None, exclude=True)  # type: ignore[assignment]
-
-    @field_validator("status", mode="before")
-    @classmethod
-    def _drop_status(cls, value: Any) -> None:
-        return None
-
-
 class NeMoGymResponseOutputText(ResponseOutputText):
     """An ``output_text`` content part."""
 
@@ -222,6 +205,28 @@ class _NeMoGymKeys(BaseModel):
     @model_serializer(mode="wrap")
     def _with_nemo_gym_keys(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         return without_unknown(handler(self), (*NEWER_OPENAI_FIELDS, *self._newer))
+
+
+class NeMoGymResponseReasoningItem(ResponseReasoningItem, _NeMoGymKeys):
+    """A reasoning item (``summary`` a list, ``type`` defaulted, no ``status``).
+
+    A ``status`` given is dropped, as NeMo Gym does: OpenAI refuses a status on a reasoning
+    item sent back in the next request's input. ``content`` is dumped only when it holds
+    something: NeMo Gym 0.3.0's and 0.4.0's reasoning item has no ``content`` and their agents'
+    tests compare dumps exactly, while 0.6.0's and 0.7.0's, which expect ``content: None``,
+    compare them without their nulls.
+    """
+
+    _newer = ("content",)
+
+    summary: list[NeMoGymSummary]  # type: ignore[assignment]
+    type: Literal["reasoning"] = "reasoning"
+    status: None = Field(default=None, exclude=True)  # type: ignore[assignment]
+
+    @field_validator("status", mode="before")
+    @classmethod
+    def _drop_status(cls, value: Any) -> None:
+        return None
 
 
 class NeMoGymResponseFunctionToolCall(ResponseFunctionToolCall, _NeMoGymKeys):
