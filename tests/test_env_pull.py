@@ -403,6 +403,35 @@ def test_needs_sees_a_companion_server_the_example_config_starts(tmp_path: Path)
     assert folder_needs(chem) == {}
 
 
+def test_needs_follow_the_modules_of_other_folders_a_folder_imports(tmp_path: Path) -> None:
+    """0.7.0's genrm_model builds on local_vllm_model.app, which imports vllm: it needs a GPU,
+    and the reason names both lines. Only imported modules count: an agent importing an
+    environment's schemas (whose server reads an API key) or its data script needs nothing."""
+    from nemo_gym.tools.env_pull_needs import folder_needs
+
+    models, servers = tmp_path / "responses_api_models", tmp_path / "resources_servers"
+    write_files(
+        {
+            models
+            / "local/app.py": "import json\n\ndef start():\n    from vllm.entrypoints import api_server\n",
+            models / "genrm/app.py": "from responses_api_models.local.app import start\n",
+            servers / "env/app.py": 'import os\nKEY = os.getenv("ENV_API_KEY")\n',
+            servers / "env/schemas.py": "class Row: ...\n",
+            servers / "env/prepare_data.py": "from datasets import load_dataset\nrows = load_dataset('x')\n",
+            tmp_path / "responses_api_agents/agent/app.py": "from resources_servers.env.schemas import Row\n"
+            "from resources_servers.env.prepare_data import rows\n",
+        }
+    )
+    assert folder_needs(models / "genrm") == {
+        "gpu": "imports responses_api_models.local.app (app.py:1: from responses_api_models.local.app import start), "
+        "which imports vllm (responses_api_models/local/app.py:4: from vllm.entrypoints import api_server)"
+    }
+    assert folder_needs(tmp_path / "responses_api_agents/agent") == {}
+    # The same import of the server's own module carries its need.
+    (tmp_path / "responses_api_agents/agent/app.py").write_text("import resources_servers.env.app\n")
+    assert "network" in folder_needs(tmp_path / "responses_api_agents/agent")
+
+
 def test_needs_sees_downloads_images_agents_and_row_media(tmp_path: Path) -> None:
     """What the static rule reads besides code patterns: a clone spelled as an argv list, a
     requirement from a URL, an NLTK download, rows naming a registry image, an example agent

@@ -120,13 +120,14 @@ def _scanned_files(folder: Path, runtime_only: bool = False) -> Iterator[tuple[P
             yield path, rel
 
 
-def classify_folder(folder: Path, runtime_only: bool = False) -> dict[str, str]:
+def classify_folder(folder: Path, runtime_only: bool = False, follow_imports: bool = True) -> dict[str, str]:
     """What a folder needs beyond this machine: ``{"gpu"|"network"|"private_data": reason}``.
 
     The rule: scan the folder's code, tests and requirements for the patterns in
-    ``NEEDS_RULES`` (``REQUIREMENTS_RULES``, ``PYPROJECT_RULES``); look at its example rows for
-    container images (:func:`example_row_needs`) and at the agent its example config runs them
-    with (:func:`example_agent_needs`). The first match per category is the reason given, with
+    ``NEEDS_RULES`` (``REQUIREMENTS_RULES``, ``PYPROJECT_RULES``), and the runtime code of the
+    server folders its own runtime code imports (:func:`imported_companion_needs`); look at its
+    example rows for container images (:func:`example_row_needs`) and at the agent its example
+    config runs them with (:func:`example_agent_needs`). The first match per category is the reason given, with
     the file and line. ``runtime_only``: only what runs when the server starts (not its tests).
     """
     needs: dict[str, str] = {}
@@ -150,6 +151,74 @@ def classify_folder(folder: Path, runtime_only: bool = False) -> dict[str, str]:
         unshipped = unshipped_data_file(folder)
         if unshipped:
             needs.setdefault("private_data", unshipped)
+    for category, reason in (imported_companion_needs(folder) if follow_imports else {}).items():
+        needs.setdefault(category, reason)
+    return needs
+
+
+# A runtime import of another server folder: ``from responses_api_models.local_vllm_model.app import``.
+_COMPANION_IMPORT = re.compile(
+    r"^[ \t]*(?:from|import)[ \t]+((?:resources_servers|responses_api_agents|responses_api_models)\.\w+(?:\.\w+)*)",
+    re.M,
+)
+
+
+def _module_file(wheel: Path, module: str) -> Path | None:
+    """The file of a server folder's module, unless it is one the rule does not scan (a
+    data-preparation script such as ``prepare_data.py``, tests): what it does runs when called."""
+    base = wheel.joinpath(*module.split("."))
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            parts = set(candidate.relative_to(wheel).parts[2:-1])
+            if UNSCANNED_FILES.search(candidate.name) or (UNSCANNED_DIRS | {"tests"}) & parts:
+                return None
+            return candidate
+    return None
+
+
+def _module_needs(wheel: Path, path: Path, seen: set[Path]) -> dict[str, str]:
+    """A GPU or the network that the module ``path`` needs, by the rules above, or the server
+    folders' modules it imports in turn."""
+    text = path.read_text(errors="replace")
+    rel = path.relative_to(wheel) if path.is_relative_to(wheel) else path
+    needs: dict[str, str] = {}
+    for category in ("gpu", "network"):
+        for pattern, reason in NEEDS_RULES[category]:
+            match = _first_match(pattern, text)
+            if match:
+                needs[category] = f"{reason} ({_where(rel, text, match)})"
+                break
+    for match in _COMPANION_IMPORT.finditer(text):
+        module = _module_file(wheel, match.group(1))
+        if module is None or module.resolve() in seen:
+            continue
+        seen.add(module.resolve())
+        for category, reason in _module_needs(wheel, module, seen).items():
+            needs.setdefault(
+                category, f"imports {match.group(1)} ({_where(rel, text, match)}), which {reason}"
+            )
+    return needs
+
+
+def imported_companion_needs(folder: Path) -> dict[str, str]:
+    """A GPU or the network that the modules of other server folders this folder's runtime code
+    imports need (by the same rules, over those modules and what they import in turn): 0.7.0's
+    ``genrm_model`` builds on ``local_vllm_model.app``, which imports vllm. Only the imported
+    modules count, not their whole folders (an agent importing an environment's ``schemas``
+    does not run its server). Each reason names the importing line."""
+    wheel = folder.parent.parent
+    seen = {p.resolve() for p in _runtime_files(folder)}
+    needs: dict[str, str] = {}
+    for path in _runtime_files(folder):
+        text = path.read_text(errors="replace")
+        for match in _COMPANION_IMPORT.finditer(text):
+            module = _module_file(wheel, match.group(1))
+            if module is None or module.resolve() in seen:
+                continue
+            seen.add(module.resolve())
+            where = _where(path.relative_to(folder), text, match)
+            for category, reason in _module_needs(wheel, module, seen).items():
+                needs.setdefault(category, f"imports {match.group(1)} ({where}), which {reason}")
     return needs
 
 
