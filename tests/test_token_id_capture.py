@@ -618,3 +618,15 @@ def test_a_nemo_gym_style_adapter_served_here_captures_behind_the_stripped_prefi
         ParentResolutionStatus.ROOT,
         ParentResolutionStatus.RESOLVED,
     ]
+
+
+def test_nemo_gym_0_6_0s_lineage_store_name_is_the_lineage_protocol(tmp_path: Path) -> None:
+    """0.6.0's vllm_model tests import ``LineageStore`` (0.7.0 dropped the name) and type their
+    own external store by it; the lineage stores here satisfy it, an object without ``resolve`` does not."""
+    import nemo_gym.token_id_capture as capture
+
+    assert "LineageStore" in capture.__all__
+    assert capture.LineageStore is capture.LineageResolver
+    assert isinstance(capture.InMemoryLineageStore(), capture.LineageStore)
+    assert isinstance(capture.FileLineageStore(tmp_path), capture.LineageStore)
+    assert not isinstance(object(), capture.LineageStore)

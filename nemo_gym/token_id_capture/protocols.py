@@ -78,6 +78,10 @@ class LineageResolver(Protocol):
         ...
 
 
+# NeMo Gym 0.6.0's name for the same protocol (its vllm_model's tests import it).
+LineageStore = LineageResolver
+
+
 @runtime_checkable
 class CaptureLedger(LineageResolver, Protocol):
     """The resolver of worker-owned staging: token-free call rows, failures and the manifest."""
