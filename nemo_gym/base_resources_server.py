@@ -173,12 +173,9 @@ class BaseRunRequest(BaseModel):
 
     responses_create_params: CreateParamsField = Field(default_factory=dict)  # type: ignore[assignment]
 
-    @property
-    def capture_rollout_id(self) -> Any:
-        """NeMo Gym's name for the row's ``_ng_rollout_id`` (``None`` when it has none; a value
-        that is not a rollout id is left for the rollout-id check to name). Read only, and the
-        row keeps the key: a body dumps as it came."""
-        return (self.__pydantic_extra__ or {}).get("_ng_rollout_id")
+    # NeMo Gym's field for the row's ``_ng_rollout_id``: read from the row, set by name
+    # (``model_copy(update={"capture_rollout_id": ...})``), left out of dumps as NeMo Gym's is.
+    capture_rollout_id: str | None = Field(default=None, alias="_ng_rollout_id", exclude=True)
 
 
 class BaseSeedSessionRequest(BaseRunRequest):
