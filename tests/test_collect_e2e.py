@@ -174,7 +174,10 @@ def test_ctrl_c_prints_the_rows_kept_and_the_exact_command_that_resumes(tmp_path
 
     from nemo_gym.testing import collector_argv, distinct_example_rows, write_jsonl
 
-    source = write_jsonl(tmp_path / "in.jsonl", distinct_example_rows(ENV, 400))
+    # Enough rows that the run is still going when Ctrl-C lands (a rollout here takes ~3 ms, and a
+    # loaded CI machine may not schedule this polling loop for a second or more).
+    rows_in = 4000
+    source = write_jsonl(tmp_path / "in.jsonl", distinct_example_rows(ENV, rows_in))
     out = tmp_path / "out.jsonl"
     with running_stack(CONFIGS) as stack:
         argv = collector_argv(
@@ -188,7 +191,7 @@ def test_ctrl_c_prints_the_rows_kept_and_the_exact_command_that_resumes(tmp_path
         _, err = proc.communicate(timeout=60)
         assert proc.returncode == 130, err
         kept = len(read_jsonl(out))
-        assert 3 <= kept < 400 and f"{kept} finished rollout(s) are kept in {out}" in err, err
+        assert 3 <= kept < rows_in and f"{kept} finished rollout(s) are kept in {out}" in err, err
         # The printed command, pasted as it is, finishes the run (only what is missing).
         command = err.strip().splitlines()[-1].strip()
         assert command.startswith("ng_collect_rollouts ") and command.endswith("+resume_from_cache=true")
@@ -201,7 +204,9 @@ def test_ctrl_c_prints_the_rows_kept_and_the_exact_command_that_resumes(tmp_path
         )
         assert resumed.returncode == 0, resumed.stderr
     rows = read_jsonl(out)
-    assert len(rows) == 400 and len({(r["_ng_task_index"], r["_ng_rollout_index"]) for r in rows}) == 400
+    assert (
+        len(rows) == rows_in and len({(r["_ng_task_index"], r["_ng_rollout_index"]) for r in rows}) == rows_in
+    )
 
 
 def test_the_readme_openai_client_snippet_runs_against_a_stack():
