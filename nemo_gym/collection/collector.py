@@ -42,6 +42,7 @@ from nemo_gym.collection.collection_io import (
     warn,
 )
 from nemo_gym.collection.rollouts import RolloutOutcome
+from nemo_gym.collection.row_keys import ROLLOUT_ID_KEY
 from nemo_gym.collection.run_lock import RunLock, check_or_write_lock
 from nemo_gym.collection.settings import RolloutCollectionConfig
 from nemo_gym.collection.trackers import log_collection, require_packages
@@ -397,6 +398,8 @@ class CollectionRun:
                 **outcome.result,
             }
             out[TASK_INDEX_KEY], out[ROLLOUT_INDEX_KEY] = row[TASK_INDEX_KEY], row[ROLLOUT_INDEX_KEY]
+            if ROLLOUT_ID_KEY in row:  # the id its calls carried; agents leave it out of their answers
+                out[ROLLOUT_ID_KEY] = row[ROLLOUT_ID_KEY]
             if attempt:
                 out[ATTEMPT_INDEX_KEY] = attempt
             out[AGENT_REF_KEY] = row[AGENT_REF_KEY]
