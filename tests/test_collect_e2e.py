@@ -183,7 +183,16 @@ def test_ctrl_c_prints_the_rows_kept_and_the_exact_command_that_resumes(tmp_path
         argv = collector_argv(
             stack.head_server_config["port"], AGENT, source, out, "+num_samples_in_parallel=1"
         )
-        proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        # Ctrl-C's default disposition in the collector, whatever this process inherited (a shell
+        # that starts a job in the background, as CI runners may, leaves SIGINT ignored).
+        proc = subprocess.Popen(
+            argv,
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
         deadline = time.monotonic() + 120
         while (not out.exists() or out.read_bytes().count(b"\n") < 3) and time.monotonic() < deadline:
             time.sleep(0.05)
