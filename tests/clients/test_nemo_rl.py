@@ -98,7 +98,13 @@ class NemoGymActor:
 
 @pytest.fixture(scope="module")
 def ray_session():
-    ray.init(num_cpus=1, include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False)
+    ray.init(
+        address="local",
+        num_cpus=1,
+        include_dashboard=False,
+        _node_ip_address="127.0.0.1",
+        log_to_driver=False,
+    )
     # The actor class lives in this test module, which Ray workers cannot import by name.
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
     try:
