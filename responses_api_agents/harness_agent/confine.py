@@ -277,9 +277,12 @@ async def run_confined(
         finally:
             for task in tasks:
                 task.cancel()
+            # A transport owns its pipe and closes it on a later loop turn (uvloop's libuv closes
+            # the fd number then): closing the pipe here too would free that number early, and
+            # the late close would take whatever another thread opened under it.
             for transport in transports:
                 transport.close()
-            for pipe in (proc.stdout, proc.stderr):
+            for pipe in (proc.stdout, proc.stderr)[len(transports) :]:
                 if pipe is not None:
                     pipe.close()
     if mounts and proc.returncode == MOUNT_FAILED and b"nemo_gym: cannot hide" in err.kept:

@@ -71,3 +71,31 @@ def test_with_a_namespace_nothing_survives_the_program(tmp_path):
     while marked(marker) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not marked(marker)
+
+
+def test_an_fd_opened_after_a_run_is_not_closed_by_the_runs_pipes_under_uvloop(tmp_path):
+    # The agent serves on uvloop, where a pipe transport's fd is closed by libuv a loop turn after
+    # close(): a run that also closed the pipe itself freed the number early, and libuv's late
+    # close then took the next file opened under it (a concurrent rollout's rmtree got EBADF).
+    uvloop = pytest.importorskip("uvloop")
+
+    async def scenario() -> tuple[dict, bool]:
+        result = await confine.run_confined(
+            ["true"], cwd=str(tmp_path), env=dict(os.environ), wall_time_s=10, **LIMITS
+        )
+        fd = os.open(str(tmp_path), os.O_RDONLY)  # takes the lowest free number
+        try:
+            await asyncio.sleep(0.1)  # let every deferred close run
+            try:
+                os.fstat(fd)
+                alive = True
+            except OSError:
+                alive = False
+        finally:
+            if alive:
+                os.close(fd)
+        return result, alive
+
+    result, alive = uvloop.run(scenario())
+    assert result["status"] == "ok", result
+    assert alive, "a file opened after the run was closed under it by the run's pipe transports"
