@@ -645,6 +645,22 @@ def test_chat_types_as_nemo_gym_adapters_compare_them() -> None:
     assert params.model_dump(exclude_unset=True) == {"messages": []}
 
 
+def test_a_chat_requests_provider_extensions_are_dumped_only_when_given() -> None:
+    """NeMo Gym 0.6.0's vllm_model compares a converted request's whole dump with its release's
+    keys (no ``chat_template_kwargs``, ``thinking``, ``output_config``); 0.7.0's excludes them
+    from the same comparison: left out while unset, both hold. Given, they are kept."""
+    params = NeMoGymChatCompletionCreateParamsNonStreaming(messages=[], thinking=None)
+    for dumped in (params.model_dump(), params.model_dump(mode="json"), json.loads(params.model_dump_json())):
+        assert not {"chat_template_kwargs", "thinking", "output_config"} & set(dumped)
+        assert dumped["audio"] is None  # the other declared fields still dump as NeMo Gym's do
+    given = NeMoGymChatCompletionCreateParamsNonStreaming(
+        messages=[], chat_template_kwargs={"enable_thinking": False}, output_config={"effort": "low"}
+    )
+    assert given.model_dump()["chat_template_kwargs"] == {"enable_thinking": False}
+    assert given.model_dump()["output_config"] == {"effort": "low"} and "thinking" not in given.model_dump()
+    assert given.chat_template_kwargs == {"enable_thinking": False} and params.thinking is None
+
+
 def test_chat_messages_to_items_keep_tool_parts_and_refuse_unknown_roles() -> None:
     converter = ResponsesConverter(return_token_id_information=False)
     (output,) = converter.chat_completions_messages_to_responses_items(

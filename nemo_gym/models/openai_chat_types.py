@@ -30,8 +30,10 @@ from pydantic import (
 from typing_extensions import TypedDict
 
 from nemo_gym.models.openai_types import (
+    CHAT_REQUEST_PROVIDER_EXTENSION_FIELDS,
     TokenIDLogProbMixin,
     _FieldAccess,
+    _NeMoGymKeys,
     _token_metadata_complete,
 )
 
@@ -84,10 +86,16 @@ class NeMoGymChatCompletion(ChatCompletion):
     object: Literal["chat.completion"] = "chat.completion"
 
 
-class NeMoGymChatCompletionCreateParamsNonStreaming(_FieldAccess, BaseModel):
-    """A Chat Completions create request (messages as dicts); unknown fields pass through."""
+class NeMoGymChatCompletionCreateParamsNonStreaming(_FieldAccess, _NeMoGymKeys):
+    """A Chat Completions create request (messages as dicts); unknown fields pass through.
+
+    The provider extensions are dumped only when given: NeMo Gym 0.6.0's request has none of them
+    and its ``vllm_model`` tests compare a converted request's whole dump, while 0.7.0's exclude
+    them from that comparison.
+    """
 
     model_config = ConfigDict(extra="allow")
+    _newer = tuple(sorted(CHAT_REQUEST_PROVIDER_EXTENSION_FIELDS))
 
     messages: list[dict[str, Any]]
     model: str | None = None
