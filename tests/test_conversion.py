@@ -294,13 +294,18 @@ def test_tool_choice_function_and_structured_output_map_to_chat() -> None:
     assert back["reasoning"] == {"effort": "low"}
 
 
-def test_tool_choice_without_tools_is_dropped_or_refused() -> None:
+def test_tool_choice_without_tools_is_dropped_or_passed_on() -> None:
+    """``auto``/``none`` without tools say nothing and are dropped; a choice that needs a tool is
+    passed on for the model server's edge (or its engine) to refuse: the conversion is NeMo Gym's
+    ``ResponsesConverter`` too, and 0.4.0's inference_provider test posts ``required`` with no
+    tools to a faked engine and expects the answer to echo it."""
     request = responses_to_chat_request(
         {"input": "x", "tools": [], "tool_choice": "auto", "parallel_tool_calls": True}
     )
     assert "tool_choice" not in request and "parallel_tool_calls" not in request
-    with pytest.raises(ValueError, match="tool_choice='required' needs at least one tool"):
-        responses_to_chat_request({"input": "x", "tool_choice": "required"})
+    assert responses_to_chat_request({"input": "x", "tool_choice": "required"})["tool_choice"] == "required"
+    forced = responses_to_chat_request({"input": "x", "tool_choice": {"type": "function", "name": "f"}})
+    assert forced["tool_choice"] == {"type": "function", "function": {"name": "f"}} and "tools" not in forced
 
 
 @pytest.mark.parametrize(

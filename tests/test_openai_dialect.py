@@ -192,6 +192,18 @@ def test_a_malformed_request_is_a_400_the_client_shows(kind: str, stream: bool, 
     assert "messages[0].content" in raised.value.message
 
 
+@pytest.mark.parametrize("kind", ["local_hf", "vllm"])  # the servers converting Responses to chat
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_tool_choice_needing_a_tool_with_no_tools_is_a_400(
+    kind: str, stream: bool, urls: dict[str, str]
+) -> None:
+    with pytest.raises(openai.BadRequestError) as raised:
+        client(urls[kind]).responses.create(
+            model=model_name(kind), input="hello", tool_choice="required", stream=stream
+        )
+    assert "tool_choice='required' needs at least one tool, but 'tools' is empty" in raised.value.message
+
+
 def test_error_bodies_have_openai_shape(urls: dict[str, str]) -> None:
     with SyncClient() as http:
         status, body = http.post(urls["scripted"] + "/v1/responses", {"input": "no script for this"})

@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 
 from nemo_gym.failure_classes import BAD_UPSTREAM_BODY
+from nemo_gym.models.chat_tools import needs_a_tool
 from nemo_gym.models.conversion import (
     ROUTED_EXPERTS_FIELD,
     TOKEN_ID_FIELDS,
@@ -88,6 +89,13 @@ class ChatBridge:
             # Raw sampled IDs and their logprobs from the engine itself: no re-tokenization.
             request.update(
                 logprobs=True, top_logprobs=0, return_tokens_as_token_ids=True, return_token_ids=True
+            )
+        if needs_a_tool(request.get("tool_choice")) and not request.get("tools"):
+            # OpenAI-compatible engines refuse it too; say so here, naming the field.
+            raise HTTPError(
+                400,
+                f"tool_choice={params.get('tool_choice')!r} needs at least one tool, but 'tools' is empty: "
+                "give the tools or leave tool_choice out",
             )
         return request
 

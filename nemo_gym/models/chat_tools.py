@@ -92,6 +92,12 @@ def _reference_to_responses(reference: dict[str, Any]) -> dict[str, Any]:
     return {"type": kind, **reference[kind]}
 
 
+def needs_a_tool(tool_choice: Any) -> bool:
+    """Whether ``tool_choice`` (either API's form) makes the model call a tool: anything but
+    ``None``, ``"auto"`` and ``"none"``."""
+    return tool_choice not in (None, "auto", "none")
+
+
 def responses_tool_choice_to_chat(tool_choice: Any) -> Any:
     """A Responses ``tool_choice`` in chat form: a mode string, a forced tool, or ``allowed_tools``."""
     if tool_choice is None or isinstance(tool_choice, str):

@@ -32,6 +32,7 @@ from nemo_gym.models.chat_tools import (
     ConversionUnsupported,
     chat_tool_choice_to_responses,
     chat_tool_to_responses,
+    needs_a_tool,
     response_format_to_text_format,
     responses_tool_choice_to_chat,
     responses_tool_to_chat,
@@ -115,9 +116,10 @@ def responses_to_chat_request(
             request["tool_choice"] = responses_tool_choice_to_chat(tool_choice)
         if params.get("parallel_tool_calls") is not None:
             request["parallel_tool_calls"] = params["parallel_tool_calls"]
-    elif tool_choice not in (None, "auto", "none"):
-        # OpenAI-compatible servers reject tool_choice without tools; say so before the engine does.
-        raise ValueError(f"tool_choice={tool_choice!r} needs at least one tool, but 'tools' is empty")
+    elif needs_a_tool(tool_choice):
+        # Passed on for the model server's edge (ChatBridge) or its engine to refuse, as NeMo Gym
+        # 0.4.0's converter did: a folder's own server may fake its engine and take it.
+        request["tool_choice"] = responses_tool_choice_to_chat(tool_choice)
     text_format = (params.get("text") or {}).get("format")
     response_format = text_format_to_response_format(text_format) if text_format else None
     if response_format is not None:
