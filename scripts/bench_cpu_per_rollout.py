@@ -43,7 +43,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from nemo_gym.launch.config import load_config  # noqa: E402
-from nemo_gym.launch.launcher import StackHandle, free_port  # noqa: E402
+from nemo_gym.launch.launcher import StackHandle, free_port, wait_for_port  # noqa: E402
 from nemo_gym.serving.server_client import ServerClient  # noqa: E402
 from nemo_gym.serving.uvicorn_factory import loop_factory  # noqa: E402
 
@@ -138,18 +138,6 @@ def cpu_s(proc: psutil.Process) -> float:
     """User + system CPU seconds of one process (its own, children not included)."""
     times = proc.cpu_times()
     return times.user + times.system
-
-
-def wait_for_port(port: int, timeout_s: float = 20.0) -> None:
-    import socket
-
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        with socket.socket() as sock:
-            if sock.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.05)
-    raise RuntimeError(f"nothing listening on 127.0.0.1:{port}")
 
 
 def measure_floor(echo: subprocess.Popen[bytes], port: int, concurrency: int, total: int) -> dict[str, float]:

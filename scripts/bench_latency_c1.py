@@ -44,10 +44,9 @@ from bench_cpu_per_rollout import (  # noqa: E402
     ROWS,
     cpu_s,
     stack_config,
-    wait_for_port,
 )
 
-from nemo_gym.launch.launcher import StackHandle, free_port  # noqa: E402
+from nemo_gym.launch.launcher import StackHandle, free_port, wait_for_port  # noqa: E402
 
 HEADERS = {"Content-Type": "application/json"}
 

@@ -54,6 +54,8 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_vs_nemo_gym as pair  # noqa: E402 - the shared stack, systems and process accounting
 
+from nemo_gym.launch.launcher import free_port, wait_for_port  # noqa: E402
+
 ROLES = ("model", "agent", "resources", "other")
 
 # The instant policy: K get_weather calls (each after a message of B bytes of text), then an answer.
@@ -337,14 +339,14 @@ def main() -> None:
 
         s.config_args = config_args  # type: ignore[method-assign]
 
-    policy_port = pair.free_port()
+    policy_port = free_port()
     policy = subprocess.Popen(
         [sys.executable, "-c", POLICY_SERVER, str(policy_port), str(args.bytes_per_turn)]
     )
     load_start = os.getloadavg()
     failed = True
     try:
-        pair.wait_for_port(policy_port)
+        wait_for_port(policy_port)
         for round_index in range(args.repeats):
             for s in systems:
                 s.start(policy_port, work)

@@ -23,7 +23,6 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -34,6 +33,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_long_horizon as long  # noqa: E402 - the policy, rows and process roles
 import bench_vs_nemo_gym as pair  # noqa: E402 - the stack and its processes
+
+from nemo_gym.launch.launcher import free_port, wait_for_port  # noqa: E402
 
 
 def snapshot(s: pair.System) -> dict[str, Any]:
@@ -108,7 +109,7 @@ def main() -> None:
             f"++{pair.AGENT}.responses_api_agents.simple_agent.max_steps={args.turns + 5}"
         ]
     )
-    policy_port = pair.free_port()
+    policy_port = free_port()
     policy = subprocess.Popen(
         [sys.executable, "-c", long.POLICY_SERVER, str(policy_port), str(args.bytes_per_turn)]
     )
@@ -117,12 +118,7 @@ def main() -> None:
         "load_avg_at_start": os.getloadavg(),
     }
     try:
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            with socket.socket() as sock:
-                if sock.connect_ex(("127.0.0.1", policy_port)) == 0:
-                    break
-            time.sleep(0.05)
+        wait_for_port(policy_port)
         s.start(policy_port, work)
         try:
             run(s, warm_input, args.warmup, args.concurrency, work)

@@ -22,7 +22,6 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -31,6 +30,8 @@ from pathlib import Path
 
 import httpx
 import psutil
+
+from nemo_gym.launch.launcher import free_port
 
 ENV = "example_single_tool_call"
 SERVE = """
@@ -44,13 +45,6 @@ server = Server(config=Config(host="127.0.0.1", port=0, entrypoint="", name="wea
 uvicorn.run(server.setup_webserver(), host="127.0.0.1", port=int(sys.argv[1]), log_level="warning",
             loop="uvloop", http="httptools", access_log=False)
 """
-
-
-def free_port() -> int:
-    """A port free right now (the child binds it; a race here only fails the benchmark run)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def measure(python: str, pythonpath: str, requests: int, warmup: int) -> dict[str, float]:

@@ -29,6 +29,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from nemo_gym.launch.launcher import free_port  # noqa: E402
+
 MB = 1024 * 1024
 HEAD_SCRIPT = """
 import asyncio, sys
@@ -37,12 +39,6 @@ from nemo_gym.serving.server import bind_socket, make_uvicorn_server
 sock = bind_socket("127.0.0.1", int(sys.argv[1]))
 asyncio.run(make_uvicorn_server(HeadServer({}).build_app()).serve(sockets=[sock]))
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def peak_rss_mb(pid: int) -> float:

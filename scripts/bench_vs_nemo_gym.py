@@ -41,7 +41,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -54,6 +53,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import psutil
+
+from nemo_gym.launch.launcher import free_port, wait_for_port
 
 ROOT = Path(__file__).resolve().parent.parent
 AGENT = "example_single_tool_call_simple_agent"
@@ -108,12 +109,6 @@ POLICY_SERVER = textwrap.dedent(
 
 # NeMo Gym's console scripts dispatch on their own name (argv[0]); run them from its source tree.
 NEMO_GYM_COMMAND = "import sys; sys.argv[0] = {name!r}; from nemo_gym.cli.legacy import main; main()"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def cpu_s(proc: psutil.Process) -> float:
@@ -475,16 +470,6 @@ def nemo_gym(tree: Path | None, venv: Path | None, work: Path) -> tuple[System |
     )
     system.results["version"] = version.removesuffix(".dist-info")
     return system, None
-
-
-def wait_for_port(port: int, timeout_s: float = 20.0) -> None:
-    """Until something accepts connections on 127.0.0.1:``port`` (or ``timeout_s`` passed)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        with socket.socket() as sock:
-            if sock.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.05)
 
 
 def stop_all(systems: list[System]) -> None:

@@ -424,3 +424,20 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
+
+
+def wait_for_port(port: int, timeout_s: float = 20.0, host: str = "127.0.0.1") -> None:
+    """Return once something accepts connections on ``host:port``; raise ``TimeoutError`` naming
+    the address when nothing does within ``timeout_s`` (for scripts that start a server process
+    on a :func:`free_port` and must not measure or drive it before it listens)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        with socket.socket() as sock:
+            if sock.connect_ex((host, port)) == 0:
+                return
+        if time.monotonic() >= deadline:
+            raise TimeoutError(
+                f"nothing listening on {host}:{port} after {timeout_s:g} s: the server meant to "
+                "bind it did not start (see its output above)"
+            )
+        time.sleep(0.05)
