@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from contextvars import Token
+
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from nemo_gym.serving.protocol import ROLLOUT_PREFIX, TOKEN_CAPTURE_PATH_SEGMENT
@@ -29,6 +31,21 @@ def strip_rollout_prefix(scope: Scope) -> tuple[Scope, str]:
     return scope, rollout_id
 
 
+def enter_rollout(scope: Scope) -> tuple[Scope, Token[str | None]]:
+    """For an HTTP ``scope`` whose path starts with the rollout prefix: the stripped copy
+    (:func:`strip_rollout_prefix`), its rollout id made the request's (``current_rollout_id()``);
+    and the token that :func:`leave_rollout` takes once the request is served.
+
+    The one implementation of the prefix for every layer that strips it (:class:`StripRolloutPrefix`,
+    :class:`~nemo_gym.serving.server_gate.ServerGate`), as plain calls: no coroutine frame of its own.
+    """
+    scope, rollout_id = strip_rollout_prefix(scope)
+    return scope, _current_rollout_id.set(rollout_id)
+
+
+leave_rollout = _current_rollout_id.reset
+
+
 class StripRolloutPrefix:
     """ASGI middleware: ``/ng-rollout/<id>[/training-token-capture]/rest`` → ``/rest``, the id
     kept for the handler (and in ``path_params``), the capture segment as a scope flag."""
@@ -39,11 +56,10 @@ class StripRolloutPrefix:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "")
         if scope["type"] == "http" and path.startswith(ROLLOUT_PREFIX):
-            scope, rollout_id = strip_rollout_prefix(scope)
-            token = _current_rollout_id.set(rollout_id)
+            scope, token = enter_rollout(scope)
             try:
                 await self.app(scope, receive, send)
             finally:
-                _current_rollout_id.reset(token)
+                leave_rollout(token)
             return
         await self.app(scope, receive, send)

@@ -20,8 +20,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from nemo_gym.serving.access_guard import AccessGuard
 from nemo_gym.serving.memory_release import ReleaseMemoryAfterBurst
 from nemo_gym.serving.protocol import ROLLOUT_PREFIX
-from nemo_gym.serving.request_context import _current_rollout_id
-from nemo_gym.serving.rollout_prefix import StripRolloutPrefix, strip_rollout_prefix
+from nemo_gym.serving.rollout_prefix import StripRolloutPrefix, enter_rollout, leave_rollout
 
 
 class ServerGate:
@@ -57,12 +56,11 @@ class ServerGate:
             memory.enter()
         try:
             if scope.get("path", "").startswith(ROLLOUT_PREFIX):
-                scope, rollout_id = strip_rollout_prefix(scope)
-                token = _current_rollout_id.set(rollout_id)
+                scope, token = enter_rollout(scope)
                 try:
                     await self.guarded(scope, receive, send)
                 finally:
-                    _current_rollout_id.reset(token)
+                    leave_rollout(token)
             else:
                 await self.guarded(scope, receive, send)
         finally:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -33,19 +34,24 @@ def make_uvicorn_server(
     """
     import uvicorn
 
-    if _has("httptools"):
-        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as protocol
+    http: type[asyncio.Protocol]
+    if _has("httptools") and lean_protocol_enabled():
+        from nemo_gym.serving.http_protocol import hop_http_protocol
+
+        http = hop_http_protocol(header_timeout_s)
     else:
-        from uvicorn.protocols.http.h11_impl import H11Protocol as protocol  # type: ignore[assignment]
+        if _has("httptools"):
+            from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as protocol
+        else:
+            from uvicorn.protocols.http.h11_impl import H11Protocol as protocol  # type: ignore[assignment]
+        http = header_timeout_protocol(connection_gone_protocol(coalescing_protocol(protocol)), header_timeout_s)
     config = uvicorn.Config(
         app,
         log_level="warning",
         access_log=False,
         lifespan="off",
         loop="none",
-        http=header_timeout_protocol(
-            connection_gone_protocol(coalescing_protocol(protocol)), header_timeout_s
-        ),
+        http=http,
         proxy_headers=False,
         timeout_keep_alive=75,
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
@@ -71,6 +77,13 @@ def make_uvicorn_server(
             yield
 
     return EmbeddedServer(config)
+
+
+def lean_protocol_enabled() -> bool:
+    """Whether servers speak :mod:`nemo_gym.serving.http_protocol` (the default) rather than
+    uvicorn's own httptools protocol with this project's layers around it
+    (``NEMO_GYM_LEAN_HTTP=0``: for comparing the two, and a way back should a client need it)."""
+    return os.environ.get("NEMO_GYM_LEAN_HTTP", "1").strip().lower() not in ("0", "false", "no", "off")
 
 
 def _has(module: str) -> bool:
