@@ -177,14 +177,20 @@ class HopCycle:
             return
         if not self.response_started:
             if message["type"] != "http.response.start":
-                raise RuntimeError(f"Expected ASGI message 'http.response.start', but got '{message['type']}'.")
+                raise RuntimeError(
+                    f"Expected ASGI message 'http.response.start', but got '{message['type']}'."
+                )
             self._start(message)
         elif not self.response_complete:
             if message["type"] != "http.response.body":
-                raise RuntimeError(f"Expected ASGI message 'http.response.body', but got '{message['type']}'.")
+                raise RuntimeError(
+                    f"Expected ASGI message 'http.response.body', but got '{message['type']}'."
+                )
             self._body(message.get("body", b""), message.get("more_body", False))
         else:
-            raise RuntimeError(f"Unexpected ASGI message '{message['type']}' sent, after response already completed.")
+            raise RuntimeError(
+                f"Unexpected ASGI message '{message['type']}' sent, after response already completed."
+            )
 
     def _start(self, message: Any) -> None:
         self.response_started = True
@@ -309,7 +315,7 @@ class HopHttpProtocol(HttpToolsProtocol):
         super().connection_made(transport)
         loop = self.loop
         self._ng_gone: asyncio.Future[None] = loop.create_future()
-        self._ng_scope = {
+        self._ng_scope: dict[str, Any] = {
             "type": "http",
             "asgi": {"version": self.asgi_version, "spec_version": "2.3"},
             "http_version": "1.1",

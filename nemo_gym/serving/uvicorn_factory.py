@@ -44,7 +44,9 @@ def make_uvicorn_server(
             from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as protocol
         else:
             from uvicorn.protocols.http.h11_impl import H11Protocol as protocol  # type: ignore[assignment]
-        http = header_timeout_protocol(connection_gone_protocol(coalescing_protocol(protocol)), header_timeout_s)
+        http = header_timeout_protocol(
+            connection_gone_protocol(coalescing_protocol(protocol)), header_timeout_s
+        )
     config = uvicorn.Config(
         app,
         log_level="warning",
