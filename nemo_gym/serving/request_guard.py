@@ -221,8 +221,12 @@ class RequestGuard:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        limit = self.path_limits.get(scope.get("path", ""), self.max_body_bytes)
-        body_timeout_s = self.path_body_timeouts.get(scope.get("path", ""), self.body_timeout_s)
+        path_limits = self.path_limits
+        limit = (
+            path_limits.get(scope.get("path", ""), self.max_body_bytes)
+            if path_limits
+            else self.max_body_bytes
+        )
         declared, expects_body = _body_headers(scope)
         if declared is not None and declared > limit:
             await send_json_error(
@@ -234,9 +238,16 @@ class RequestGuard:
             )
             return
 
-        loop = running_loop(scope)
-        deadline = loop.time() + body_timeout_s
-        body_done = not expects_body
+        # No body, or a body of a declared length (within the limit) the server already holds
+        # whole: nothing is left to arrive, so the app reads it without a size count or a
+        # deadline, and an early answer needs no ``connection: close`` (the parser has framed
+        # the whole body: none of it can be taken for the next request). The usual hop.
+        held_whole = not expects_body or (declared is not None and _body_buffered(receive))
+        body_done = held_whole
+        if not held_whole:
+            body_timeout_s = self.path_body_timeouts.get(scope.get("path", ""), self.body_timeout_s)
+            loop = running_loop(scope)
+            deadline = loop.time() + body_timeout_s
         received = 0
         started = complete = False
 
@@ -289,7 +300,7 @@ class RequestGuard:
             await send(message)
 
         try:
-            await self.app(scope, guarded_receive, guarded_send)
+            await self.app(scope, receive if held_whole else guarded_receive, guarded_send)
         except HTTPError as exc:
             if started:
                 raise
