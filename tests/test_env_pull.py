@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from nemo_gym.launch.config import project_root
+from nemo_gym.testing import write_files
 from nemo_gym.testing.package_index import build_wheel, dist_info, layered_python, package_index, pip_env
 
 REPO = project_root()
@@ -62,13 +63,6 @@ def index_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     wheels = [nemo_gym_wheel(files), dep_wheel(files)]
     with package_index({"nemo-gym": [wheels[0]], DEP: [wheels[1]]}) as url:
         yield url
-
-
-def write_files(files: dict[Path, str]) -> None:
-    """Write each file's text, making its directories."""
-    for path, text in files.items():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
 
 
 def env_for(index: str, cache: Path) -> dict[str, str]:
@@ -263,6 +257,16 @@ def test_a_group_of_servers_is_one_folder_to_pull_and_tested_server_by_server(tm
     ]
     check = ServerCheck(name="stage", folder=group / "stage")
     assert _check_configs(check)["name"] == "group_stage" and check.problems == []
+
+
+def test_a_module_resolves_to_its_file_or_package_under_a_tree(tmp_path: Path) -> None:
+    from nemo_gym.tools.env_pull_wheel import module_source
+
+    write_files({tmp_path / "a/b.py": "", tmp_path / "a/c/__init__.py": "", tmp_path / "a/d/e.py": ""})
+    assert module_source(tmp_path, "a.b") == tmp_path / "a/b.py"
+    assert module_source(tmp_path, "a.c") == tmp_path / "a/c/__init__.py"
+    assert module_source(tmp_path, "a.d") is None  # a namespace package has no file
+    assert module_source(tmp_path, "a.missing") is None
 
 
 def test_closure_follows_path_joins_to_other_folders(tmp_path: Path) -> None:

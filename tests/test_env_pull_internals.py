@@ -15,14 +15,8 @@ from pathlib import Path
 import pytest
 
 from nemo_gym.launch.config import project_root
+from nemo_gym.testing import write_files
 from nemo_gym.tools.env_pull_closure import clashes
-
-
-def write_files(files: dict[Path, str]) -> None:
-    for path, text in files.items():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-
 
 LITELLM_LIKE = """
 from responses_api_models.openai_model.app import SimpleModelServer, SimpleModelServerConfig

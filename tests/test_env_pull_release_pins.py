@@ -26,7 +26,13 @@ from nemo_gym.testing.package_index import (
     pip_env,
     site_packages_of_this_python,
 )
-from nemo_gym.tools.env_pull_pins import own_ranges, plan_release_pins, release_requirements, satisfiable
+from nemo_gym.tools.env_pull_pins import (
+    own_ranges,
+    parsed_requirements,
+    plan_release_pins,
+    release_requirements,
+    satisfiable,
+)
 
 REPO = project_root()
 DEP = "pins-fake-lib"
@@ -75,6 +81,18 @@ def test_a_release_range_is_pinned_within_ours_and_refused_outside_it() -> None:
     # Without this package's metadata its ranges are unknown: nothing is pinned.
     pins, refused = plan_release_pins(["openai<=2.7.2"], None, keep, installed.get)
     assert pins == [] and "own requirements cannot be read" in refused[0]
+
+
+def test_unparsable_requirement_lines_are_skipped_everywhere_they_are_read() -> None:
+    lines = ["openai<=2.7.2", "-e ./local_dir", "not a requirement !!", "ray[default]>=2; python_version>'3'"]
+    assert [(line, req.name) for line, req in parsed_requirements(lines)] == [
+        ("openai<=2.7.2", "openai"),
+        ("ray[default]>=2; python_version>'3'", "ray"),
+    ]
+    pins, refused = plan_release_pins(
+        lines[:3], {"openai": SpecifierSet(">=1.0")}, {}, installed=lambda name: "3.0.0"
+    )
+    assert [p.requirement for p in pins] == ["openai<=2.7.2,>=1.0"] and refused == []
 
 
 def test_satisfiable_ranges_and_our_own() -> None:

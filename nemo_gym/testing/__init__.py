@@ -5,7 +5,8 @@
   (real child processes) and stops it afterwards.
 - :class:`SyncClient` makes blocking JSON calls with per-server cookie jars, for tests.
 
-- :func:`gym_project` makes a fresh project to pull NeMo Gym's folders into and run ``gym`` in.
+- :func:`gym_project` makes a fresh project to pull NeMo Gym's folders into and run ``gym`` in;
+  :func:`write_files` lays out a wheel's or a project's files for a test.
 
 Each idea lives in its own module (``servers``, ``stacks``, ``http_clients``, ``jsonl_rows``,
 ``verify_cases``, ``session_conformance``, ``gym_projects``); this package re-exports them.
@@ -15,7 +16,7 @@ Each idea lives in its own module (``servers``, ``stacks``, ``http_clients``, ``
 
 from __future__ import annotations
 
-from nemo_gym.testing.gym_projects import GymProject, gym_project
+from nemo_gym.testing.gym_projects import GymProject, gym_project, write_files
 from nemo_gym.testing.http_clients import SyncClient, http_call
 from nemo_gym.testing.jsonl_rows import distinct_example_rows, read_jsonl, write_jsonl
 from nemo_gym.testing.servers import (
@@ -76,5 +77,6 @@ __all__ = [
     "running_stack",
     "serving_aiohttp_app",
     "verify_text",
+    "write_files",
     "write_jsonl",
 ]

@@ -12,7 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,3 +66,11 @@ def gym_project(
     paths = [str(project_root()), *(str(p) for p in python_path)]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths))
     return GymProject(root, env, str(python or sys.executable))
+
+
+def write_files(files: Mapping[Path, str]) -> None:
+    """Write each file's text, making its directories: a wheel's or a project's folders, as a
+    test lays them out (``{wheel / "resources_servers/x/app.py": "..."}``)."""
+    for path, text in files.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)

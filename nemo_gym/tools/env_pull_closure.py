@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nemo_gym.tools.env_pull_internals import missing_internals
-from nemo_gym.tools.env_pull_wheel import KINDS
+from nemo_gym.tools.env_pull_wheel import KINDS, module_source
 
 SOURCE_RECORD = ".nemo_gym_source.json"
 # The wheel's trees whose folders another folder may import or name: the three server kinds, the
@@ -158,10 +158,7 @@ def _imports(folder: Path, prefix: str) -> dict[str, set[str]]:
 
 def _module_file(project: Path, module: str) -> Path | None:
     base = project.joinpath(*module.split("."))
-    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
-        if candidate.is_file():
-            return candidate
-    return base if base.is_dir() else None  # a namespace package
+    return module_source(project, module) or (base if base.is_dir() else None)  # or a namespace package
 
 
 def _top_level_names(path: Path) -> set[str] | None:

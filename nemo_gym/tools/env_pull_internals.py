@@ -21,7 +21,10 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+from collections.abc import Container
 from pathlib import Path
+
+from nemo_gym.tools.env_pull_wheel import module_source
 
 _OWN = ("self", "cls")
 
@@ -35,6 +38,25 @@ def _parse(path: Path) -> ast.Module | None:
         return ast.parse(path.read_text(errors="replace"))
     except (OSError, SyntaxError):
         return None
+
+
+def _attribute_on(
+    node: ast.AST, ctx: type[ast.expr_context], owners: Container[str]
+) -> tuple[str, str] | None:
+    """``(NAME, x)`` of a ``NAME.x`` read (``ctx`` ``ast.Load``) or stored (``ast.Store``) whose
+    ``NAME`` is one of ``owners``; None for any other node."""
+    if (
+        isinstance(node, ast.Attribute)
+        and isinstance(node.ctx, ctx)
+        and isinstance(node.value, ast.Name)
+        and node.value.id in owners
+    ):
+        return node.value.id, node.attr
+    return None
+
+
+def _is_super_call(node: ast.AST) -> bool:
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "super"
 
 
 def _base_names(node: ast.ClassDef) -> set[str]:
@@ -56,14 +78,7 @@ def _class_defines(node: ast.ClassDef) -> set[str]:
         elif isinstance(item, ast.Assign | ast.AnnAssign):
             targets = item.targets if isinstance(item, ast.Assign) else [item.target]
             names.update(t.id for t in targets if isinstance(t, ast.Name))
-    for sub in ast.walk(node):
-        if (
-            isinstance(sub, ast.Attribute)
-            and isinstance(sub.ctx, ast.Store)
-            and isinstance(sub.value, ast.Name)
-            and sub.value.id in _OWN
-        ):
-            names.add(sub.attr)
+    names.update(found[1] for sub in ast.walk(node) if (found := _attribute_on(sub, ast.Store, _OWN)))
     return names
 
 
@@ -73,10 +88,7 @@ def _own_uses(node: ast.ClassDef) -> set[str]:
     for sub in ast.walk(node):
         if not isinstance(sub, ast.Attribute) or not isinstance(sub.ctx, ast.Load) or not _private(sub.attr):
             continue
-        target = sub.value
-        if isinstance(target, ast.Name) and target.id in _OWN:
-            used.add(sub.attr)
-        elif isinstance(target, ast.Call) and isinstance(target.func, ast.Name) and target.func.id == "super":
+        if _attribute_on(sub, ast.Load, _OWN) or _is_super_call(sub.value):
             used.add(sub.attr)
     return used
 
@@ -95,14 +107,9 @@ def used_internals(files: list[Path], module: str, names: set[str]) -> dict[str,
         if not local:
             continue
         for node in ast.walk(tree):
-            if (
-                isinstance(node, ast.Attribute)
-                and isinstance(node.ctx, ast.Load)
-                and isinstance(node.value, ast.Name)
-                and node.value.id in local
-                and _private(node.attr)
-            ):
-                out.setdefault(local[node.value.id], set()).add(node.attr)
+            on_import = _attribute_on(node, ast.Load, local)
+            if on_import is not None and _private(on_import[1]):
+                out.setdefault(local[on_import[0]], set()).add(on_import[1])
             elif isinstance(node, ast.ClassDef):
                 bases = [local[b] for b in _base_names(node) if b in local]
                 if bases:
@@ -114,10 +121,9 @@ def used_internals(files: list[Path], module: str, names: set[str]) -> dict[str,
 
 def _module_path(project: Path, module: str) -> Path | None:
     """The file of ``module``: under ``project``, else (this package's own modules) where it is installed."""
-    base = project.joinpath(*module.split("."))
-    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
-        if candidate.is_file():
-            return candidate
+    found = module_source(project, module)
+    if found is not None:
+        return found
     if module.split(".")[0] == "nemo_gym":
         try:
             spec = importlib.util.find_spec(module)

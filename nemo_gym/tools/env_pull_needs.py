@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from nemo_gym.tools.env_example_run import AGENTS, RESOURCES, example_run, started_servers
+from nemo_gym.tools.env_pull_wheel import module_source
 
 # The classification rule. A folder "needs" something when any file in it (code, tests,
 # requirements) matches one of these patterns; the matching pattern is reported as the reason.
@@ -166,14 +167,11 @@ _COMPANION_IMPORT = re.compile(
 def _module_file(wheel: Path, module: str) -> Path | None:
     """The file of a server folder's module, unless it is one the rule does not scan (a
     data-preparation script such as ``prepare_data.py``, tests): what it does runs when called."""
-    base = wheel.joinpath(*module.split("."))
-    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
-        if candidate.is_file():
-            parts = set(candidate.relative_to(wheel).parts[2:-1])
-            if UNSCANNED_FILES.search(candidate.name) or (UNSCANNED_DIRS | {"tests"}) & parts:
-                return None
-            return candidate
-    return None
+    found = module_source(wheel, module)
+    if found is None:
+        return None
+    parts = set(found.relative_to(wheel).parts[2:-1])
+    return None if UNSCANNED_FILES.search(found.name) or (UNSCANNED_DIRS | {"tests"}) & parts else found
 
 
 def _module_needs(wheel: Path, path: Path, seen: set[Path]) -> dict[str, str]:

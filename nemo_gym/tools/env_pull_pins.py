@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from importlib import metadata
 from pathlib import Path
 
@@ -39,15 +39,21 @@ class ReleasePin:
     now: str = ""  # the version installed after the pull ("" until applied)
 
 
+def parsed_requirements(lines: Iterable[str]) -> Iterator[tuple[str, Requirement]]:
+    """``(line, requirement)`` for each line that parses as a requirement (others are skipped:
+    a dependency list's odd line is pip's to judge, not the pull's)."""
+    for line in lines:
+        try:
+            yield line, Requirement(line)
+        except InvalidRequirement:
+            continue
+
+
 def release_requirements(wheel_root: Path) -> list[str]:
     """The release's core ``Requires-Dist`` lines (no extra) whose markers hold here."""
     meta = wheel_metadata(wheel_root)
     out = []
-    for line in (meta.get_all("Requires-Dist") or []) if meta is not None else []:
-        try:
-            req = Requirement(line)
-        except InvalidRequirement:
-            continue
+    for line, req in parsed_requirements((meta.get_all("Requires-Dist") or []) if meta is not None else []):
         if req.marker is not None and ("extra" in str(req.marker) or not req.marker.evaluate({"extra": ""})):
             continue
         if requirement_name(req.name) != "nemo-gym":
@@ -67,11 +73,7 @@ def own_ranges(dist: str = "nemo_gym") -> dict[str, SpecifierSet] | None:
         except metadata.PackageNotFoundError:
             return None
     out: dict[str, SpecifierSet] = {}
-    for line in requires:
-        try:
-            req = Requirement(line)
-        except InvalidRequirement:
-            continue
+    for _, req in parsed_requirements(requires):
         name = requirement_name(req.name)
         out[name] = out.get(name, SpecifierSet()) & req.specifier
     return out
@@ -130,11 +132,7 @@ def plan_release_pins(
     does, and is kept. A distribution not installed here is left to the folder's own needs."""
     pins: list[ReleasePin] = []
     refused: list[str] = []
-    for line in release:
-        try:
-            req = Requirement(line)
-        except InvalidRequirement:
-            continue
+    for line, req in parsed_requirements(release):
         name = requirement_name(req.name)
         have = installed(req.name)
         if req.url or not req.specifier or have is None or req.specifier.contains(have, prereleases=True):
@@ -181,6 +179,7 @@ __all__ = [
     "ReleasePin",
     "apply_release_pins",
     "own_ranges",
+    "parsed_requirements",
     "plan_release_pins",
     "release_requirements",
     "satisfiable",

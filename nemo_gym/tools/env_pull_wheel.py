@@ -101,6 +101,16 @@ def wheel_version_of(wheel_root: Path) -> str:
     return wheel_root.name.removeprefix("nemo_gym-")
 
 
+def module_source(root: Path, module: str) -> Path | None:
+    """The source file of the dotted ``module`` in the tree at ``root`` (a wheel, a project):
+    ``a/b.py`` or ``a/b/__init__.py``; None when neither is there."""
+    base = root.joinpath(*module.split("."))
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
 def list_folders(wheel_root: Path, kinds: tuple[str, ...] | list[str] = KINDS) -> list[tuple[str, str]]:
     """Every server folder of the given kinds: ``(kind, name)``, sorted. A server folder holds an
     ``app.py``, or is a group of servers one level down sharing its ``requirements.txt``
