@@ -52,6 +52,7 @@ from nemo_gym.tools.env_pull_requirements import (
     unmet_requirements,
 )
 from nemo_gym.tools.env_pull_wheel import KINDS, fetch_wheel, list_folders
+from nemo_gym.tools.failure_reason import failure_reason
 
 DEFAULT_VERSION = "0.7.0"
 DEFAULT_CACHE = Path(os.environ.get("NEMO_GYM_CORPUS_CACHE", Path.home() / ".cache" / "nemo_gym_corpus"))
@@ -253,16 +254,6 @@ def run_bounded(cmd: list[str], cwd: Path, env: dict[str, str], timeout: float) 
         return None, out + f"\n[timed out after {timeout:.0f} s]"
 
 
-def last_error_line(output: str) -> str:
-    """The line that names the error in a traceback (or the last non-empty line)."""
-    # pytest prefixes a traceback's error lines with "E   ".
-    lines = [re.sub(r"^E\s+", "", ln.strip()) for ln in output.splitlines() if ln.strip()]
-    for ln in reversed(lines):
-        if re.match(r"^[A-Za-z_.]*(Error|Exception|Exit)\b", ln) or "[timed out" in ln:
-            return ln[:240]
-    return lines[-1][:240] if lines else ""
-
-
 def read_junit(path: Path) -> tuple[int, int, int, str]:
     """``(passed, failed, skipped, first_failure)`` from a pytest JUnit XML report."""
     if not path.is_file():
@@ -281,7 +272,7 @@ def read_junit(path: Path) -> tuple[int, int, int, str]:
                 text = msg[0] if msg else ""
                 if not text or text == "collection failure":
                     # A collection error's message says only that; the traceback names the cause.
-                    text = last_error_line(bad.text or "") or text or bad.tag
+                    text = failure_reason(bad.text or "") or text or bad.tag
                 first = f"{case.get('name') or case.get('classname')}: {text}"[:240]
         elif case.find("skipped") is not None:
             skipped += 1
@@ -328,7 +319,7 @@ def run_folder(
     )
     result.imports = code == 0
     if not result.imports:
-        result.import_error = last_error_line(out)
+        result.import_error = failure_reason(out)
 
     junit = folder / ".corpus_junit.xml"
     code, out = run_bounded(
@@ -343,7 +334,7 @@ def run_folder(
     elif code == 5:
         result.first_failure = "no tests collected"
     elif code != 0 and not result.first_failure:
-        result.first_failure = last_error_line(out)
+        result.first_failure = failure_reason(out)
     result.seconds = time.monotonic() - started
     return result
 

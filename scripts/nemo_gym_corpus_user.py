@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import re
 import shutil
 import sys
 import time
@@ -24,6 +23,7 @@ from typing import Any
 from nemo_gym.launch.config import project_root
 from nemo_gym.tools.env_example_run import declared_cohort, example_run
 from nemo_gym.tools.env_pull_needs import classify_folder, folder_needs
+from nemo_gym.tools.failure_reason import failure_reason
 
 SCRIPTED = "responses_api_models/scripted_model/configs/scripted_model.yaml"
 # What a clone of this repository holds besides nemo_gym/ that a pull and a test run read.
@@ -89,26 +89,6 @@ def fresh_project(dest: Path) -> Path:
     return dest
 
 
-def _error_line(text: str) -> str:
-    lines = [
-        re.sub(r"^(E\s+|ng_\w+: )", "", ln.strip())
-        for ln in text.splitlines()
-        if ln.strip() and not ln.startswith("(run '") and ": on the index as " not in ln
-    ]
-    problems = [
-        ln for ln in lines if ln.startswith("[") and not any(w in ln for w in ("FAILED", "] ok", "] note:"))
-    ]
-    if problems:  # ng_test's own findings: "[name] what is wrong"
-        return problems[0][:200]
-    for ln in reversed(lines):
-        if re.match(r"^[A-Za-z_.]*(Error|Exception|Exit)\b", ln) or "timed out" in ln:
-            return ln[:200]
-    for ln in reversed(lines):
-        if "FAILED" in ln or "failed" in ln:
-            return ln[:200]
-    return lines[-1][:200] if lines else ""
-
-
 def run_user_path(
     kind: str,
     name: str,
@@ -134,7 +114,7 @@ def run_user_path(
         project, env, install_timeout,
     )  # fmt: skip
     result.pulled = code == 0
-    result.pull_note = _error_line(out) if code != 0 else _pull_summary(out)
+    result.pull_note = failure_reason(out) if code != 0 else _pull_summary(out)
     served = [ln.strip() for ln in out.splitlines() if ": on the index as " in ln]
     if code != 0 and served:  # a requirement from a git clone that the index would serve
         result.pull_note = f"{result.pull_note[:150]} [{'; '.join(served)}]"
@@ -149,7 +129,8 @@ def run_user_path(
             code, out = run_bounded([*gym, "env", "test", target], project, env, timeout)
             if code != 0 and result.tested:
                 result.tested = False
-                result.test_note = (f"{target}: " if group else "") + _error_line(out)
+                checked = target.rsplit("/", 1)[-1]  # the name ng_test's own lines carry
+                result.test_note = (f"{target}: " if group else "") + failure_reason(out, checked)
         run = example_run(folder) if kind == "resources_servers" else None
         rows = folder / "data" / "example.jsonl"
         if result.tested and run is not None and rows.is_file():
@@ -285,7 +266,7 @@ def _run_failure(output: Path, out: str) -> str:
                 continue
             if row.get("_ng_error"):
                 return f"{row.get('_ng_failure_class', 'failed')}: {row['_ng_error']}"[:300]
-    return _error_line(out)
+    return failure_reason(out)
 
 
 def _pull_summary(out: str) -> str:
