@@ -11,10 +11,8 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
@@ -22,9 +20,9 @@ import pytest
 
 from nemo_gym.launch.config import server_instances
 from nemo_gym.serving.secrets import REDACTED, redact_other_servers
+from nemo_gym.testing import ng_run_process
 
 ROOT = Path(__file__).resolve().parent.parent
-BIN = Path(sys.executable).parent
 
 PROBE_APP = """
 from fastapi import FastAPI
@@ -125,27 +123,7 @@ def test_a_nemo_gym_style_server_under_ng_run_reads_the_runs_config(tmp_path: Pa
     (app_dir / "app.py").write_text(PROBE_APP)
     (tmp_path / "probe.yaml").write_text(CONFIG)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.Popen(
-        [str(BIN / "ng_run"), "+config_paths=[probe.yaml]", "++head_server.port=0"],
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    lines: list[str] = []
-    try:
-        head_url = ""
-        deadline = time.monotonic() + 60
-        assert proc.stdout is not None
-        while not head_url and time.monotonic() < deadline:
-            line = proc.stdout.readline()
-            if not line:
-                break
-            lines.append(line)
-            if found := re.search(r"Head server: (http://\S+)", line):
-                head_url = found.group(1)
-        assert head_url, "ng_run did not report healthy:\n" + "".join(lines)
+    with ng_run_process(["probe.yaml"], env=env, timeout_s=60, cwd=tmp_path) as (_, head_url):
         with urllib.request.urlopen(head_url + "/server_instances", timeout=10) as resp:
             urls = {i["name"]: i["url"] for i in json.load(resp)}
         request = urllib.request.Request(
@@ -156,13 +134,6 @@ def test_a_nemo_gym_style_server_under_ng_run_reads_the_runs_config(tmp_path: Pa
         )
         with urllib.request.urlopen(request, timeout=30) as resp:
             answer = json.load(resp)
-    finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.communicate(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.communicate()
 
     # The run's values, by both of NeMo Gym's ways of asking, one object.
     assert answer["top"] == "globalcfg-run-7"

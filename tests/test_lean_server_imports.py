@@ -11,22 +11,19 @@ from __future__ import annotations
 
 import json
 import os
-import re
-import signal
-import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
 
 import pytest
 
+from nemo_gym.testing import ng_run_process
+
 ROOT = Path(__file__).resolve().parent.parent
-BIN = Path(sys.executable).parent
-CONFIGS = (
-    "+config_paths=[resources_servers/example_single_tool_call/configs/example_single_tool_call.yaml,"
-    "responses_api_models/scripted_model/configs/scripted_model.yaml]"
-)
+CONFIGS = [
+    "resources_servers/example_single_tool_call/configs/example_single_tool_call.yaml",
+    "responses_api_models/scripted_model/configs/scripted_model.yaml",
+]
 # mcp and omegaconf too: ~0.5 s and ~17 MiB, ~5 MiB; a server needs neither unless configured to.
 WATCHED = ("openai", "fastapi", "mcp", "omegaconf")
 
@@ -96,27 +93,7 @@ def test_bundled_servers_import_no_openai_fastapi_mcp_or_omegaconf(tmp_path: Pat
         "PYTHONPATH": os.pathsep.join([str(hook), str(ROOT), os.environ.get("PYTHONPATH", "")]),
         "NG_TEST_MODULES_DIR": str(records),
     }
-    proc = subprocess.Popen(
-        [str(BIN / "ng_run"), CONFIGS, "++head_server.port=0"],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    lines: list[str] = []
-    try:
-        head_url = ""
-        deadline = time.monotonic() + 60
-        assert proc.stdout is not None
-        while not head_url and time.monotonic() < deadline:
-            line = proc.stdout.readline()
-            if not line:
-                break
-            lines.append(line)
-            if found := re.search(r"Head server: (http://\S+)", line):
-                head_url = found.group(1)
-        assert head_url, "ng_run did not report healthy:\n" + "".join(lines)
+    with ng_run_process(CONFIGS, env=env, timeout_s=60) as (_, head_url):
         with urllib.request.urlopen(head_url + "/server_instances", timeout=10) as resp:
             urls = {i["name"]: i["url"] for i in json.load(resp)}
 
@@ -127,13 +104,6 @@ def test_bundled_servers_import_no_openai_fastapi_mcp_or_omegaconf(tmp_path: Pat
         assert answer["reward"] == 1.0, answer
         expected = {"example_single_tool_call", "example_single_tool_call_simple_agent", "policy_model"}
         by_instance = server_records(records, expected)
-    finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.communicate(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.communicate()
 
     assert expected <= set(by_instance), f"no module record from {expected - set(by_instance)}"
     # The record is real: each server process shows its own base module.

@@ -38,8 +38,10 @@ def ng_run_process(
     overrides: Sequence[str] = (),
     env: dict[str, str] | None = None,
     timeout_s: float = 90.0,
+    cwd: str | Path | None = None,
 ) -> Iterator[tuple[Any, str]]:
-    """``ng_run`` as a real subprocess (console script of this interpreter) on a free head port.
+    """``ng_run`` as a real subprocess (console script of this interpreter) on a free head port,
+    run in ``cwd`` (default: this project, where relative config paths and folders resolve).
 
     Yields ``(process, head_url)`` once it reports every server healthy; stops it (SIGINT, then
     SIGKILL) when the block ends. Its output is drained by a thread so it never blocks on a pipe.
@@ -55,7 +57,7 @@ def ng_run_process(
         *overrides,
     ]
     proc = subprocess.Popen(
-        argv, cwd=project_root(), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        argv, cwd=cwd or project_root(), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
     lines: list[str] = []
     ready = threading.Event()
