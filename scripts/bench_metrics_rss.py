@@ -34,6 +34,8 @@ import orjson
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from nemo_gym.testing.child_servers import peak_rss_kib  # noqa: E402
+
 AGENT = "example_single_tool_call_simple_agent"
 
 CHILD = textwrap.dedent(
@@ -96,11 +98,8 @@ def write_results(path: Path, rows: int, repeats: int) -> None:
 
 
 def peak_rss_mb(pid: int) -> float:
-    """A process's high-water RSS (VmHWM) in MB."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) * 1024 / 1e6
-    raise RuntimeError(f"no VmHWM for pid {pid}")
+    """A process's high-water RSS (VmHWM) in MB (10**6 bytes)."""
+    return peak_rss_kib(pid) * 1024 / 1e6
 
 
 def run_child(results: Path, metrics: Path, head: str) -> dict[str, Any]:

@@ -16,11 +16,9 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
-import os
 import select
 import socket
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -30,38 +28,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from nemo_gym.launch.launcher import free_port  # noqa: E402
+from nemo_gym.testing.child_servers import HEAD_SERVER_SCRIPT, peak_rss_kib, start_child_server  # noqa: E402
 
 MB = 1024 * 1024
-HEAD_SCRIPT = """
-import asyncio, sys
-from nemo_gym.launch.head_server import HeadServer
-from nemo_gym.serving.server import bind_socket, make_uvicorn_server
-sock = bind_socket("127.0.0.1", int(sys.argv[1]))
-asyncio.run(make_uvicorn_server(HeadServer({}).build_app()).serve(sockets=[sock]))
-"""
-
-
-def peak_rss_mb(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
-
-
-def start(argv: list[str], env: dict[str, str], port: int) -> subprocess.Popen[bytes]:
-    proc = subprocess.Popen(argv, env={**os.environ, "PYTHONPATH": str(ROOT), **env}, cwd=ROOT)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
-            conn.request("GET", "/")
-            if conn.getresponse().status == 200:
-                return proc
-        except OSError:
-            time.sleep(0.05)
-    proc.kill()
-    raise RuntimeError(f"{argv} did not start")
 
 
 def stream_chunked(port: int, path: str, total: int) -> tuple[int, int, float]:
@@ -135,26 +104,26 @@ def main() -> None:
 
     port = free_port()
     config = json.dumps({"name": "weather", "port": port})
-    env = start(
+    env = start_child_server(
         [sys.executable, "resources_servers/example_single_tool_call/app.py"],
         {"NEMO_GYM_SERVER_CONFIG": config},
         port,
     )
     head_port = free_port()
-    head = start([sys.executable, "-c", HEAD_SCRIPT, str(head_port)], {}, head_port)
+    head = start_child_server([sys.executable, "-c", HEAD_SERVER_SCRIPT, str(head_port)], {}, head_port)
     try:
         for name, proc, target, path in (
             ("resources", env, port, "/verify"),
             ("head", head, head_port, "/register"),
         ):
-            before = peak_rss_mb(proc.pid)
+            before = peak_rss_kib(proc.pid) / 1024
             status, sent, seconds = stream_chunked(target, path, args.body_mb * MB)
             results[f"{name}{path}"] = {
                 "status": status,
                 "sent_mb": sent // MB,
                 "seconds": round(seconds, 2),
                 "peak_rss_mb_before": round(before),
-                "peak_rss_mb_after": round(peak_rss_mb(proc.pid)),
+                "peak_rss_mb_after": round(peak_rss_kib(proc.pid) / 1024),
             }
         results["half_sent_headers"] = half_sent(port, args.half_sent)
         results["small_request_median_ms"] = latency_ms(port)

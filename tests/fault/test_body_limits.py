@@ -6,10 +6,8 @@ socket and the child's peak RSS (``VmHWM``) is read from ``/proc`` before and af
 
 from __future__ import annotations
 
-import os
 import select
 import socket
-import subprocess
 import sys
 import time
 
@@ -19,42 +17,16 @@ import pytest
 from nemo_gym.launch.launcher import free_port
 from nemo_gym.serving.server import BaseServerConfig
 from nemo_gym.testing import SyncClient
+from nemo_gym.testing.child_servers import HEAD_SERVER_SCRIPT, peak_rss_kib, start_child_server
 
 MB = 1024 * 1024
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-HEAD_SCRIPT = """
-import asyncio, sys
-from nemo_gym.launch.head_server import HeadServer
-from nemo_gym.serving.server import bind_socket, make_uvicorn_server
-sock = bind_socket("127.0.0.1", int(sys.argv[1]))
-asyncio.run(make_uvicorn_server(HeadServer({}).build_app()).serve(sockets=[sock]))
-"""
-
-
-def peak_rss_mb(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    raise AssertionError("no VmHWM")
-
-
-def start(argv: list[str], env: dict[str, str], port: int) -> subprocess.Popen[bytes]:
-    proc = subprocess.Popen(argv, env={**os.environ, "PYTHONPATH": ROOT, **env}, cwd=ROOT)
-    with SyncClient() as client:
-        try:
-            client.wait_healthy(f"http://127.0.0.1:{port}", timeout_s=30)
-        except BaseException:
-            proc.kill()
-            raise
-    return proc
 
 
 @pytest.fixture
 def env_server():
     port = free_port()
     config = {"name": "weather", "port": port}
-    proc = start(
+    proc = start_child_server(
         [sys.executable, "resources_servers/example_single_tool_call/app.py"],
         {"NEMO_GYM_SERVER_CONFIG": orjson.dumps(config).decode()},
         port,
@@ -67,7 +39,7 @@ def env_server():
 @pytest.fixture
 def head_server():
     port = free_port()
-    proc = start([sys.executable, "-c", HEAD_SCRIPT, str(port)], {}, port)
+    proc = start_child_server([sys.executable, "-c", HEAD_SERVER_SCRIPT, str(port)], {}, port)
     yield proc, port
     proc.terminate()
     proc.wait(10)
@@ -115,9 +87,9 @@ def test_default_limit_is_counted_while_reading():
 @pytest.mark.slow
 def test_400mb_chunked_body_is_refused_without_growing_the_server(env_server):
     proc, port = env_server
-    before = peak_rss_mb(proc.pid)
+    before = peak_rss_kib(proc.pid) / 1024
     status, body, sent = stream_chunked(port, "/verify", 400 * MB)
-    after = peak_rss_mb(proc.pid)
+    after = peak_rss_kib(proc.pid) / 1024
     assert status == 413 and b"exceeds the limit" in body, (status, body[:200])
     assert sent < 200 * MB, sent  # refused early, not after the whole body
     # Bounded by the limit (64 MB) plus the parser's buffers, not by the 400 MB sent.
@@ -144,9 +116,9 @@ def test_declared_oversized_body_is_refused_before_reading(env_server):
 @pytest.mark.slow
 def test_head_server_refuses_a_400mb_registration(head_server):
     proc, port = head_server
-    before = peak_rss_mb(proc.pid)
+    before = peak_rss_kib(proc.pid) / 1024
     status, body, sent = stream_chunked(port, "/register", 400 * MB)
-    after = peak_rss_mb(proc.pid)
+    after = peak_rss_kib(proc.pid) / 1024
     assert status == 413 and b"exceeds the limit" in body, (status, body[:200])
     assert sent < 64 * MB
     assert after - before < 20, (before, after)
