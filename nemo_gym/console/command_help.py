@@ -312,6 +312,12 @@ COMMANDS: dict[str, CommandHelp] = {
                 Option("+timeout_s=S", "time limit of one environment's tests", "600"),
             ),
             examples=("ng_test +entrypoint=resources_servers/example_single_tool_call",),
+            details="""
+                The tests run as NeMo Gym runs them (from inside the folder, `from app import`
+                works), with libraries kept off the network: LITELLM_LOCAL_MODEL_COST_MAP=True,
+                HF_HUB_DISABLE_TELEMETRY=1, RAY_USAGE_STATS_ENABLED=0 unless the environment sets
+                them (docs/NEMO_GYM_ENVIRONMENTS.md, Offline by default).
+            """,
         ),
         CommandHelp(
             "ng_prepare_data",

@@ -32,6 +32,7 @@ from nemo_gym.launch.launch_hooks import (
     current_launch,
     server_command,
 )
+from nemo_gym.launch.offline_env import with_offline_switches
 from nemo_gym.serving.launch_payload import LaunchPayload
 from nemo_gym.serving.server import (
     ENV_AUTH_TOKEN,
@@ -214,7 +215,8 @@ def launch_spec(
         instance.fields.get("entrypoint", "app.py")
     )
     root = path.parent.parent.parent  # the folder holding <kind>/<impl>/app.py
-    env = dict(os.environ)
+    # What the server imports uses what is installed, never a fetch of its own (offline_env.py).
+    env = with_offline_switches(os.environ)
     # Secrets go on stdin, never in the environment (readable in /proc/<pid>/environ and
     # inherited by every process the server starts).
     env.pop(ENV_AUTH_TOKEN, None)

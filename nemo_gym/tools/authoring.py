@@ -45,6 +45,7 @@ import orjson
 from nemo_gym.console.command import console_command
 from nemo_gym.launch.config import ConfigError, load_config, load_yaml_file, project_root, server_instances
 from nemo_gym.launch.datasets import DatasetConfig
+from nemo_gym.launch.offline_env import with_offline_switches
 from nemo_gym.tools import reaping_runner
 from nemo_gym.tools.dataset_statistics import DatasetStatistics, metrics_drift, metrics_path_for
 from nemo_gym.tools.env_pull_closure import SOURCE_RECORD
@@ -350,9 +351,12 @@ def pytest_command(
 ) -> tuple[list[str], dict[str, str]]:
     """The command and environment that run ``folder``'s tests as NeMo Gym does: from inside the
     folder, the folder and its project root first on ``PYTHONPATH``, NeMo Gym's pytest settings
-    (``ini``, holding :data:`NEMO_GYM_PYTEST_INI`) and no conftest above the folder."""
+    (``ini``, holding :data:`NEMO_GYM_PYTEST_INI`) and no conftest above the folder; the
+    environment carries :data:`~nemo_gym.launch.offline_env.OFFLINE_SWITCHES` where it does not
+    set them itself."""
     root = folder.parent.parent
-    env = dict(os.environ)
+    # Libraries the tests import use what is installed, never a fetch of their own (offline_env.py).
+    env = with_offline_switches(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(folder), str(root), env.get("PYTHONPATH", "")) if p)
     # Paths the tests name from the project root (configs, benchmarks/...) resolve against the
     # folder's project even where nemo_gym is installed elsewhere.
