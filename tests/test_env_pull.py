@@ -269,6 +269,30 @@ def test_a_module_resolves_to_its_file_or_package_under_a_tree(tmp_path: Path) -
     assert module_source(tmp_path, "a.missing") is None
 
 
+def test_the_pulls_summary_names_what_it_did_and_nothing_it_did_not() -> None:
+    from nemo_gym.tools.env_pull import pull_summary
+
+    record = {
+        "version": "0.4.0",
+        "also_pulled": ["resources_servers/gymnasium", "benchmarks/wordle"],
+        "replaced_project_folders": [],
+        "uses_project_folders": ["responses_api_models/vllm_model"],
+        "release_pins": [
+            {"distribution": "openai", "was": "3.57.0", "now": "2.7.2", "release": "openai<=2.7.2"}
+        ],
+        "release_pins_not_applied": ["math-verify==0.8.0 (kept math-verify 0.9.0)", "x<1 (why)"],
+        "requirements_installed": [],
+        "requirements_not_installed": ["vllm"],
+    }
+    assert pull_summary(record) == [
+        "also pulled (it imports or names them): resources_servers/gymnasium, benchmarks/wordle",
+        "uses the project's own: responses_api_models/vllm_model",
+        "pinned as nemo-gym 0.4.0 pins them: openai 3.57.0 -> 2.7.2 (openai<=2.7.2)",
+        "release pins not applied: math-verify==0.8.0 (kept math-verify 0.9.0); x<1 (why)",
+        "not installed (install them yourself if needed): vllm",
+    ]
+
+
 def test_closure_follows_path_joins_to_other_folders(tmp_path: Path) -> None:
     """A folder's tests name companions as path joins too (cline_agent reads
     ``Path(__file__).parents[2] / "anyswe_agent" / "configs" / ...``): a join onto a kind and a

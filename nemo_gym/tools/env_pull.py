@@ -88,6 +88,7 @@ __all__ = [
     "list_folders",
     "pip_arguments",
     "pull_environment",
+    "pull_summary",
     "read_requirements",
     "requirement_name",
     "unmet_requirements",
@@ -390,28 +391,29 @@ def _pull_command(argv: list[str]) -> int:
     print(
         f"pulled {record['source_path']} from nemo-gym {record['version']} ({record['license']}) into {where}"
     )
-    if record["also_pulled"]:
-        print(f"also pulled (it imports or names them): {', '.join(record['also_pulled'])}")
-    if record["replaced_project_folders"]:
-        print(f"replaced the project's own: {', '.join(record['replaced_project_folders'])}")
-    if record["uses_project_folders"]:
-        print(f"uses the project's own: {', '.join(record['uses_project_folders'])}")
-    if record["release_pins"]:
-        pinned = "; ".join(
-            f"{p['distribution']} {p['was']} -> {p['now']} ({p['release']})" for p in record["release_pins"]
-        )
-        print(f"pinned as nemo-gym {record['version']} pins them: {pinned}")
-    if record["release_pins_not_applied"]:
-        print(f"release pins not applied: {'; '.join(record['release_pins_not_applied'])}")
-    if record["requirements_installed"]:
-        print(f"installed: {', '.join(record['requirements_installed'])}")
-    if record["requirements_not_installed"]:
-        print(
-            f"not installed (install them yourself if needed): {', '.join(record['requirements_not_installed'])}"
-        )
+    for line in pull_summary(record):
+        print(line)
     for line in next_steps(record, where):
         print(line)
     return 0
+
+
+def pull_summary(record: dict[str, Any]) -> list[str]:
+    """What a pull did besides copying the folder, a line each (``label: what``), from its
+    record; what it did not do is left out."""
+    pins = "; ".join(
+        f"{p['distribution']} {p['was']} -> {p['now']} ({p['release']})" for p in record["release_pins"]
+    )
+    parts = [
+        ("also pulled (it imports or names them)", ", ".join(record["also_pulled"])),
+        ("replaced the project's own", ", ".join(record["replaced_project_folders"])),
+        ("uses the project's own", ", ".join(record["uses_project_folders"])),
+        (f"pinned as nemo-gym {record['version']} pins them", pins),
+        ("release pins not applied", "; ".join(record["release_pins_not_applied"])),
+        ("installed", ", ".join(record["requirements_installed"])),
+        ("not installed (install them yourself if needed)", ", ".join(record["requirements_not_installed"])),
+    ]
+    return [f"{label}: {text}" for label, text in parts if text]
 
 
 ng_pull_environment = console_command(_pull_command, "ng_pull_environment")
