@@ -102,7 +102,14 @@ def _depth(raw: bytes, structure: bytes) -> int:
         # would read as an escaped quote): drop every escape pair from the text, then keep the
         # structure again.
         structure = _ESCAPE.sub(b"", raw).translate(None, _NOT_STRUCTURE)
-    brackets = _STRINGS.sub(b"", structure) if b'"' in structure else structure
+    if b'"' not in structure:
+        brackets = structure
+    elif structure.count(b'"') % 2 == 0:
+        # Balanced quotes: every second piece between quotes is a string's inside (a split at
+        # C speed, ~3x faster than the expression below on a long history).
+        brackets = b"".join(structure.split(b'"')[::2])
+    else:
+        brackets = _STRINGS.sub(b"", structure)
     if not brackets:
         return 0
     # Opening brackets step 2 and closing ones 0: after n brackets the depth is the running sum - n.
