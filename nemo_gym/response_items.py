@@ -196,6 +196,8 @@ def response_shape_errors(response: Any, where: str = "response") -> list[str]:
         return [f"{where}.output: must be a list of items, got {type(output).__name__}"]
     errors = []
     for index, item in enumerate(output):
+        if _item_shape_fine(item):
+            continue  # the usual item: nothing to name, no path built
         path = f"{where}.output.{index}"
         if not isinstance(item, dict):
             errors.append(f"{path}: must be an object, got {type(item).__name__}")
@@ -218,6 +220,30 @@ def response_shape_errors(response: Any, where: str = "response") -> list[str]:
             elif part.get("text") is not None and not isinstance(part["text"], str):
                 errors.append(f"{path}.content.{part_index}.text: must be a string")
     return errors
+
+
+def _item_shape_fine(item: Any) -> bool:
+    """Whether an output item passes :func:`response_shape_errors`'s checks (a fast path: plain
+    ``dict``/``str``/``list`` types; anything else goes through the full checks)."""
+    if item.__class__ is not dict:
+        return False
+    get = item.get
+    for key in ("type", "role", "name", "arguments", "call_id"):
+        value = get(key)
+        if value is not None and value.__class__ is not str:
+            return False
+    content = get("content")
+    if content is None or content.__class__ is str:
+        return True
+    if content.__class__ is not list:
+        return False
+    for part in content:
+        if part.__class__ is not dict:
+            return False
+        text = part.get("text")
+        if text is not None and text.__class__ is not str:
+            return False
+    return True
 
 
 def create_params_shape_errors(params: Any, where: str = "responses_create_params") -> list[str]:
