@@ -462,6 +462,46 @@ def test_nemo_gyms_base_url_cache_points_a_name_at_a_server() -> None:
     assert dict(client._server_base_urls) == {"judge": "http://127.0.0.1:9"}
 
 
+def test_a_server_named_through_the_base_url_cache_is_called_with_plain_paths() -> None:
+    """A server a NeMo Gym test started itself (a plain FastAPI policy) knows nothing of our
+    ``/ng-rollout/<id>`` prefix, and NeMo Gym's client never adds it without capture: a rollout's
+    calls to a name set through ``_server_base_urls`` go to the plain path, while a URL given
+    as the client's static URLs (one of our servers) keeps the prefix."""
+    import asyncio
+
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    from nemo_gym.testing import running_app
+
+    seen: list[str] = []
+
+    async def anything(request: Request) -> JSONResponse:
+        seen.append(request.url.path)
+        return JSONResponse({"ok": True})
+
+    app = Starlette(routes=[Route("/{path:path}", anything, methods=["POST"])])
+
+    async def call(client: ServerClient) -> int:
+        try:
+            return (await client.rollout().post("policy", "/v1/responses", {})).status
+        finally:
+            await client.close()
+
+    with running_app(app) as url:
+        by_cache = ServerClient(global_config_dict={})
+        by_cache._server_base_urls["policy"] = url
+        assert asyncio.run(call(by_cache)) == 200
+        assert seen == ["/v1/responses"]
+        ours = ServerClient(static_urls={"policy": url})
+        assert asyncio.run(call(ours)) == 200
+        assert seen[1].startswith(f"/{ROLLOUT_PATH_PREFIX}/") and seen[1].endswith("/v1/responses")
+        del by_cache._server_base_urls["policy"]
+        assert url not in by_cache._external
+
+
 def test_a_server_client_mock_without_a_config_is_no_config() -> None:
     """NeMo Gym 0.4.0's model adapters' tests build servers on ``MagicMock()`` clients, whose
     ``global_config_dict`` is a mock: that is no config, not a ValidationError."""

@@ -51,19 +51,28 @@ class HTTPStatusError(ServerCallError, aiohttp.ClientResponseError):  # type: ig
 
 
 class _BaseUrls(MutableMapping[str, str]):
-    """``name -> base URL`` over a client's static ``name -> [URL]`` map (one replica each)."""
+    """``name -> base URL`` over a client's static ``name -> [URL]`` map (one replica each).
 
-    def __init__(self, static: dict[str, list[str]]) -> None:
+    A URL set here is a server the caller started itself, which never registered with a head
+    server (a NeMo Gym test's plain FastAPI judge, or one of ours served as is): it is called as
+    NeMo Gym's client calls it, with plain paths, never this package's ``/ng-rollout/<id>``
+    prefix (``external``, as a registered external endpoint is).
+    """
+
+    def __init__(self, static: dict[str, list[str]], external: set[str]) -> None:
         self._static = static
+        self._external = external
 
     def __getitem__(self, name: str) -> str:
         return self._static[name][0]
 
     def __setitem__(self, name: str, url: str) -> None:
         self._static[name] = [url.rstrip("/")]
+        self._external.add(url.rstrip("/"))
 
     def __delitem__(self, name: str) -> None:
-        del self._static[name]
+        for url in self._static.pop(name):
+            self._external.discard(url)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._static)
@@ -148,8 +157,9 @@ class NeMoGymServerClient(ServerClient):
     @property
     def _server_base_urls(self) -> _BaseUrls:
         """NeMo Gym's per-name base-URL cache, which its tests fill to point a name at a server
-        they started (``client._server_base_urls["judge"] = url``): here, this client's static URLs."""
-        return _BaseUrls(self._static)
+        they started (``client._server_base_urls["judge"] = url``): here, this client's static URLs
+        (called with plain paths, see :class:`_BaseUrls`)."""
+        return _BaseUrls(self._static, self._external)
 
     @property
     def global_config_dict(self) -> Any:
