@@ -334,7 +334,7 @@ class SimpleResourcesServer(BaseServer):
         else:
             app.post("/seed_session")(self.seed_session)
         app.post("/close_session")(self.close_resources_session)
-        app.post("/verify")(verify_route(self))
+        app.post("/verify")(verify_route(self, self._verify_judged))
         app.router.routes.append(
             Route("/aggregate_metrics", self._aggregate_metrics_endpoint(), methods=["POST"])
         )
@@ -523,10 +523,23 @@ class SimpleResourcesServer(BaseServer):
         # (reward, diagnostics); drop what verify itself produces so it is computed afresh.
         fresh = {k: v for k, v in body.items() if k not in produced}
         try:
-            return await self.verify(request_model.model_validate(fresh))  # type: ignore[arg-type]
+            return await self._verify_judged(request_model.model_validate(fresh))
         finally:
             if self.session_id is not None:
                 self.sessions.free(self.session_id)
+
+    async def _verify_judged(self, *args: Any) -> Any:
+        """``self.verify(*args)`` (``body``, or ``request, body``), a judge that failed answered as
+        NeMo Gym's base answers it on every ``/verify``: :func:`nemo_gym.judge.judge_failed_answer`,
+        a ``judge_failed`` row and never a reward."""
+        try:
+            return await self.verify(*args)
+        except Exception as exc:
+            from nemo_gym.judge import JudgeError, judge_failed_answer
+
+            if not isinstance(exc, JudgeError):
+                raise
+            return judge_failed_answer(args[-1], exc)
 
     def _verify_models(self) -> tuple[type[BaseModel], frozenset[str]]:
         cached = getattr(self, "_verify_models_cache", None)

@@ -27,7 +27,7 @@ from starlette.responses import JSONResponse
 from nemo_gym.llm_judge import JUDGE_FAILED
 from nemo_gym.server_utils import get_response_json
 
-__all__ = ["JudgeError", "call_judge", "judge_failsafe", "reraise_judge_errors"]
+__all__ = ["JudgeError", "call_judge", "judge_failed_answer", "judge_failsafe", "reraise_judge_errors"]
 
 ResponseT = TypeVar("ResponseT", bound=BaseModel)
 FAILURE_CLASS_KEY = "_ng_failure_class"
@@ -88,12 +88,34 @@ def _request_body(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     return None
 
 
-def judge_failsafe(verify_fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
-    """Wrap ``verify_fn`` so that a :class:`JudgeError` answers the request's own fields plus
+def judge_failed_answer(body: BaseModel, error: JudgeError) -> JSONResponse:
+    """The verify answer for a request whose judge failed: ``body``'s own fields plus
     ``reward: 0.0``, ``mask_sample: true``, ``failure_kind``/``_ng_failure_class: "judge_failed"``,
-    ``failure_reason`` and ``_ng_failure_judge_error`` (the error, at most 2,000 characters).
+    ``failure_reason`` and ``_ng_failure_judge_error`` (the error, at most 2,000 characters)."""
+    reason = str(error)[:MAX_ERROR_CHARS]
+    data = body.model_dump(mode="json")
+    instance_config = data.get("instance_config")
+    data.update(
+        reward=0.0,
+        mask_sample=True,
+        failure_kind=JUDGE_FAILED,
+        failure_reason=reason,
+        # Trainers that read the mask from instance_config still see it.
+        instance_config={
+            **(instance_config if isinstance(instance_config, dict) else {}),
+            "mask_sample": True,
+        },
+        **{FAILURE_CLASS_KEY: JUDGE_FAILED, "_ng_failure_judge_error": reason},
+    )
+    return JSONResponse(content=data)
+
+
+def judge_failsafe(verify_fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    """Wrap ``verify_fn`` so that a :class:`JudgeError` answers :func:`judge_failed_answer`.
 
     The wrapper keeps ``verify_fn``'s signature, so a web framework injects the same arguments.
+    Every resources server's ``/verify`` route applies the same rule, as NeMo Gym's base class
+    wraps every verify endpoint in it.
     """
 
     @functools.wraps(verify_fn)
@@ -104,21 +126,6 @@ def judge_failsafe(verify_fn: Callable[..., Awaitable[Any]]) -> Callable[..., Aw
             body = _request_body(args, kwargs)
             if body is None:
                 raise RuntimeError("judge_failsafe: no verify request body among the arguments") from exc
-            error = str(exc)[:MAX_ERROR_CHARS]
-            data = body.model_dump(mode="json")
-            instance_config = data.get("instance_config")
-            data.update(
-                reward=0.0,
-                mask_sample=True,
-                failure_kind=JUDGE_FAILED,
-                failure_reason=error,
-                # Trainers that read the mask from instance_config still see it.
-                instance_config={
-                    **(instance_config if isinstance(instance_config, dict) else {}),
-                    "mask_sample": True,
-                },
-                **{FAILURE_CLASS_KEY: JUDGE_FAILED, "_ng_failure_judge_error": error},
-            )
-            return JSONResponse(content=data)
+            return judge_failed_answer(body, exc)
 
     return wrapper

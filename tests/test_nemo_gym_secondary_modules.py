@@ -21,6 +21,8 @@ from starlette.routing import Route
 import nemo_gym
 from nemo_gym.base_resources_server import (
     BaseResourcesServerConfig,
+    BaseVerifyRequest,
+    BaseVerifyResponse,
     ResourcesCloseSessionRequest,
     ResourcesCloseSessionResponse,
     ResourcesSeedSessionRequest,
@@ -48,6 +50,7 @@ from nemo_gym.reward_profile import (
 )
 from nemo_gym.rollout_collection import RolloutCollectionHelper
 from nemo_gym.server_utils import ServerClient
+from nemo_gym.testing import SyncClient
 from nemo_gym.serving.server_client import ServerClient as CollectorClient
 from nemo_gym.testing import running_app
 from nemo_gym.testing.session_conformance import check_resources_session_contract
@@ -569,3 +572,50 @@ def test_rollout_observability_records() -> None:
     TrajectoryRecord(task_id="t", rollout_id="r", turns=[TrajectoryTurn(**turn)])
     with pytest.raises(ValidationError, match="turn numbers must be unique"):
         TrajectoryRecord(task_id="t", rollout_id="r", turns=[TrajectoryTurn(**turn), TrajectoryTurn(**turn)])
+
+
+class _JudgedVerifyRequest(BaseVerifyRequest):
+    expected_answer: str = ""
+
+
+def _failing_judge_servers() -> list[SimpleResourcesServer]:
+    """A resources server whose judge call fails, in our style and in NeMo Gym's FastAPI style."""
+
+    class OurStyle(SimpleResourcesServer):
+        async def verify(self, body: _JudgedVerifyRequest) -> BaseVerifyResponse:
+            if body.expected_answer == "bug":
+                raise KeyError("not a judge failure")
+            raise JudgeError("judge 'judge'/v1/responses answered HTTP 503: busy")
+
+    class FastAPIStyle(OurStyle):
+        def setup_webserver(self) -> Any:
+            return super().setup_webserver()
+
+    config = BaseResourcesServerConfig(host="127.0.0.1", port=0, entrypoint="app.py", name="judged")
+    return [OurStyle(config=config), FastAPIStyle(config=config)]
+
+
+@pytest.mark.parametrize("index", [0, 1], ids=["our_style", "fastapi_style"])
+def test_every_verify_route_answers_a_failed_judge_as_a_judge_failed_row(index: int) -> None:
+    """NeMo Gym's base wraps every /verify in judge_failsafe: a JudgeError raised by verify is
+    a 200 row (the request's fields, reward 0, masked, judge_failed), over real HTTP in both
+    server styles; any other error stays a 500."""
+    from nemo_gym.testing import running_server
+
+    server = _failing_judge_servers()[index]
+    assert server.uses_setup_webserver() is (index == 1)
+    body = {"response": {"output": []}, "expected_answer": "4", "instance_config": {"seed": 7}}
+    with running_server(server) as url, SyncClient() as client:
+        status, row = client.post(f"{url}/verify", body)
+        assert status == 200, row
+        assert row["_ng_failure_class"] == row["failure_kind"] == JUDGE_FAILED
+        assert (
+            row["failure_reason"]
+            == row["_ng_failure_judge_error"]
+            == "judge 'judge'/v1/responses answered HTTP 503: busy"
+        )
+        assert row["reward"] == 0.0 and row["mask_sample"] is True
+        assert row["instance_config"] == {"seed": 7, "mask_sample": True}
+        assert row["expected_answer"] == "4"
+        status, error = client.post(f"{url}/verify", {**body, "expected_answer": "bug"})
+        assert status == 500 and "not a judge failure" in str(error)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import secrets
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
@@ -208,12 +209,13 @@ def finish_app(server: Any, app: FastAPI) -> FastAPI:
     return app
 
 
-def verify_route(server: Any) -> Any:
+def verify_route(server: Any, call: Callable[..., Awaitable[Any]] | None = None) -> Any:
     """The ``/verify`` endpoint of a resources server's FastAPI app.
 
     Validates the body into the verify method's request model (dropping what verify itself
     produces, so a recorded rollout replayed through ``/verify`` is scored afresh), calls
-    ``verify``, and frees the rollout's ``self.session`` state afterwards.
+    ``verify`` (or ``call``, given verify's arguments), and frees the rollout's ``self.session``
+    state afterwards. A ready response (NeMo Gym's ``judge_failsafe`` answer) is sent as it is.
     """
     import inspect
 
@@ -223,7 +225,9 @@ def verify_route(server: Any) -> Any:
     params = [p for p in inspect.signature(server.verify).parameters.values() if p.name != "self"]
     takes_request = len(params) > 1
 
-    async def verify(request: Request) -> Response:
+    verify = call or server.verify
+
+    async def endpoint(request: Request) -> Response:
         raw = await request.body()
         data: dict[str, Any] | None
         try:
@@ -241,15 +245,15 @@ def verify_route(server: Any) -> Any:
         except ValidationError as exc:
             return json_response(validation_error_body(exc, server.name), 422)
         try:
-            if takes_request:
-                return json_response(await server.verify(request, body))
-            return json_response(await server.verify(body))
+            result = await (verify(request, body) if takes_request else verify(body))
+            return result if isinstance(result, Response) else json_response(result)
         finally:
             session_id = _current_session_id.get()
             if session_id is not None:
                 server.sessions.free(session_id)
 
-    return verify
+    endpoint.__name__ = "verify"
+    return endpoint
 
 
 def _lenient_json(raw: bytes) -> dict[str, Any] | None:
