@@ -50,9 +50,8 @@ from nemo_gym.reward_profile import (
 )
 from nemo_gym.rollout_collection import RolloutCollectionHelper
 from nemo_gym.server_utils import ServerClient
-from nemo_gym.testing import SyncClient
 from nemo_gym.serving.server_client import ServerClient as CollectorClient
-from nemo_gym.testing import running_app
+from nemo_gym.testing import SyncClient, running_app
 from nemo_gym.testing.session_conformance import check_resources_session_contract
 from nemo_gym.tool_access import DirectHTTPToolAccess, MCPToolAccess, ToolAccess
 from nemo_gym.verifier_fixture import VerifierFixture, VerifierFixtureError, exercise_verifier_fixture
