@@ -19,12 +19,14 @@ The public surface, with NeMo Gym's names, fields and return shapes, over
   ``_environment_servers_by_agent``/``_environment_server_for_agent``, ``DispatchLatencyTracker``,
   ``get_max_rollout_attempts`` (and 0.4.0-0.6.0's ``_get_max_rollout_attempts``), ``is_terminal_failure``, ``observed_elapsed``,
   ``migrate_invalid_judge_main_rows`` and ``_attach_ng_perf``
-  (:mod:`nemo_gym.collection.nemo_gym_compat`).
+  (:mod:`nemo_gym.collection.nemo_gym_compat`), ``_CompletedRollout`` (one finished ``/run``
+  with its latency beside it).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from nemo_gym.collection.aggregation import aggregate_results_file, format_key_metrics
@@ -58,6 +60,7 @@ from nemo_gym.collection.rollouts import (
 )
 from nemo_gym.collection.settings import (
     DEFAULT_MAX_FAILURE_RATIO,
+    NO_PERSIST_KEY,
     E2ERolloutCollectionConfig,
     RolloutAggregationConfig,
     RolloutCollectionConfig,
@@ -125,6 +128,20 @@ def _rollout_request_debug_summary(row: dict[str, Any]) -> dict[str, Any]:
     return rollout_request_debug_summary(row)
 
 
+@dataclass(frozen=True)
+class _CompletedRollout:
+    """One finished ``/run``, as NeMo Gym's dispatch yields it: the materialized ``row``, the
+    agent's ``result`` as it answered, and the rollout's wall time in milliseconds beside it
+    (``None`` when not measured), never inside the result; which environment server ran it,
+    when one did. NeMo Gym's orchestrators (gdpval's multistage driver) read these fields."""
+
+    row: dict[str, Any]
+    result: dict[str, Any]
+    rollout_latency_ms: float | None
+    environment_server: str | None = None
+    environment_server_type: str | None = None
+
+
 _environment_servers_by_agent = environment_servers_by_agent
 _environment_server_for_agent = environment_server_for_agent
 _attach_ng_perf = attach_ng_perf
@@ -162,4 +179,4 @@ if __name__ == "__main__":
 # resume), and a result not to be written.
 NG_FAILURE_CLASS_KEY = "_ng_failure_class"
 NG_TERMINAL_KEY = "_ng_failure_terminal"
-NG_NO_PERSIST_KEY = "_ng_no_persist"
+NG_NO_PERSIST_KEY = NO_PERSIST_KEY

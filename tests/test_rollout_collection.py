@@ -69,6 +69,15 @@ class ProbeAgent(SimpleResponsesAPIAgent):
             await asyncio.sleep(3.0)
         if mode == "noreward":
             return {**body, "response": {"output": []}}
+        if mode in ("timeout_exceeded", "skipped"):  # NeMo Gym agents' own failure rows
+            return {
+                **body,
+                "reward": 0.0,
+                "_ng_failure_class": mode,
+                "_ng_failure_terminal": mode != "skipped",
+            }
+        if mode == "invalid_judge" and not attempt:  # an old GDPVal verdict: a reward-0 result
+            return {**body, "response": {"output": []}, "reward": 0.0, "invalid_judge_response": True}
         if mode == "always_fail" or (mode == "flaky" and not attempt):
             raise HTTPError(500, f"transient trouble on attempt {attempt}")
         rewards = body.get("rewards")
@@ -598,6 +607,69 @@ def test_resume_retries_failures_with_attempt_index_up_to_max_attempts(agent, tm
     assert [(f["_ng_task_index"], f["_ng_attempt_index"]) for f in failures] == [(2, 2)]
     (entry,) = json.loads(fourth.paths.aggregate_metrics.read_text())
     assert sum(g["count"] for g in entry["group_level_metrics"]) == 2  # the whole run, not the last call
+
+
+def test_resume_keeps_failures_stamped_final_unless_the_failure_contract_retries_them(agent, tmp_path: Path):
+    """NeMo Gym's failure contract: a failure stamped _ng_failure_terminal is not dispatched again
+    on resume; +retry_terminal_timeouts retries a stamped timeout (and keeps a skipped sample
+    final, stamped or not); +retry_invalid_judge_responses moves reward-0 invalid-judge results to
+    the failures file so they are judged again."""
+    modes = ["timeout_exceeded", "skipped", "invalid_judge"]
+    source = write_jsonl(tmp_path / "in.jsonl", [row(m, mode=m) for m in modes])
+    out = tmp_path / "x.jsonl"
+    config = {"agent_name": "probe", "input_jsonl_fpath": str(source), "output_jsonl_fpath": str(out)}
+
+    def dispatched(since: int) -> list[str]:
+        return [c["mode"] for c in agent.calls[since:] if "mode" in c]
+
+    first = collect({"probe": agent.url}, **config, max_attempts=5)
+    assert (first.succeeded, first.failed) == (1, 2)
+    seen = len(agent.calls)
+    second = collect({"probe": agent.url}, **config, max_attempts=5, resume_from_cache=True)
+    assert dispatched(seen) == ["skipped"] and second.attempts_exhausted == 1  # the stamped timeout
+    seen = len(agent.calls)
+    third = collect(
+        {"probe": agent.url},
+        **config,
+        max_attempts=5,
+        resume_from_cache=True,
+        retry_terminal_timeouts=True,
+        retry_invalid_judge_responses=True,
+    )
+    assert sorted(dispatched(seen)) == ["invalid_judge", "timeout_exceeded"]
+    assert third.attempts_exhausted == 1  # skipped: final under the contract though not stamped
+    judged = [r for r in read_jsonl(out) if r["mode"] == "invalid_judge"]
+    assert len(judged) == 1 and judged[0]["reward"] == 1.0 and judged[0]["_ng_attempt_index"] == 1
+
+
+def test_require_complete_fails_the_run_after_its_files_are_written(agent, tmp_path: Path):
+    source = write_jsonl(tmp_path / "in.jsonl", [row("ok"), row("bad", mode="always_fail")])
+    out = tmp_path / "x.jsonl"
+    config = {"agent_name": "probe", "input_jsonl_fpath": str(source), "output_jsonl_fpath": str(out)}
+    with pytest.raises(
+        RuntimeError, match=r"EVAL FAILED: 1/2 samples completed. Partial artifacts retained at"
+    ):
+        collect({"probe": agent.url}, **config, require_complete=True)
+    assert keys(read_jsonl(out)) == [(0, 0)] and CollectionPaths.for_output(out).failures.exists()
+    assert collect({"probe": agent.url}, **config, resume_from_cache=True).failed == 1  # off: no error
+
+
+def test_check_completion_counts_distinct_completed_rollouts_per_stage() -> None:
+    from nemo_gym.rollout_collection import SharedRolloutCollectionConfig
+
+    rows = [
+        {"_ng_task_index": 0, "_ng_rollout_index": 0, "stage_index": 0},
+        {"_ng_task_index": 0, "_ng_rollout_index": 0, "stage_index": 1},
+        {"_ng_task_index": 0, "_ng_rollout_index": 0, "stage_index": 1},  # the same rollout again
+        {"_ng_task_index": 1, "_ng_rollout_index": 0, "_ng_failure_class": "timeout"},
+        {"_ng_task_index": 2, "_ng_rollout_index": 0, "_ng_no_persist": True},
+    ]
+    off = SharedRolloutCollectionConfig(output_jsonl_fpath="r.jsonl")
+    off.check_completion(expected=99, results=rows)  # without require_complete: nothing
+    on = SharedRolloutCollectionConfig(output_jsonl_fpath="r.jsonl", require_complete=True)
+    on.check_completion(expected=2, results=rows)
+    with pytest.raises(RuntimeError, match="2/3 samples completed"):
+        on.check_completion(expected=3, results=rows)
 
 
 def test_resume_drops_a_torn_last_line_and_skips_finished_rows(agent, tmp_path: Path):

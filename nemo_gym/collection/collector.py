@@ -41,6 +41,7 @@ from nemo_gym.collection.collection_io import (
     scan_results,
     warn,
 )
+from nemo_gym.collection.nemo_gym_compat import migrate_invalid_judge_main_rows, terminal_failure_keys
 from nemo_gym.collection.rollouts import RolloutOutcome
 from nemo_gym.collection.row_keys import ROLLOUT_ID_KEY
 from nemo_gym.collection.run_lock import RunLock, check_or_write_lock
@@ -144,6 +145,7 @@ class CollectionRun:
         self.summary = CollectionSummary(self.paths)
         self.done: IntTable = IntTable()
         self.attempts: dict[int, int] = {}
+        self.terminal: set[int] = set()  # failures stamped final (NeMo Gym's _ng_failure_terminal)
         self.retried_ok: set[int] = set()
         self.rewards: dict[str, list[float]] = {}  # agent → [sum, count] of this run's rewards
         self.started = time.monotonic()
@@ -162,7 +164,7 @@ class CollectionRun:
             return "other_shard"
         if key in self.done:
             return "done"
-        if self.attempts.get(key, 0) >= self.settings.max_attempts:
+        if self.attempts.get(key, 0) >= self.settings.max_attempts or key in self.terminal:
             return "exhausted"
         return "run"
 
@@ -170,6 +172,8 @@ class CollectionRun:
         settings, paths = self.settings, self.paths
         require_packages(settings)  # before any work: a missing tracker package is a config error
         if settings.resume_from_cache:
+            if settings.retry_invalid_judge_responses:
+                migrate_invalid_judge_main_rows(paths.output)
             scan = scan_results(paths.output)
             if scan.torn_line_dropped:
                 warn(
@@ -184,6 +188,9 @@ class CollectionRun:
             self.done = scan.done
             compact_failures(paths.failures, self.done, drop_malformed=True)
             self.attempts = read_failure_attempts(paths.failures, self.done)
+            self.terminal = terminal_failure_keys(
+                paths.failures, self.done, retry_terminal_timeouts=settings.retry_terminal_timeouts
+            )
         else:
             if paths.output.exists() and paths.output.stat().st_size > 0:
                 raise ConfigError(
@@ -221,6 +228,7 @@ class CollectionRun:
             self.summary.malformed_lines = report.bad_line_count
             self.summary.malformed_line_numbers = [bad.line_number for bad in report.bad_lines]
             self.summary.input_path = settings.input_jsonl_fpath
+            expected = counts["done"] + counts["exhausted"] + counts["run"]  # this shard's rollouts
             self.summary.already_done = counts["done"]
             self.summary.attempts_exhausted = counts["exhausted"]
             if report.bad_line_count:
@@ -262,6 +270,8 @@ class CollectionRun:
                 "results_in_file": s.results_in_file,
             }
             log_collection(settings, s.metrics, counts, paths.output)
+        # Checked once every file is written (NeMo Gym's order): the partial results survive.
+        settings.check_completion(expected=expected, results=self.summary.results())
         return self.summary
 
     async def _stack_config(self) -> Mapping[str, Any]:

@@ -32,6 +32,7 @@ from nemo_gym.collection.collection_io import (
     scan_results,
 )
 from nemo_gym.collection.collector import CollectionRun, CollectionSummary
+from nemo_gym.collection.nemo_gym_compat import terminal_failure_keys
 from nemo_gym.collection.notices import warn
 from nemo_gym.collection.output_lock import output_lock
 from nemo_gym.collection.rollouts import RolloutFailedError, RolloutOutcome, run_one
@@ -250,13 +251,16 @@ class RolloutCollectionHelper:
             scan_results(paths.output, repair=False).done if paths.output.exists() else set()
         )
         attempts = read_failure_attempts(paths.failures, done) if paths.failures.exists() else {}
+        terminal = terminal_failure_keys(
+            paths.failures, done, retry_terminal_timeouts=config.retry_terminal_timeouts
+        )
         by_key: dict[int, dict[str, Any]] = {}
         input_rows: list[dict[str, Any]] = []
         for _, row in iter_jsonl(paths.materialized_inputs):
             key = row_key(row)
             assert key is not None
             by_key[key] = row
-            if key in done or attempts.get(key, 0) >= config.max_attempts:
+            if key in done or key in terminal or attempts.get(key, 0) >= config.max_attempts:
                 continue
             if attempts.get(key):
                 row = {**row, ATTEMPT_INDEX_KEY: attempts[key]}

@@ -14,7 +14,7 @@ import logging
 import os
 import tempfile
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Container, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ from nemo_gym.collection.collection_io import (
     CollectionPaths,
 )
 from nemo_gym.collection.observations import ModelCallRef, TrajectoryRecord
+from nemo_gym.collection.row_keys import row_key
 from nemo_gym.deliverables import is_deliverable
 from nemo_gym.launch.config import ConfigError
 
@@ -133,6 +134,31 @@ def is_terminal_failure(record: Mapping[str, Any], *, retry_terminal_timeouts: b
         if failure_class == "skipped":
             return True
     return bool(record.get(TERMINAL_KEY))
+
+
+def terminal_failure_keys(
+    failures: Path, done: Container[int], *, retry_terminal_timeouts: bool = False
+) -> set[int]:
+    """Row keys of the rollouts whose latest record in the ``failures`` file is final
+    (:func:`is_terminal_failure`), those already in ``done`` left out: a resume does not
+    dispatch them again. Lines that are not JSON objects are skipped."""
+    latest: dict[int, Mapping[str, Any]] = {}
+    if not failures.exists():
+        return set()
+    with failures.open("rb") as source:
+        for line in source:
+            try:
+                record = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                continue
+            key = row_key(record) if isinstance(record, dict) else None
+            if key is not None and key not in done:
+                latest[key] = record
+    return {
+        key
+        for key, record in latest.items()
+        if is_terminal_failure(record, retry_terminal_timeouts=retry_terminal_timeouts)
+    }
 
 
 def observed_elapsed(record: Mapping[str, Any]) -> float | None:

@@ -10,7 +10,7 @@ whole global config dict, so unknown keys (server blocks, ``head_server``) are i
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -18,9 +18,12 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 
 from nemo_gym.agents.skills import SkillsConfig, load_skill_directory
 from nemo_gym.collection.collection_io import CollectionPaths, PromptConfig, RowMaterializer
+from nemo_gym.collection.row_keys import FAILURE_CLASS_KEY, ROLLOUT_INDEX_KEY, TASK_INDEX_KEY
 from nemo_gym.collection.row_materializer import DEFAULT_ROUTE
 from nemo_gym.launch.config import ConfigError
 
+# A result row its producer asks not to be written (NeMo Gym's name).
+NO_PERSIST_KEY = "_ng_no_persist"
 # ng_collect_rollouts exits non-zero when more than this share of the rollouts it ran failed.
 DEFAULT_MAX_FAILURE_RATIO = 0.1
 
@@ -60,6 +63,13 @@ class SharedRolloutCollectionConfig(BaseNeMoGymCLIConfig):
     """What every collection takes: where results go, concurrency, request overrides, trackers."""
 
     output_jsonl_fpath: str = Field(description="The results file; side files are named after it.")
+    require_complete: bool = Field(
+        default=False,
+        description=(
+            "Fail the run (after its files are written) when any of its rollouts has no result "
+            "(see check_completion)."
+        ),
+    )
     num_samples_in_parallel: int | None = Field(
         default=None,
         ge=1,
@@ -101,6 +111,24 @@ class SharedRolloutCollectionConfig(BaseNeMoGymCLIConfig):
     def use_mlflow(self) -> bool:
         """Whether this collection logs to MLflow."""
         return self.upload_rollouts_to_mlflow
+
+    def check_completion(self, *, expected: int, results: Iterable[Mapping[str, Any]]) -> None:
+        """With ``require_complete``, raise ``RuntimeError`` unless ``results`` hold ``expected``
+        completed rollouts: distinct ``(stage_index, task, rollout)`` of rows that name no failure
+        class and are not marked not to be persisted. Call it once the run's files are written,
+        so the partial results survive the error. Without ``require_complete`` it does nothing."""
+        if not self.require_complete:
+            return
+        completed = {
+            (row.get("stage_index"), row[TASK_INDEX_KEY], row[ROLLOUT_INDEX_KEY])
+            for row in results
+            if row.get(FAILURE_CLASS_KEY) is None and not row.get(NO_PERSIST_KEY)
+        }
+        if len(completed) < expected:
+            raise RuntimeError(
+                f"EVAL FAILED: {len(completed)}/{expected} samples completed. "
+                f"Partial artifacts retained at {self.output_jsonl_fpath}."
+            )
 
 
 class RolloutCollectionConfig(SharedRolloutCollectionConfig):
@@ -177,6 +205,22 @@ class RolloutCollectionConfig(SharedRolloutCollectionConfig):
         description="Exit with status 3 when more than this share of the rollouts failed (0-1).",
     )
     max_attempts: int = Field(default=3, ge=1, description="Most attempts per rollout across resumed runs.")
+    retry_terminal_timeouts: bool = Field(
+        default=False,
+        description=(
+            "On resume, dispatch again a failure stamped final (_ng_failure_terminal) when it is a "
+            "per-task timeout (timeout_exceeded) or an environment fault that can be repaired between "
+            "runs (reference_missing, eval_missing, transport_ineligible), up to +max_attempts; a "
+            "skipped sample stays final. Off: a failure is final exactly when it is stamped so."
+        ),
+    )
+    retry_invalid_judge_responses: bool = Field(
+        default=False,
+        description=(
+            "On resume, move results marked invalid_judge_response to the failures file (class "
+            "judge_invalid) so they are judged again instead of counting as a reward of 0."
+        ),
+    )
     progress_interval_s: float = Field(default=30.0, gt=0, description="Seconds between progress lines.")
     num_shards: int = Field(default=1, ge=1, description="Split the rows into this many shards.")
     shard_index: int = Field(
