@@ -269,6 +269,32 @@ def test_a_module_resolves_to_its_file_or_package_under_a_tree(tmp_path: Path) -
     assert module_source(tmp_path, "a.missing") is None
 
 
+def test_a_file_the_pulled_folder_names_in_a_project_folder_it_keeps_is_copied_in(tmp_path: Path) -> None:
+    """A pulled folder's test reads a config file of a companion folder by its path; the project
+    keeps its own folder of that name, which lacks the file: the pull names it to copy from the
+    wheel (data and configs only, never a module; nothing the project already has)."""
+    from nemo_gym.tools.env_pull_closure import folder_closure, named_files
+
+    wheel, project = tmp_path / "wheel", tmp_path / "project"
+    serving = "responses_api_models/engine/configs/vendor/Big-1.5.yaml"
+    files = {
+        wheel / "resources_servers/judged/app.py": "import responses_api_models.engine.app\n",
+        wheel / "resources_servers/judged/tests/test_configs.py": f'SERVING = ROOT / "{serving}"\n'
+        'CODE = "responses_api_models/engine/app.py"\nOWN = "responses_api_models/engine/configs/engine.yaml"\n',
+        wheel / "resources_servers/judged/configs/judged.yaml": f"# copies {serving}.\nx: 1\n",
+        wheel / "responses_api_models/engine/app.py": "class Engine: ...\n",
+        wheel / serving: "policy_model: {}\n",
+        wheel / "responses_api_models/engine/configs/engine.yaml": "theirs: 1\n",
+        project / "responses_api_models/engine/app.py": "class Engine: ...\n",
+        project / "responses_api_models/engine/configs/engine.yaml": "ours: 1\n",
+    }
+    write_files(files)
+    copied, kept = folder_closure(wheel, "resources_servers", "judged", project)
+    assert (copied, kept) == ([], [("responses_api_models", "engine")])
+    assert named_files(wheel, [wheel / "resources_servers/judged"], kept, project) == [serving]
+    assert named_files(wheel, [wheel / "resources_servers/judged"], [], project) == []
+
+
 def test_the_pulls_summary_names_what_it_did_and_nothing_it_did_not() -> None:
     from nemo_gym.tools.env_pull import pull_summary
 
@@ -277,6 +303,7 @@ def test_the_pulls_summary_names_what_it_did_and_nothing_it_did_not() -> None:
         "also_pulled": ["resources_servers/gymnasium", "benchmarks/wordle"],
         "replaced_project_folders": [],
         "uses_project_folders": ["responses_api_models/vllm_model"],
+        "files_into_project_folders": ["responses_api_models/vllm_model/configs/x.yaml"],
         "release_pins": [
             {"distribution": "openai", "was": "3.57.0", "now": "2.7.2", "release": "openai<=2.7.2"}
         ],
@@ -287,6 +314,7 @@ def test_the_pulls_summary_names_what_it_did_and_nothing_it_did_not() -> None:
     assert pull_summary(record) == [
         "also pulled (it imports or names them): resources_servers/gymnasium, benchmarks/wordle",
         "uses the project's own: responses_api_models/vllm_model",
+        "copied into them (it names these files): responses_api_models/vllm_model/configs/x.yaml",
         "pinned as nemo-gym 0.4.0 pins them: openai 3.57.0 -> 2.7.2 (openai<=2.7.2)",
         "release pins not applied: math-verify==0.8.0 (kept math-verify 0.9.0); x<1 (why)",
         "not installed (install them yourself if needed): vllm",

@@ -40,7 +40,7 @@ from typing import Any
 from nemo_gym.console.command import console_command
 from nemo_gym.launch.config import ConfigError, parse_overrides, project_root
 from nemo_gym.tools.env_example_run import declared_cohort
-from nemo_gym.tools.env_pull_closure import SOURCE_RECORD, clashes, folder_closure, project_users
+from nemo_gym.tools.env_pull_closure import SOURCE_RECORD, clashes, folder_closure, named_files, project_users
 from nemo_gym.tools.env_pull_needs import folder_needs
 from nemo_gym.tools.env_pull_pins import (
     ReleasePin,
@@ -260,6 +260,10 @@ def pull_environment(
     _copy_folder(source, target)
     for k, n in copied:
         _copy_folder(root / k / n, project / k / n)
+    brought = named_files(root, folders, kept, project)
+    for relative in brought:
+        (project / relative).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(root / relative, project / relative)
 
     applied, refused = _release_pins(root, install, release_pins, index_url)
     to_install, not_installed = _install(
@@ -285,6 +289,7 @@ def pull_environment(
         "also_pulled": [f"{k}/{n}" for k, n in copied],
         "replaced_project_folders": [f"{k}/{n}" for k, n in replaced],
         "uses_project_folders": [f"{k}/{n}" for k, n in kept],
+        "files_into_project_folders": brought,
         "needs": folder_needs(target, project),
         "requirements_installed": to_install,
         "requirements_not_installed": not_installed,
@@ -408,6 +413,7 @@ def pull_summary(record: dict[str, Any]) -> list[str]:
         ("also pulled (it imports or names them)", ", ".join(record["also_pulled"])),
         ("replaced the project's own", ", ".join(record["replaced_project_folders"])),
         ("uses the project's own", ", ".join(record["uses_project_folders"])),
+        ("copied into them (it names these files)", ", ".join(record.get("files_into_project_folders", []))),
         (f"pinned as nemo-gym {record['version']} pins them", pins),
         ("release pins not applied", "; ".join(record["release_pins_not_applied"])),
         ("installed", ", ".join(record["requirements_installed"])),

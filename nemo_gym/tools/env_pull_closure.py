@@ -108,6 +108,30 @@ def folder_closure(
     return sorted(copied, key=order), sorted(kept, key=order)
 
 
+def named_files(
+    wheel_root: Path, pulled: list[Path], kept: list[tuple[str, str]], project: Path
+) -> list[str]:
+    """Files of the project's own folders (``kept``) that the ``pulled`` folders' Python and YAML
+    name by their whole path (``responses_api_models/local_vllm_model/configs/x/y.yaml``, read by
+    a config test) and that the project's folder lacks, where the wheel's folder of that name has
+    them: the pull copies each in. Only data and configs, never a Python module: the project's
+    folder stays the implementation that is imported. Sorted paths relative to the project."""
+    if not kept:
+        return []
+    pattern = re.compile(rf"\b({'|'.join(re.escape(f'{k}/{n}') for k, n in kept)})/([\w.\-/]+)")
+    found: set[str] = set()
+    for folder in pulled:
+        for path in folder.rglob("*"):
+            if path.suffix not in _SCANNED or not path.is_file() or ".venv" in path.parts:
+                continue
+            for base, rest in pattern.findall(path.read_text(errors="replace")):
+                relative = f"{base}/{rest.rstrip('./')}"
+                source = wheel_root / relative
+                if source.suffix != ".py" and source.is_file() and not (project / relative).exists():
+                    found.add(relative)
+    return sorted(found)
+
+
 def is_pulled(folder: Path) -> bool:
     """Whether ``folder`` was brought in by ``gym env pull`` (it holds the source record)."""
     return (folder / SOURCE_RECORD).is_file()
