@@ -46,6 +46,7 @@ from nemo_gym.models.openai_client import (
     RATE_LIMIT_ERROR_CODES,
     RETRY_ERROR_CODES,
     NeMoGymAsyncOpenAI,
+    OpenAIEndpointError,  # what NeMoGymAsyncOpenAI raises for an error status (this package's)
 )
 from nemo_gym.models.openai_types import (
     CHAT_REQUEST_PROVIDER_EXTENSION_FIELDS,
@@ -87,6 +88,7 @@ __all__ = [
     "CHAT_REQUEST_PROVIDER_EXTENSION_FIELDS",
     "MAX_NUM_TRIES",
     "NeMoGymAsyncOpenAI",
+    "OpenAIEndpointError",
     "NeMoGymChatCompletion",
     "NeMoGymChatCompletionAssistantMessageForTrainingParam",
     "NeMoGymChatCompletionAssistantMessageParam",

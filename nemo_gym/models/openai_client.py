@@ -16,7 +16,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from nemo_gym.failure_classes import TIMEOUT
-from nemo_gym.serving.upstream import UpstreamError, UpstreamHTTP
+from nemo_gym.serving.upstream import UpstreamError, UpstreamHTTP, UpstreamResponse
 
 MAX_NUM_TRIES = 3
 RATE_LIMIT_ERROR_CODES = [429, 502, 503, 504, 520]
@@ -25,18 +25,22 @@ DEFAULT_TIMEOUT_S = 1800.0
 
 
 class OpenAIEndpointError(Exception):
-    """An OpenAI-compatible endpoint answered with an error status (``.status``, ``.response_content``)."""
+    """An OpenAI-compatible endpoint answered with an error status (``.status``, ``.response_content``;
+    ``.answer``: the whole answer, its headers and attempts, when the client got one)."""
 
-    def __init__(self, url: str, status: int, content: bytes) -> None:
+    def __init__(self, url: str, status: int, content: bytes, answer: UpstreamResponse | None = None) -> None:
         super().__init__(f"{url}: HTTP {status}: {content[:2000].decode(errors='replace')}")
         self.status = status
         self.response_content = content
+        self.answer = answer
 
 
 class NeMoGymAsyncOpenAI(BaseModel):
     """Calls an OpenAI-compatible endpoint: ``create_response``, ``create_chat_completion``, ...
 
     Each method takes the request's fields as keyword arguments and returns the parsed JSON.
+    NeMo Gym's fields come first; the transport's (which statuses are retried, the connect
+    timeout, the backoff, the connection cap) are this package's, used by ``openai_model``.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
@@ -48,6 +52,11 @@ class NeMoGymAsyncOpenAI(BaseModel):
     max_http_attempts: int = Field(default=MAX_NUM_TRIES, ge=1)
     default_headers: dict[str, str] = Field(default_factory=dict)
     timeout_s: float = DEFAULT_TIMEOUT_S
+    retry_statuses: list[int] = Field(default_factory=lambda: list(RETRY_ERROR_CODES))
+    connect_timeout_s: float = 10.0
+    max_retry_delay_s: float = 8.0
+    first_backoff_s: float = 0.25
+    max_connections: int | None = None
 
     _http: UpstreamHTTP | None = PrivateAttr(default=None)
 
@@ -55,15 +64,26 @@ class NeMoGymAsyncOpenAI(BaseModel):
         if self._http is None:
             retries = self.max_connection_retries if self.max_connection_retries is not None else 4
             self._http = UpstreamHTTP(
-                headers={**self.default_headers, "Authorization": f"Bearer {self.api_key}"},
+                # Without a key no Authorization header (an endpoint that takes none may refuse one).
+                headers={
+                    **self.default_headers,
+                    **({"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}),
+                },
                 request_timeout_s=self.timeout_s,
+                connect_timeout_s=self.connect_timeout_s,
                 connect_retries=retries,
-                retry_statuses=RETRY_ERROR_CODES,
+                retry_statuses=self.retry_statuses,
                 max_status_retries=self.max_http_attempts - 1,
-                max_retry_delay_s=8.0,
-                first_backoff_s=0.25,
+                max_retry_delay_s=self.max_retry_delay_s,
+                first_backoff_s=self.first_backoff_s,
+                max_connections=self.max_connections,
             )
         return self._http
+
+    async def aclose(self) -> None:
+        """Close the connections this client opened."""
+        if self._http is not None:
+            await self._http.close()
 
     async def _call(self, method: str, url: str, body: Any = None) -> Any:
         try:
@@ -74,7 +94,7 @@ class NeMoGymAsyncOpenAI(BaseModel):
                 raise TimeoutError(str(exc)) from exc
             raise aiohttp.ClientConnectionError(str(exc)) from exc
         if answer.status >= 400:
-            raise OpenAIEndpointError(url, answer.status, answer.body)
+            raise OpenAIEndpointError(url, answer.status, answer.body, answer)
         return orjson.loads(answer.body) if answer.body else None
 
     async def create_response(self, **kwargs: Any) -> Any:

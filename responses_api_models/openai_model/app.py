@@ -14,7 +14,13 @@ left out is logged once per field.
 
 Answers 429 and 5xx are retried (bounded, honouring ``Retry-After`` / ``retry-after-ms``, else
 exponential backoff with jitter), as are connection failures; ``max_concurrent_requests``
-caps calls in flight from this server.
+caps calls in flight from this server. ``max_http_attempts`` (NeMo Gym's field) bounds the tries
+of a call answered a retried status (default ``max_retries`` + 1).
+
+A call answered as one JSON object goes through ``self._client``, NeMo Gym's client
+(``NeMoGymAsyncOpenAI``, built from this config when the server is made: what NeMo Gym's tests
+replace through this module's name); a streamed call, and a kept conversation's input already
+encoded, go through the same transport settings on ``self.http``.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import logging
 from collections.abc import Collection
 from typing import Any
 
+import aiohttp
 import orjson
 from pydantic import Field
 from starlette.responses import Response
@@ -51,6 +58,7 @@ from nemo_gym.base_responses_api_model import (
     stream_responses,
 )
 from nemo_gym.failure_classes import BAD_UPSTREAM_BODY, TIMEOUT
+from nemo_gym.openai_utils import NeMoGymAsyncOpenAI, OpenAIEndpointError
 
 RETRY_STATUSES = (408, 409, 429, 500, 502, 503, 504)
 # Fields nemo_gym adds to items for RL; OpenAI answers 400 on unknown item fields.
@@ -116,6 +124,7 @@ class OpenAIModelConfig(BaseResponsesAPIModelConfig):
     openai_default_headers: dict[str, str] | None = None
     max_concurrent_requests: int | None = Field(default=None, gt=0)
     max_retries: int = Field(default=4, ge=0)
+    max_http_attempts: int | None = Field(default=None, ge=1)
     max_retry_delay_s: float = Field(default=60.0, gt=0)
     request_timeout_s: float = Field(default=600.0, gt=0)
     connect_timeout_s: float = Field(default=10.0, gt=0)
@@ -140,14 +149,29 @@ class OpenAIModel(SimpleResponsesAPIModel):
         if config.openai_api_key:
             headers["Authorization"] = f"Bearer {config.openai_api_key}"
         self.base_url = config.openai_base_url.rstrip("/")
+        attempts = config.max_http_attempts or config.max_retries + 1
         self.http = UpstreamHTTP(
             headers=headers,
             request_timeout_s=config.request_timeout_s,
             connect_timeout_s=config.connect_timeout_s,
             connect_retries=config.max_retries,
             retry_statuses=RETRY_STATUSES,
-            max_status_retries=config.max_retries,
+            max_status_retries=attempts - 1,
             max_retry_delay_s=config.max_retry_delay_s,
+            max_connections=config.max_connections,
+        )
+        # Looked up by name here (not bound at import) so a test's replacement takes effect.
+        self._client = NeMoGymAsyncOpenAI(
+            base_url=self.base_url,
+            api_key=config.openai_api_key or "",
+            default_headers=dict(config.openai_default_headers or {}),
+            max_http_attempts=attempts,
+            max_connection_retries=config.max_retries,
+            timeout_s=config.request_timeout_s,
+            connect_timeout_s=config.connect_timeout_s,
+            retry_statuses=list(RETRY_STATUSES),
+            max_retry_delay_s=config.max_retry_delay_s,
+            first_backoff_s=self.http.first_backoff_s,
             max_connections=config.max_connections,
         )
         # One semaphore per event loop: a semaphore is bound to the loop that first waits on it.
@@ -160,6 +184,9 @@ class OpenAIModel(SimpleResponsesAPIModel):
     async def on_shutdown(self) -> None:
         """Close the upstream connections."""
         await self.http.close()
+        close = getattr(self._client, "aclose", None)
+        if close is not None:
+            await close()
 
     async def responses(self, body: dict[str, Any]) -> dict[str, Any]:
         """Forward a Responses create request; the upstream's Response object comes back as is."""
@@ -196,12 +223,41 @@ class OpenAIModel(SimpleResponsesAPIModel):
         if self.config.openai_model:
             request["model"] = self.config.openai_model
         url = self.base_url + path
+        payload = _payload(request)
         try:
             async with self._limit():
-                answer = await self.http.request("POST", url, _payload(request))
+                if not isinstance(payload, dict):  # a kept conversation's input, already encoded
+                    value = self._result(await self.http.request("POST", url, payload), url)
+                elif path == "/responses":
+                    value = await self._client.create_response(**payload)
+                else:
+                    value = await self._client.create_chat_completion(**payload)
         except UpstreamError as exc:
             raise _upstream_failure(url, exc) from exc
-        return self._checked(path, self._result(answer, url), url)
+        except OpenAIEndpointError as exc:
+            if exc.answer is None:
+                raise HTTPError(502, f"OpenAI endpoint {url} answered HTTP {exc.status}") from exc
+            self._result(exc.answer, url)  # raises the error the status means
+            raise
+        except orjson.JSONDecodeError as exc:
+            raise HTTPError(
+                502,
+                f"OpenAI endpoint {url} answered with a body that is not JSON",
+                failure_class=BAD_UPSTREAM_BODY,
+            ) from exc
+        except (TimeoutError, aiohttp.ClientConnectionError) as exc:
+            # NeMo Gym's client raises these for a timeout or a connection given up on.
+            cause = exc.__cause__
+            if isinstance(cause, UpstreamError):
+                raise _upstream_failure(url, cause) from exc
+            raise
+        if not isinstance(value, dict):
+            raise HTTPError(
+                502,
+                f"OpenAI endpoint {url} answered with JSON that is not an object",
+                failure_class=BAD_UPSTREAM_BODY,
+            )
+        return self._checked(path, value, url)
 
     async def _forward_stream(self, path: str, request: dict[str, Any]) -> Response:
         # Errors before the first event (refusals, retries given up, an unreachable endpoint)

@@ -211,3 +211,63 @@ def test_only_allowed_fields_and_tool_types_go_upstream() -> None:
         with running_server(extra) as url, SyncClient() as client:
             assert client.post(url + "/v1/responses", asked)[0] == 200
         assert (fake.bodies[-1]["top_k"], fake.bodies[-1]["temperature"]) == (5, 0.5)
+
+
+def test_max_http_attempts_bounds_the_tries_of_a_retried_status() -> None:
+    """NeMo Gym's max_http_attempts: the tries of a call answered a retried status (here fewer
+    than max_retries + 1 would give)."""
+    state = FakeOpenAI(rate_limit_first=0, fail_with=503)
+    with fake_openai(state) as fake:
+        server = model_server(fake, max_retries=4, max_retry_delay_s=0.05, max_http_attempts=2)
+        with running_server(server) as url, SyncClient() as client:
+            status, body = client.post(url + "/v1/responses", {"input": "hi"})
+    assert status == 502 and len(fake.arrivals) == 2
+    assert "HTTP 503 after 2 attempts" in body["error"]["message"]
+
+
+def test_a_plain_call_goes_through_nemo_gyms_client_named_in_this_module(monkeypatch) -> None:
+    """NeMo Gym's tests replace ``openai_model.app.NeMoGymAsyncOpenAI`` to see what a proxy sends
+    and with which connection settings (gdpval's judge panel): the server builds its client from
+    that name, with NeMo Gym's keywords, and a chat call reaches it with the fixed model and
+    ``extra_body`` merged in."""
+    from responses_api_models.openai_model import app as proxy_app
+
+    class Recording:
+        def __init__(self, **connection: Any) -> None:
+            self.connection = connection
+            self.requests: list[dict[str, Any]] = []
+
+        async def create_chat_completion(self, **body: Any) -> dict[str, Any]:
+            self.requests.append(body)
+            message = {"role": "assistant", "content": "BOXED[B]"}
+            return {
+                "id": "c",
+                "object": "chat.completion",
+                "created": 0,
+                "model": body["model"],
+                "choices": [{"index": 0, "finish_reason": "stop", "message": message}],
+            }
+
+    monkeypatch.setattr(proxy_app, "NeMoGymAsyncOpenAI", Recording)
+    config = {
+        "name": "judge",
+        "openai_base_url": "http://127.0.0.1:9/v1/",
+        "openai_api_key": "k",
+        "openai_model": "judge-model",
+        "max_http_attempts": 1800,
+        "extra_body": {"reasoning_effort": "high", "timeout": 900},
+    }
+    server = proxy_app.SimpleModelServer(proxy_app.SimpleModelServerConfig(**config))
+    assert isinstance(server._client, Recording)
+    assert {k: server._client.connection[k] for k in ("base_url", "api_key", "max_http_attempts")} == {
+        "base_url": "http://127.0.0.1:9/v1",
+        "api_key": "k",
+        "max_http_attempts": 1800,
+    }
+    with running_server(server) as url, SyncClient() as client:
+        status, body = client.post(
+            url + "/v1/chat/completions", {"model": "x", "messages": [{"role": "user", "content": "q"}]}
+        )
+    assert status == 200 and body["choices"][0]["message"]["content"] == "BOXED[B]"
+    (sent,) = server._client.requests
+    assert sent["model"] == "judge-model" and sent["reasoning_effort"] == "high" and sent["timeout"] == 900
