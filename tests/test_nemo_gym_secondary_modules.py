@@ -12,7 +12,7 @@ from typing import Any
 from unittest.mock import MagicMock
 
 import pytest
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -618,3 +618,33 @@ def test_every_verify_route_answers_a_failed_judge_as_a_judge_failed_row(index: 
         assert row["expected_answer"] == "4"
         status, error = client.post(f"{url}/verify", {**body, "expected_answer": "bug"})
         assert status == 500 and "not a judge failure" in str(error)
+
+
+class _AliasedVerifyRequest(BaseVerifyRequest):
+    rollout_index: int | None = Field(default=None, alias="_ng_rollout_index")
+
+
+class _AliasedVerifyResponse(BaseVerifyResponse):
+    rollout_index: int | None = Field(default=None, alias="_ng_rollout_index")
+
+
+@pytest.mark.parametrize("fastapi_style", [False, True])
+def test_an_answer_model_is_sent_by_its_fields_wire_names(fastapi_style: bool) -> None:
+    """FastAPI answers a pydantic model by its aliases, so NeMo Gym's environments (genrm_compare's
+    ``rollout_index`` is ``_ng_rollout_index`` on the wire) and their callers expect those names:
+    our servers answer the same way, in both styles."""
+    from nemo_gym.testing import running_server
+
+    class Aliased(SimpleResourcesServer):
+        async def verify(self, body: _AliasedVerifyRequest) -> _AliasedVerifyResponse:
+            return _AliasedVerifyResponse(**body.model_dump(by_alias=True), reward=1.0)
+
+    class AliasedFastAPI(Aliased):
+        def setup_webserver(self) -> Any:
+            return super().setup_webserver()
+
+    config = BaseResourcesServerConfig(host="127.0.0.1", port=0, entrypoint="app.py", name="aliased")
+    server = (AliasedFastAPI if fastapi_style else Aliased)(config=config)
+    with running_server(server) as url, SyncClient() as client:
+        status, row = client.post(f"{url}/verify", {"response": {"output": []}, "_ng_rollout_index": 3})
+    assert status == 200 and row["_ng_rollout_index"] == 3 and "rollout_index" not in row

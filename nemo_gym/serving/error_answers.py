@@ -25,9 +25,10 @@ logger = logging.getLogger("nemo_gym")
 
 
 def dumps(value: Any) -> bytes:
-    """Serialize a JSON answer; pydantic models are dumped first."""
+    """Serialize a JSON answer; pydantic models are dumped first, by their fields' wire names
+    (aliases) as FastAPI answers them (``_ng_rollout_index`` for ``rollout_index``)."""
     if isinstance(value, BaseModel):
-        value = value.model_dump(mode="json", exclude_unset=False)
+        value = value.model_dump(mode="json", exclude_unset=False, by_alias=True)
     return orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
 
 
