@@ -264,6 +264,7 @@ async def send_with_retries(
     *,
     started: float | None = None,
     first_failure: NotConnected | None = None,
+    first_answer: Answer | None = None,
 ) -> Answer:
     """Call ``attempt(seconds left, attempt number)`` until it answers, within ``timeout_s`` in all.
 
@@ -274,16 +275,33 @@ async def send_with_retries(
     :class:`TransportFailure` when the deadline passes or the connection retries run out.
 
     A caller on a hot path may make the first try itself (one coroutine less per call) and hand
-    its :class:`NotConnected` here as ``first_failure``, with ``started`` (``time.monotonic()``
-    before that try): the loop goes on from there, the same as if it had made that try.
+    its :class:`NotConnected` here as ``first_failure``, or the answer it got as ``first_answer``
+    (one whose status is to be retried), with ``started`` (``time.monotonic()`` before that try):
+    the loop goes on from there, the same as if it had made that try.
     """
     deadline = (time.monotonic() if started is None else started) + timeout_s
     retries_left = policy.connect_retries
     status_retries_left = policy.max_status_retries
     backoff = policy.first_backoff_s
-    attempts = 0 if first_failure is None else 1
+    attempts = 0 if first_failure is None and first_answer is None else 1
     failed = first_failure
+    answer: Answer | None = first_answer
     while True:
+        if answer is not None:
+            if status_retries_left > 0 and answer.status in policy.retry_statuses:
+                status_retries_left -= 1
+                headers = getattr(answer, "headers", None) or {}
+                asked = retry_after_seconds({k.lower(): v for k, v in headers.items()})
+                await _sleep(
+                    asked if asked is not None else backoff,
+                    deadline,
+                    policy.max_delay_s,
+                    jitter=asked is None,
+                )
+                backoff *= 2
+                answer = None
+                continue
+            return answer
         if failed is not None:
             if retries_left <= 0 or time.monotonic() >= deadline:
                 raise TransportFailure(
@@ -301,17 +319,6 @@ async def send_with_retries(
             answer = await attempt(remaining, attempts)
         except NotConnected as exc:
             failed = exc
-            continue
-        if status_retries_left > 0 and answer.status in policy.retry_statuses:
-            status_retries_left -= 1
-            headers = getattr(answer, "headers", None) or {}
-            asked = retry_after_seconds({k.lower(): v for k, v in headers.items()})
-            await _sleep(
-                asked if asked is not None else backoff, deadline, policy.max_delay_s, jitter=asked is None
-            )
-            backoff *= 2
-            continue
-        return answer
 
 
 async def _sleep(delay: float, deadline: float, max_delay_s: float, jitter: bool = True) -> None:

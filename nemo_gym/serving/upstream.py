@@ -13,8 +13,9 @@ made (or one the peer closed before a byte of answer), and, when configured, ans
 
 from __future__ import annotations
 
+import time
 import urllib.parse
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +26,7 @@ from nemo_gym.failure_classes import TIMEOUT, UNREACHABLE, TransportFailureKind
 from nemo_gym.serving import hop_client
 from nemo_gym.serving.transport import (
     LoopConnections,
+    NotConnected,
     RetryPolicy,
     TransportFailure,
     aiohttp_failure,
@@ -186,6 +188,27 @@ class UpstreamHTTP:
         self.max_connections = self.connections.max_connections
         self._hop_targets: dict[str, tuple[str, int, str] | None] = {}
         self._use_hop_client = hop_client_enabled()
+        # Per-call constants, built once (the settings above are fixed at construction): the
+        # retry policy, and the header lines of a call without extra headers, with and without
+        # a body.
+        self._policy = self._retry_policy(connect_retries)
+        self._encoded_headers: tuple[bytes, bytes] | None = None
+        try:
+            self._encoded_headers = (
+                hop_client.encode_headers(self.headers.items()),
+                hop_client.encode_headers({**self.headers, "Content-Type": "application/json"}.items()),
+            )
+        except ValueError:
+            pass  # a header with a line break: refused by each call, as before
+
+    def _retry_policy(self, connect_retries: int) -> RetryPolicy:
+        return RetryPolicy(
+            connect_retries,
+            first_backoff_s=self.first_backoff_s,
+            max_delay_s=self.max_retry_delay_s,
+            retry_statuses=self.retry_statuses,
+            max_status_retries=self.max_status_retries,
+        )
 
     def _hop_target(self, url: str) -> tuple[str, int, str] | None:
         """``(host, port, path)`` of a plain-HTTP URL, None for one aiohttp takes."""
@@ -258,23 +281,52 @@ class UpstreamHTTP:
             data = body.chunks
         else:
             data = orjson.dumps(body) if body is not None else None
-        headers = {**self.headers, **(extra_headers or {})}
-        if data is not None:
-            headers["Content-Type"] = "application/json"
-        target = self._hop_target(url)
-        if target is not None:
-            send = self._hop_attempt(method, url, target, data, headers, stream)
-        else:
-            send = self._aiohttp_attempt(method, url, data, headers, stream)
-        policy = RetryPolicy(
-            self.connect_retries if connect_retries is None else connect_retries,
-            first_backoff_s=self.first_backoff_s,
-            max_delay_s=self.max_retry_delay_s,
-            retry_statuses=self.retry_statuses,
-            max_status_retries=self.max_status_retries,
+        policy = (
+            self._policy
+            if connect_retries is None or connect_retries == self.connect_retries
+            else self._retry_policy(connect_retries)
         )
+        target = self._hop_target(url)
+        if target is None:
+            headers = {**self.headers, **(extra_headers or {})}
+            if data is not None:
+                headers["Content-Type"] = "application/json"
+            send = self._aiohttp_attempt(method, url, data, headers, stream)
+            try:
+                return await send_with_retries(send, policy, self.request_timeout_s)
+            except TransportFailure as failure:
+                raise UpstreamError(failure.kind, url, failure.describe()) from (failure.__cause__ or failure)
+        if extra_headers or self._encoded_headers is None:
+            headers = {**self.headers, **(extra_headers or {})}
+            if data is not None:
+                headers["Content-Type"] = "application/json"
+            encoded = hop_client.encode_headers(headers.items())
+        else:
+            encoded = self._encoded_headers[data is not None]
+        # The first try is made here (no retry loop, closure or extra coroutine on a call that
+        # needs none); a try to repeat, or an answer whose status is retried, goes on in the loop.
+        started = time.monotonic()
         try:
-            return await send_with_retries(send, policy, self.request_timeout_s)
+            try:
+                answer = await self._hop_try(
+                    method, url, target, encoded, data, stream, self.request_timeout_s, 1
+                )
+            except NotConnected as exc:
+                first_failure: NotConnected | None = exc
+                first_answer: UpstreamResponse | None = None
+            else:
+                if policy.max_status_retries <= 0 or answer.status not in policy.retry_statuses:
+                    return answer
+                first_failure, first_answer = None, answer
+            send = self._hop_attempt(method, url, target, data, encoded, stream)
+            return await send_with_retries(
+                send,
+                policy,
+                self.request_timeout_s,
+                started=started,
+                first_failure=first_failure,
+                first_answer=first_answer,
+            )
         except TransportFailure as failure:
             raise UpstreamError(failure.kind, url, failure.describe()) from (failure.__cause__ or failure)
 
@@ -311,36 +363,68 @@ class UpstreamHTTP:
         url: str,
         target: tuple[str, int, str],
         data: bytes | list[bytes] | None,
-        headers: Mapping[str, str],
+        encoded: bytes,
         stream: bool,
     ) -> Callable[[float, int], Awaitable[UpstreamResponse]]:
-        """One try through the lean hop client (plain-HTTP upstreams)."""
-        host, port, path = target
-        pool = self.connections.pool()
-        loop = pool.loop
-        encoded = hop_client.encode_headers(headers.items())
+        """One try through the lean hop client (plain-HTTP upstreams); ``encoded``: the header lines."""
 
-        async def attempt(remaining: float, attempts: int) -> UpstreamResponse:
-            try:
-                resp = await hop_client.request(
-                    pool,
-                    method,
-                    host,
-                    port,
-                    path,
-                    encoded,
-                    data,
-                    deadline=loop.time() + remaining,
-                    connect_timeout_s=self.connect_timeout_s,
-                    stream=stream,
-                )
-                if stream and 200 <= resp.status < 300:
-                    return UpstreamResponse(resp.status, b"", resp.headers, attempts, None, url, resp)
-                return UpstreamResponse(resp.status, await resp.read(), resp.headers, attempts)
-            except hop_client.HopError as exc:
-                raise hop_failure(exc, self.request_timeout_s, retry_unanswered=True) from exc
+        def attempt(remaining: float, attempts: int) -> Awaitable[UpstreamResponse]:
+            return self._hop_try(method, url, target, encoded, data, stream, remaining, attempts)
 
         return attempt
+
+    async def _hop_try(
+        self,
+        method: str,
+        url: str,
+        target: tuple[str, int, str],
+        encoded: bytes,
+        data: bytes | list[bytes] | None,
+        stream: bool,
+        remaining: float,
+        attempts: int,
+    ) -> UpstreamResponse:
+        host, port, path = target
+        pool = self.connections.pool()
+        try:
+            resp = await hop_client.request(
+                pool,
+                method,
+                host,
+                port,
+                path,
+                encoded,
+                data,
+                deadline=pool.loop.time() + remaining,
+                connect_timeout_s=self.connect_timeout_s,
+                stream=stream,
+            )
+            if stream and 200 <= resp.status < 300:
+                return UpstreamResponse(resp.status, b"", _HopHeaders(resp), attempts, None, url, resp)
+            return UpstreamResponse(resp.status, await resp.read(), _HopHeaders(resp), attempts)
+        except hop_client.HopError as exc:
+            raise hop_failure(exc, self.request_timeout_s, retry_unanswered=True) from exc
+
+
+class _HopHeaders(Mapping[str, str]):
+    """An answer's headers, decoded on first use (a call that never looks at them never does)."""
+
+    __slots__ = ("_response",)
+
+    def __init__(self, response: hop_client.HopResponse) -> None:
+        self._response = response
+
+    def __getitem__(self, name: str) -> str:
+        return self._response.headers[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._response.headers)
+
+    def __len__(self) -> int:
+        return len(self._response.headers)
+
+    def __repr__(self) -> str:
+        return repr(self._response.headers)
 
 
 def error_message(response: UpstreamResponse) -> str:
