@@ -280,6 +280,8 @@ class SimpleResponsesAPIModel(BaseServer):
             return await self._serve_kept(body)
         if body.get("stream") is True:
             return await self.responses_stream(body)
+        if _CAPTURE_SINK not in sys.modules:  # no call can be captured: one coroutine less
+            return await self.responses(body)
         return await _captured(self.responses, body, body)
 
     async def _serve_kept(self, body: dict[str, Any]) -> dict[str, Any] | Response:
@@ -322,6 +324,8 @@ class SimpleResponsesAPIModel(BaseServer):
         try:
             if request.get("stream") is True:
                 answer: Any = await self.responses_stream(request)
+            elif _CAPTURE_SINK not in sys.modules:  # no call can be captured: one coroutine less
+                answer = await self.responses(request)
             else:
                 answer = await _captured(self.responses, request, request)
         except BaseException:
@@ -339,7 +343,7 @@ class SimpleResponsesAPIModel(BaseServer):
         if not store.put(rollout, answer_id, conversation):
             return answer  # type: ignore[no-any-return]
         response = json_response(answer)
-        response.headers[KEPT_HEADER] = KEPT_VALUE
+        response.raw_headers.append(_KEPT_HEADER_LINE)  # as headers[KEPT_HEADER] = KEPT_VALUE adds it
         return response
 
     async def _delete_response(self, request: Any) -> Response:
@@ -359,6 +363,8 @@ class SimpleResponsesAPIModel(BaseServer):
         check_chat_request(body)
         if body.get("stream") is True:
             return await self.chat_completions_stream(body)
+        if _CAPTURE_SINK not in sys.modules:  # no call can be captured: one coroutine less
+            return await self.chat_completions(body)
         return await _captured(self.chat_completions, body, body)
 
     # ---- NeMo Gym's adapter style: FastAPI, typed bodies, the Request ---------------------
@@ -552,6 +558,7 @@ class SimpleResponsesAPIModel(BaseServer):
 
 
 _CAPTURE_SINK = "nemo_gym.token_id_capture.sink"
+_KEPT_HEADER_LINE = (KEPT_HEADER.lower().encode("latin-1"), KEPT_VALUE.encode("latin-1"))
 
 
 async def _captured(handler: Any, body: Any, request_body: Any) -> Any:

@@ -55,10 +55,17 @@ def _check_common(body: Any) -> dict[str, Any]:
         raise _fail(f"the request body must be a JSON object, got {_kind(body)}")
     if body.get("stream") is not None and not isinstance(body["stream"], bool):
         raise _fail(f"stream must be true or false, got {body['stream']!r}")
-    _check_optional(body, "model", lambda v: isinstance(v, str), "a string")
-    _check_optional(body, "metadata", lambda v: isinstance(v, dict), "an object")
-    _check_optional(body, "temperature", _is_number, "a number")
-    _check_optional(body, "top_p", _is_number, "a number")
+    # The same checks as _check_optional's, written out (they run on every model call).
+    value = body.get("model")
+    if value is not None and not isinstance(value, str):
+        raise _fail(f"model must be a string, got {_kind(value)}")
+    value = body.get("metadata")
+    if value is not None and not isinstance(value, dict):
+        raise _fail(f"metadata must be an object, got {_kind(value)}")
+    for key in ("temperature", "top_p"):
+        value = body.get(key)
+        if value is not None and not _is_number(value):
+            raise _fail(f"{key} must be a number, got {_kind(value)}")
     tools = body.get("tools")
     if tools is not None:
         if not isinstance(tools, list):
@@ -93,9 +100,9 @@ def _check_parameters(parameters: Any, where: str) -> None:
 def check_responses_request(body: Any) -> None:
     """Raise ``HTTPError`` 400 naming the field when a Responses create request has the wrong shape."""
     body = _check_common(body)
-    _check_optional(
-        body, "max_output_tokens", lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer"
-    )
+    value = body.get("max_output_tokens")
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+        raise _fail(f"max_output_tokens must be an integer, got {_kind(value)}")
     for index, tool in enumerate(body.get("tools") or []):
         if tool.get("type", "function") == "function":
             if not isinstance(tool.get("name"), str):

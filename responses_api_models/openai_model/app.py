@@ -63,6 +63,7 @@ from nemo_gym.openai_utils import NeMoGymAsyncOpenAI, OpenAIEndpointError
 RETRY_STATUSES = (408, 409, 429, 500, 502, 503, 504)
 # Fields nemo_gym adds to items for RL; OpenAI answers 400 on unknown item fields.
 _NEMO_GYM_ITEM_FIELDS = (*TOKEN_ID_FIELDS, "token_ids_contiguous")
+_NEMO_GYM_ITEM_FIELD_SET = frozenset(_NEMO_GYM_ITEM_FIELDS)
 # Where a kept conversation holds its input as encoded for the upstream.
 _ENCODED_INPUT = "openai_model.encoded_input"
 logger = logging.getLogger("nemo_gym")
@@ -219,9 +220,12 @@ class OpenAIModel(SimpleResponsesAPIModel):
         return kept
 
     async def _forward(self, path: str, request: dict[str, Any]) -> dict[str, Any]:
-        request = {**self.config.extra_body, **request}
-        if self.config.openai_model:
-            request["model"] = self.config.openai_model
+        # ``request`` is this call's own dict (built by _responses_request / _chat_request).
+        config = self.config
+        if config.extra_body:
+            request = {**config.extra_body, **request}
+        if config.openai_model:
+            request["model"] = config.openai_model
         url = self.base_url + path
         payload = _payload(request)
         try:
@@ -339,7 +343,7 @@ class OpenAIModel(SimpleResponsesAPIModel):
 
     def _limit(self) -> asyncio.Semaphore | _NoLimit:
         if self.config.max_concurrent_requests is None:
-            return _NoLimit()
+            return _NO_LIMIT
         loop = asyncio.get_running_loop()
         semaphore = self._semaphores.get(loop)
         if semaphore is None:
@@ -361,8 +365,11 @@ class _NoLimit:
         return None
 
 
-def _responses_request(body: dict[str, Any]) -> dict[str, Any]:
-    request = dict(body)
+_NO_LIMIT = _NoLimit()  # holds nothing: one serves every call
+
+
+def _responses_request(request: dict[str, Any]) -> dict[str, Any]:
+    """``request`` (a dict of this call's own, from :meth:`OpenAIModel._allowed`) as it goes upstream."""
     conversation = current_conversation()
     if conversation is not None and request.get("input") is not None:
         # A kept conversation: its input was encoded for the upstream on earlier turns.
@@ -388,7 +395,8 @@ def _payload(request: dict[str, Any]) -> dict[str, Any] | EncodedJSON:
     if not isinstance(encoded, _EncodedInput):
         return request
     # A NUL byte never appears in orjson's output (it escapes it inside strings): it marks the spot.
-    head, _, tail = orjson.dumps({**request, "input": orjson.Fragment(b"\x00")}).partition(b"\x00")
+    request["input"] = orjson.Fragment(b"\x00")  # the call's own dict; the key keeps its place
+    head, _, tail = orjson.dumps(request).partition(b"\x00")
     return EncodedJSON([head + b"[", *encoded.chunks, b"]" + tail])
 
 
@@ -405,8 +413,8 @@ def _encoded_items(conversation: KeptConversation) -> list[bytes]:
     return cached
 
 
-def _chat_request(body: dict[str, Any]) -> dict[str, Any]:
-    request = dict(body)
+def _chat_request(request: dict[str, Any]) -> dict[str, Any]:
+    """``request`` (a dict of this call's own, from :meth:`OpenAIModel._allowed`) as it goes upstream."""
     if isinstance(request.get("messages"), list):
         request["messages"] = [strip_nemo_gym_fields(message) for message in request["messages"]]
     return request
@@ -417,7 +425,7 @@ def allowed_request(
 ) -> tuple[dict[str, Any], set[str]]:
     """``(body with only ``fields`` and tools of ``tool_types``, names of what was left out)``."""
     kept = {key: value for key, value in body.items() if key in fields}
-    dropped = {f"field {key!r}" for key in body if key not in fields}
+    dropped = {f"field {key!r}" for key in body if key not in fields} if len(kept) < len(body) else set()
     tools = kept.get("tools")
     if isinstance(tools, list):
         allowed = [t for t in tools if isinstance(t, dict) and t.get("type", "function") in tool_types]
@@ -442,9 +450,9 @@ def _upstream_failure(url: str, exc: UpstreamError) -> HTTPError:
 
 def strip_nemo_gym_fields(item: Any) -> Any:
     """A copy of an input item (or chat message) without nemo_gym's RL fields."""
-    if not isinstance(item, dict) or not any(key in item for key in _NEMO_GYM_ITEM_FIELDS):
+    if not isinstance(item, dict) or _NEMO_GYM_ITEM_FIELD_SET.isdisjoint(item):
         return item
-    return {key: value for key, value in item.items() if key not in _NEMO_GYM_ITEM_FIELDS}
+    return {key: value for key, value in item.items() if key not in _NEMO_GYM_ITEM_FIELD_SET}
 
 
 # NeMo Gym's names for this adapter's classes (environments and their tests import them).
