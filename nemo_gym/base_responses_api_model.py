@@ -1,9 +1,7 @@
 """The model-server contract: an OpenAI Responses API endpoint in front of an engine.
 
-Override :meth:`SimpleResponsesAPIModel.responses` (``POST /v1/responses``) and
-:meth:`SimpleResponsesAPIModel.chat_completions` (``POST /v1/chat/completions``). Bodies are
-plain dicts shaped as the ``openai`` package's types, so large token-ID arrays are not
-re-validated on every hop.
+Override :meth:`SimpleResponsesAPIModel.responses` (``POST /v1/responses``) and ``chat_completions``
+(``POST /v1/chat/completions``). Bodies are plain dicts shaped as the ``openai`` package's types.
 
 The base speaks the rest of OpenAI's dialect for every model server: ``stream=true`` (the
 answer sent as OpenAI's streaming events, see :mod:`nemo_gym.models.streaming`), ``GET /v1/models``,
@@ -35,8 +33,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp
 
 from nemo_gym.models.conversation_store import (
-    KEPT_HEADER,
-    KEPT_VALUE,
+    KEPT_HEADER_LINE,
     NOT_FOUND_CODE,
     ConversationStore,
     KeptConversation,
@@ -280,9 +277,7 @@ class SimpleResponsesAPIModel(BaseServer):
             return await self._serve_kept(body)
         if body.get("stream") is True:
             return await self.responses_stream(body)
-        if _CAPTURE_SINK not in sys.modules:  # no call can be captured: one coroutine less
-            return await self.responses(body)
-        return await _captured(self.responses, body, body)
+        return await _call(self.responses, body)
 
     async def _serve_kept(self, body: dict[str, Any]) -> dict[str, Any] | Response:
         """A request that continues a kept conversation (``previous_response_id``) or asks for its
@@ -324,10 +319,8 @@ class SimpleResponsesAPIModel(BaseServer):
         try:
             if request.get("stream") is True:
                 answer: Any = await self.responses_stream(request)
-            elif _CAPTURE_SINK not in sys.modules:  # no call can be captured: one coroutine less
-                answer = await self.responses(request)
             else:
-                answer = await _captured(self.responses, request, request)
+                answer = await _call(self.responses, request)
         except BaseException:
             if previous is not None:  # undone: the same continuation may be tried again
                 conversation.truncate(*mark)
@@ -343,7 +336,7 @@ class SimpleResponsesAPIModel(BaseServer):
         if not store.put(rollout, answer_id, conversation):
             return answer  # type: ignore[no-any-return]
         response = json_response(answer)
-        response.raw_headers.append(_KEPT_HEADER_LINE)  # as headers[KEPT_HEADER] = KEPT_VALUE adds it
+        response.raw_headers.append(KEPT_HEADER_LINE)
         return response
 
     async def _delete_response(self, request: Any) -> Response:
@@ -363,9 +356,7 @@ class SimpleResponsesAPIModel(BaseServer):
         check_chat_request(body)
         if body.get("stream") is True:
             return await self.chat_completions_stream(body)
-        if _CAPTURE_SINK not in sys.modules:  # no call can be captured: one coroutine less
-            return await self.chat_completions(body)
-        return await _captured(self.chat_completions, body, body)
+        return await _call(self.chat_completions, body)
 
     # ---- NeMo Gym's adapter style: FastAPI, typed bodies, the Request ---------------------
     def nemo_gym_style(self) -> bool:
@@ -558,7 +549,10 @@ class SimpleResponsesAPIModel(BaseServer):
 
 
 _CAPTURE_SINK = "nemo_gym.token_id_capture.sink"
-_KEPT_HEADER_LINE = (KEPT_HEADER.lower().encode("latin-1"), KEPT_VALUE.encode("latin-1"))
+
+
+def _call(handler: Any, body: Any) -> Any:  # handler(body), through _captured only when it can capture
+    return handler(body) if _CAPTURE_SINK not in sys.modules else _captured(handler, body, body)
 
 
 async def _captured(handler: Any, body: Any, request_body: Any) -> Any:

@@ -31,6 +31,7 @@ import orjson
 # The header a model server answers with when it kept the conversation (``store: true``).
 KEPT_HEADER = "x-nemo-gym-conversation"
 KEPT_VALUE = "kept"
+KEPT_HEADER_LINE = (KEPT_HEADER.encode("latin-1"), KEPT_VALUE.encode("latin-1"))  # as sent
 # OpenAI's error code for a ``previous_response_id`` the server does not hold.
 NOT_FOUND_CODE = "previous_response_not_found"
 
