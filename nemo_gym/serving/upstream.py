@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 import urllib.parse
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Coroutine, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -233,7 +233,7 @@ class UpstreamHTTP:
         """Close the session and connections of the running loop."""
         await self.connections.close()
 
-    async def request(
+    def request(
         self,
         method: str,
         url: str,
@@ -241,15 +241,16 @@ class UpstreamHTTP:
         *,
         connect_retries: int | None = None,
         extra_headers: Mapping[str, str] | None = None,
-    ) -> UpstreamResponse:
+    ) -> Coroutine[Any, Any, UpstreamResponse]:
         """Send one JSON request; return the answer (any status) or raise :class:`UpstreamError`.
+        (A coroutine to await: the call's own, without a frame of this method around it.)
 
         ``connect_retries`` overrides the configured count for this call (a caller that fails
         over to another replica wants fewer attempts on the first).
         """
-        return await self._send(method, url, body, connect_retries, extra_headers, stream=False)
+        return self._send(method, url, body, connect_retries, extra_headers, stream=False)
 
-    async def open_stream(
+    def open_stream(
         self,
         method: str,
         url: str,
@@ -257,14 +258,14 @@ class UpstreamHTTP:
         *,
         connect_retries: int | None = None,
         extra_headers: Mapping[str, str] | None = None,
-    ) -> UpstreamResponse:
+    ) -> Coroutine[Any, Any, UpstreamResponse]:
         """As :meth:`request`, but a 2xx answer comes back before its body is read.
 
         Read it with :meth:`UpstreamResponse.chunks` as it arrives, and call
         :meth:`UpstreamResponse.close` when done (or when giving up). Retries happen only before
         the answer's status is known; the call's deadline covers the whole body.
         """
-        return await self._send(method, url, body, connect_retries, extra_headers, stream=True)
+        return self._send(method, url, body, connect_retries, extra_headers, stream=True)
 
     async def _send(
         self,
