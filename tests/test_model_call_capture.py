@@ -514,3 +514,53 @@ def test_a_server_client_mock_without_a_config_is_no_config() -> None:
     assert plain_config(MagicMock().global_config_dict) is None
     assert plain_config(OmegaConf.create({"a": {"b": 1}})) == {"a": {"b": 1}}
     assert plain_config({"a": 1}) == {"a": 1}
+
+
+def test_a_nemo_gym_style_call_fails_with_the_aiohttp_errors_nemo_gym_code_catches() -> None:
+    """NeMo Gym's environments retry a judge call on aiohttp's ClientPayloadError (an answer cut
+    mid-body) and ClientConnectionError (genrm_compare): through NeMo Gym's client shape those are
+    the errors raised, still our ServerCallError of kind unreachable."""
+    import asyncio
+    import socket
+
+    import aiohttp
+
+    from nemo_gym.server_utils import ServerClient as NeMoGymClient
+    from nemo_gym.serving.server_client import ServerCallError
+
+    async def cut_short(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(
+            b'HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 1000\r\n\r\n{"output":'
+        )
+        await writer.drain()
+        writer.close()
+
+    async def scenario() -> list[BaseException]:
+        server = await asyncio.start_server(cut_short, "127.0.0.1", 0)
+        closed = socket.socket()
+        closed.bind(("127.0.0.1", 0))  # reserved, never listening
+        client = NeMoGymClient(global_config_dict={})
+        client._server_base_urls["judge"] = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+        client._server_base_urls["gone"] = f"http://127.0.0.1:{closed.getsockname()[1]}"
+        client.connect_retries = 0
+        errors: list[BaseException] = []
+        try:
+            for name in ("judge", "gone"):
+                try:
+                    await client.post(server_name=name, url_path="/v1/responses", json={})
+                except Exception as exc:  # noqa: BLE001 - the test looks at what was raised
+                    errors.append(exc)
+        finally:
+            await client.close()
+            server.close()
+            closed.close()
+        return errors
+
+    cut, gone = asyncio.run(scenario())
+    assert isinstance(cut, aiohttp.ClientPayloadError) and isinstance(cut, ServerCallError)
+    assert cut.kind == "unreachable" and "ClientPayloadError" in type(cut).__name__
+    assert isinstance(gone, aiohttp.ClientConnectionError) and not isinstance(
+        gone, aiohttp.ClientPayloadError
+    )
+    assert isinstance(gone, ServerCallError) and gone.kind == "unreachable"

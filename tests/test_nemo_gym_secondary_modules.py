@@ -95,7 +95,7 @@ def test_call_judge_parses_the_answer_and_turns_every_call_failure_into_judge_er
                     json={"input": "fail"},
                     response_model=JudgeAnswer,
                 )
-            with pytest.raises(JudgeError, match="ServerCallError"):
+            with pytest.raises(JudgeError, match="ServerConnectionError: gone/v1/responses: cannot reach"):
                 await call_judge(
                     client,
                     server_name="gone",

@@ -15,7 +15,8 @@ from typing import Any
 import aiohttp
 import orjson
 
-from nemo_gym.failure_classes import HTTP_ERROR
+from nemo_gym.failure_classes import HTTP_ERROR, UNREACHABLE
+from nemo_gym.serving.hop_client import HopDisconnected
 from nemo_gym.serving.launched_config import launched_global_config, launched_global_config_dict_config
 from nemo_gym.serving.protocol import ENV_HEAD_URL, auth_headers
 from nemo_gym.serving.server_client import ServerCallError, ServerClient, ServerResponse
@@ -48,6 +49,37 @@ class HTTPStatusError(ServerCallError, aiohttp.ClientResponseError):  # type: ig
 
     def __reduce__(self) -> Any:
         return (type(self), (self.server, self.path, self.status, self.response_content))
+
+
+class ServerConnectionError(ServerCallError, aiohttp.ClientConnectionError):
+    """No answer from a named server (kind ``unreachable``), raised by NeMo Gym-style calls as
+    both our :class:`ServerCallError` and the ``aiohttp.ClientConnectionError`` NeMo Gym-style
+    code catches to retry."""
+
+
+class ServerClientPayloadError(ServerCallError, aiohttp.ClientPayloadError):
+    """A named server's answer broke off in the middle of its body (kind ``unreachable``):
+    also the ``aiohttp.ClientPayloadError`` aiohttp raises for it."""
+
+
+def _aiohttp_shaped(exc: ServerCallError) -> ServerCallError:
+    """``exc`` as the aiohttp error NeMo Gym's client would raise for the same failure (a broken
+    answer, no connection); other failures (a timeout, no such server) are passed on as they are."""
+    if exc.kind != UNREACHABLE:
+        return exc
+    cause = exc.__cause__
+    broken = isinstance(cause, aiohttp.ClientPayloadError) or (
+        isinstance(cause, HopDisconnected) and cause.received > 0
+    )
+    shaped = (ServerClientPayloadError if broken else ServerConnectionError)(
+        exc.kind,
+        exc.server,
+        exc.path,
+        str(exc).removeprefix(f"{exc.server}{exc.path}: "),
+        exc.status,
+        exc.body,
+    )
+    return shaped
 
 
 class _BaseUrls(MutableMapping[str, str]):
@@ -315,12 +347,18 @@ class NeMoGymServerClient(ServerClient):
         """POST to a named server; an aiohttp-shaped :class:`ClientResponse`."""
         if hasattr(json, "model_dump"):
             json = json.model_dump(exclude_unset=True, mode="json")
-        resp = await self.request("POST", server_name, url_path, json, **_client_kwargs(kwargs))
+        try:
+            resp = await self.request("POST", server_name, url_path, json, **_client_kwargs(kwargs))
+        except ServerCallError as exc:
+            raise _aiohttp_shaped(exc) from exc.__cause__
         return ClientResponse(resp, server_name, url_path)
 
     async def get(self, server_name: str, url_path: str, **kwargs: Any) -> Any:  # type: ignore[override]
         """GET from a named server; an aiohttp-shaped :class:`ClientResponse`."""
-        resp = await self.request("GET", server_name, url_path, None, **_client_kwargs(kwargs))
+        try:
+            resp = await self.request("GET", server_name, url_path, None, **_client_kwargs(kwargs))
+        except ServerCallError as exc:
+            raise _aiohttp_shaped(exc) from exc.__cause__
         return ClientResponse(resp, server_name, url_path)
 
 
