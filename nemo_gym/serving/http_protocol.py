@@ -33,12 +33,12 @@ import re
 from typing import Any
 
 import httptools
-import orjson
 from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT, service_unavailable
 from uvicorn.protocols.http.httptools_impl import HEADER_RE, STATUS_LINE, HttpToolsProtocol
 from uvicorn.protocols.utils import get_client_addr, get_path_with_query_string
 
 from nemo_gym.serving.disconnect import CONNECTION_GONE_SCOPE_KEY
+from nemo_gym.serving.request_guard import headers_late_answer
 
 # Control characters a header value must not hold, less the line ends (counted apart) and tab.
 _BAD_VALUE_BYTE = re.compile(b"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
@@ -467,14 +467,7 @@ class HopHttpProtocol(HttpToolsProtocol):
         self._ng_timer = self.loop.call_later(max(wait, 0.001), self._ng_check)
 
     def _ng_headers_late(self) -> None:
-        body = orjson.dumps({"error": f"request headers not received within {self.header_timeout_s:g}s"})
-        self.transport.write(
-            b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\nconnection: close\r\n"
-            + b"content-length: "
-            + str(len(body)).encode()
-            + b"\r\n\r\n"
-            + body
-        )
+        self.transport.write(headers_late_answer(self.header_timeout_s))
         self.transport.close()
 
 

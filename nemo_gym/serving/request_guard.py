@@ -48,6 +48,18 @@ _NOT_STRUCTURE = bytes(b for b in range(256) if b not in b'[]{}"\\')
 _STEP = bytes.maketrans(b"[{]}", b"\x02\x02\x00\x00")
 
 
+def headers_late_answer(header_timeout_s: float) -> bytes:
+    """The whole 408 a connection gets when its request headers are late (then it is closed)."""
+    body = orjson.dumps({"error": f"request headers not received within {header_timeout_s:g}s"})
+    return (
+        b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\nconnection: close\r\n"
+        + b"content-length: "
+        + str(len(body)).encode()
+        + b"\r\n\r\n"
+        + body
+    )
+
+
 class HTTPError(Exception):
     """Raise from a handler to answer with a status code and a JSON error body.
 
@@ -414,14 +426,7 @@ def header_timeout_protocol(base: type[asyncio.Protocol], header_timeout_s: floa
             self._ng_header_timer = self.loop.call_later(wait, self._ng_check)
 
         def _ng_headers_late(self) -> None:
-            body = orjson.dumps({"error": f"request headers not received within {header_timeout_s:g}s"})
-            self.transport.write(
-                b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\nconnection: close\r\n"
-                + b"content-length: "
-                + str(len(body)).encode()
-                + b"\r\n\r\n"
-                + body
-            )
+            self.transport.write(headers_late_answer(header_timeout_s))
             self.transport.close()
 
     HeaderTimeoutProtocol.__name__ = f"HeaderTimeout{base.__name__}"
