@@ -35,6 +35,8 @@ from typing import Any
 import orjson
 import psutil
 
+from nemo_gym.launch.launcher import free_port, wait_for_port
+
 ROOT = Path(__file__).resolve().parent.parent
 
 SERVER = """
@@ -68,12 +70,6 @@ loop.run_until_complete(server.serve(sock, register=False, embedded=True))
 """
 
 TOOL_OUTPUT = '{"city": "San Francisco", "temperature_c": 14, "conditions": "cloudy"}'
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def post(sock: socket.socket, method: str, path: str, body: Any) -> tuple[dict[str, str], Any]:
@@ -214,7 +210,7 @@ def main() -> None:
         [sys.executable, "-c", long_horizon.POLICY_SERVER, str(port), str(args.bytes_per_turn)]
     )
     try:
-        long_horizon.wait_for_port(port)
+        wait_for_port(port)
         with tempfile.TemporaryDirectory() as tmp:
             for repeat in range(args.repeats):
                 for number, tree in enumerate(args.trees):
