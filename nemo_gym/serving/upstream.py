@@ -195,11 +195,18 @@ class UpstreamHTTP:
         self._encoded_headers: tuple[bytes, bytes] | None = None
         try:
             self._encoded_headers = (
-                hop_client.encode_headers(self.headers.items()),
-                hop_client.encode_headers({**self.headers, "Content-Type": "application/json"}.items()),
+                hop_client.encode_headers(self._call_headers(None, False).items()),
+                hop_client.encode_headers(self._call_headers(None, True).items()),
             )
         except ValueError:
             pass  # a header with a line break: refused by each call, as before
+
+    def _call_headers(self, extra_headers: Mapping[str, str] | None, has_body: bool) -> dict[str, str]:
+        """The headers of one call: the configured ones, the call's own, and a JSON body's type."""
+        headers = {**self.headers, **(extra_headers or {})}
+        if has_body:
+            headers["Content-Type"] = "application/json"
+        return headers
 
     def _retry_policy(self, connect_retries: int) -> RetryPolicy:
         return RetryPolicy(
@@ -289,19 +296,15 @@ class UpstreamHTTP:
         )
         target = self._hop_target(url)
         if target is None:
-            headers = {**self.headers, **(extra_headers or {})}
-            if data is not None:
-                headers["Content-Type"] = "application/json"
-            send = self._aiohttp_attempt(method, url, data, headers, stream)
+            send = self._aiohttp_attempt(
+                method, url, data, self._call_headers(extra_headers, data is not None), stream
+            )
             try:
                 return await send_with_retries(send, policy, self.request_timeout_s)
             except TransportFailure as failure:
                 raise UpstreamError(failure.kind, url, failure.describe()) from (failure.__cause__ or failure)
         if extra_headers or self._encoded_headers is None:
-            headers = {**self.headers, **(extra_headers or {})}
-            if data is not None:
-                headers["Content-Type"] = "application/json"
-            encoded = hop_client.encode_headers(headers.items())
+            encoded = hop_client.encode_headers(self._call_headers(extra_headers, data is not None).items())
         else:
             encoded = self._encoded_headers[data is not None]
         # The first try is made here (no retry loop, closure or extra coroutine on a call that
