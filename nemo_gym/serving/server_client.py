@@ -17,7 +17,7 @@ import time
 import urllib.parse
 import uuid
 import zlib
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -138,6 +138,21 @@ class ServerResponse:
     def ok(self) -> bool:
         """Whether the status is 2xx."""
         return 200 <= self.status < 300
+
+
+_UNKNOWN_TARGET: Any = object()  # a base URL not yet looked up in ServerClient._hop_targets
+
+
+@dataclass(frozen=True)
+class _FirstTry:
+    """A first try over the hop client that failed, handed on to the retries (ServerClient._send)."""
+
+    error: hop_client.HopError
+    target: tuple[str, int, str, str | None]
+    data: bytes | None
+    headers: bytes
+    started: float  # time.monotonic() before it
+    deadline: float  # on the loop's clock
 
 
 class ServerClient:
@@ -321,14 +336,63 @@ class ServerClient:
         Raises :class:`ServerCallError` of kind ``unreachable``, ``timeout`` or ``not_found``;
         an HTTP error status is returned, not raised (see :meth:`post_json`).
         """
+        return await self._request(
+            method, server_name, url_path, json, cookies, timeout_s, rollout_id, replica, token_capture
+        )
+
+    async def _request(
+        self,
+        method: str,
+        server_name: str,
+        url_path: str,
+        json: Any,
+        cookies: Mapping[str, str] | None,
+        timeout_s: float | None,
+        rollout_id: str | None,
+        replica: str | None,
+        token_capture: bool,
+    ) -> ServerResponse:
+        """:meth:`request` with its arguments in order. A rollout's hops call this directly
+        (:class:`Rollout`), and its first try over the hop client is made here, inline: on the
+        hot path (a connection that works) a hop is this coroutine over the hop client's, and
+        anything else goes on in :meth:`_send`, the same as if it had made that try."""
         base = (
             replica or self._known_base(server_name) or await self.base_url(server_name, affinity=rollout_id)
         )
         path = self._path(base, url_path, rollout_id, token_capture)
+        timeout_s = timeout_s or self.timeout_s
         try:
-            return await self._send(
-                method, server_name, base, path, json, cookies, timeout_s or self.timeout_s
-            )
+            target = self._hop_targets.get(base, _UNKNOWN_TARGET)
+            if target is _UNKNOWN_TARGET:
+                target = self._hop_target(base)
+            if target is None:
+                return await self._send(method, server_name, base, path, json, cookies, timeout_s)
+            data = orjson.dumps(json) if json is not None else None
+            headers = self._hop_headers if data is None else self._hop_json_headers
+            if cookies:
+                headers += self._cookie_line(cookies)
+            started = time.monotonic()
+            pool = self.connections.pool()
+            deadline = pool.loop.time() + timeout_s
+            host, port, prefix, unix_path = target
+            try:
+                hop = await hop_client.request(
+                    pool,
+                    method,
+                    host,
+                    port,
+                    prefix + path,
+                    headers,
+                    data,
+                    deadline=deadline,
+                    max_answer_bytes=self.max_answer_bytes,
+                    unix_path=unix_path,
+                    unix_peer_pid=self._pids.get(base, 0),
+                )
+            except hop_client.HopError as exc:
+                first = _FirstTry(exc, target, data, headers, started, deadline)
+                return await self._send(method, server_name, base, path, json, cookies, timeout_s, first)
+            return ServerResponse(hop.status, hop.body, hop.cookies, base, hop.raw_headers)
         except ServerCallError as exc:
             if exc.kind != UNREACHABLE or replica or server_name in self._static or not self.head_url:
                 raise
@@ -340,9 +404,7 @@ class ServerClient:
                 raise
             base = await self.base_url(server_name, affinity=rollout_id)
             path = self._path(base, url_path, rollout_id, token_capture)
-            return await self._send(
-                method, server_name, base, path, json, cookies, timeout_s or self.timeout_s
-            )
+            return await self._send(method, server_name, base, path, json, cookies, timeout_s)
 
     def _path(self, base: str, url_path: str, rollout_id: str | None, token_capture: bool = False) -> str:
         # The rollout prefix is ours: an external endpoint (a trainer's engine or proxy) gets the plain path.
@@ -378,21 +440,30 @@ class ServerClient:
         json: Any,
         cookies: Mapping[str, str] | None,
         timeout_s: float,
+        first: _FirstTry | None = None,
     ) -> ServerResponse:
-        data = orjson.dumps(json) if json is not None else None
-        target = self._hop_target(base)
-        started = time.monotonic()
+        """One call to ``base``, with the connection retries. ``first``: a first try over the hop
+        client that the caller already made and that failed (see :meth:`_request`)."""
+        if first is None:
+            data = orjson.dumps(json) if json is not None else None
+            target = self._hop_target(base)
+            started = time.monotonic()
+        else:
+            data, target, started = first.data, first.target, first.started
         attempt: Callable[[float, int], Awaitable[ServerResponse]]
         try:
             try:
                 if target is None:
                     attempt = self._aiohttp_attempt(method, base, path, data, cookies, timeout_s)
                     return await attempt(timeout_s, 1)
+                if first is not None:
+                    headers = first.headers
+                    return await self._hop_try(
+                        timeout_s, method, base, target, path, data, headers, timeout_s, first
+                    )
                 headers = self._hop_headers if data is None else self._hop_json_headers
                 if cookies:
                     headers += self._cookie_line(cookies)
-                # The first try is made here, outside the retry loop: on the hot path (a connection
-                # that works) that is no closure and no coroutine more than the hop itself.
                 return await self._hop_try(timeout_s, method, base, target, path, data, headers, timeout_s)
             except NotConnected as failed:
                 if target is not None:
@@ -483,13 +554,20 @@ class ServerClient:
         data: bytes | None,
         headers: bytes,
         timeout_s: float,
+        first: _FirstTry | None = None,
     ) -> ServerResponse:
-        """One try through the lean hop client (plain HTTP, or this machine's Unix socket)."""
+        """One try through the lean hop client (plain HTTP, or this machine's Unix socket);
+        ``first``: its first request was already sent and failed (:meth:`_request`), so this
+        goes on from that failure, within the same deadline."""
         host, port, prefix, unix_path = target
         pool = self.connections.pool()
-        deadline = pool.loop.time() + remaining
+        deadline = pool.loop.time() + remaining if first is None else first.deadline
+        failed = None if first is None else first.error
         while True:
             try:
+                if failed is not None:
+                    error, failed = failed, None
+                    raise error
                 resp = await hop_client.request(
                     pool,
                     method,
@@ -548,32 +626,61 @@ class Rollout:
         self.cookies: dict[str, dict[str, str]] = {}
         # Servers that gave this rollout a session: later calls stay on the replica holding it.
         self.replicas: dict[str, str] = {}
+        # The client's own request (not a subclass's override): called without its keyword layer.
+        self._direct = getattr(type(client), "request", None) is ServerClient.request
 
     async def request(
-        self, method: str, server_name: str, url_path: str, json: Any = None, **kwargs: Any
+        self,
+        method: str,
+        server_name: str,
+        url_path: str,
+        json: Any = None,
+        *,
+        timeout_s: float | None = None,
+        **kwargs: Any,
     ) -> ServerResponse:
         """Like :meth:`ServerClient.request`, with this rollout's cookies and id."""
-        jar = self.cookies.setdefault(server_name, {})
-        resp = await self.client.request(
-            method,
-            server_name,
-            url_path,
-            json,
-            cookies=jar,
-            rollout_id=self.rollout_id,
-            replica=self.replicas.get(server_name),
-            token_capture=self.token_capture,
-            **kwargs,
-        )
+        jar = self.cookies.get(server_name)
+        if jar is None:
+            jar = self.cookies[server_name] = {}
+        replica = self.replicas.get(server_name)
+        if self._direct and not kwargs:
+            resp = await self.client._request(
+                method,
+                server_name,
+                url_path,
+                json,
+                jar,
+                timeout_s,
+                self.rollout_id,
+                replica,
+                self.token_capture,
+            )
+        else:
+            if timeout_s is not None:
+                kwargs["timeout_s"] = timeout_s
+            resp = await self.client.request(
+                method,
+                server_name,
+                url_path,
+                json,
+                cookies=jar,
+                rollout_id=self.rollout_id,
+                replica=replica,
+                token_capture=self.token_capture,
+                **kwargs,
+            )
         if resp.cookies:
             jar.update(resp.cookies)
             if resp.base_url:
                 self.replicas.setdefault(server_name, resp.base_url)
         return resp
 
-    async def post(self, server_name: str, url_path: str, json: Any = None, **kwargs: Any) -> ServerResponse:
-        """POST with this rollout's cookies."""
-        return await self.request("POST", server_name, url_path, json, **kwargs)
+    def post(
+        self, server_name: str, url_path: str, json: Any = None, **kwargs: Any
+    ) -> Coroutine[Any, Any, ServerResponse]:
+        """POST with this rollout's cookies (``await`` it; it is :meth:`request`'s coroutine)."""
+        return self.request("POST", server_name, url_path, json, **kwargs)
 
     async def post_json(self, server_name: str, url_path: str, json: Any = None, **kwargs: Any) -> Any:
         """POST with this rollout's cookies; parsed JSON, non-2xx raises ``http_error``."""
