@@ -59,6 +59,14 @@ class NeMoGymAsyncOpenAI(BaseModel):
     max_connections: int | None = None
 
     _http: UpstreamHTTP | None = PrivateAttr(default=None)
+    _shared: bool = PrivateAttr(default=False)
+
+    def use_transport(self, http: UpstreamHTTP) -> None:
+        """Send through ``http``, a transport its owner built with this client's settings and
+        closes itself (``openai_model``'s own: one connection pool, one ``max_connections`` cap,
+        instead of a second pool of this client's)."""
+        self._http = http
+        self._shared = True
 
     def _client(self) -> UpstreamHTTP:
         if self._http is None:
@@ -81,8 +89,8 @@ class NeMoGymAsyncOpenAI(BaseModel):
         return self._http
 
     async def aclose(self) -> None:
-        """Close the connections this client opened."""
-        if self._http is not None:
+        """Close the connections this client opened (a transport it was lent stays open)."""
+        if self._http is not None and not self._shared:
             await self._http.close()
 
     async def _call(self, method: str, url: str, body: Any = None) -> Any:

@@ -18,16 +18,17 @@ caps calls in flight from this server. ``max_http_attempts`` (NeMo Gym's field) 
 of a call answered a retried status (default ``max_retries`` + 1).
 
 A call answered as one JSON object goes through ``self._client``, NeMo Gym's client
-(``NeMoGymAsyncOpenAI``, built from this config when the server is made: what NeMo Gym's tests
-replace through this module's name); a streamed call, and a kept conversation's input already
-encoded, go through the same transport settings on ``self.http``.
+(``NeMoGymAsyncOpenAI``, looked up in this module when the server is made: what NeMo Gym's tests
+replace, and a replacement gets NeMo Gym's keywords only). This package's client is lent the
+server's own transport, ``self.http``, which also carries streamed calls and a kept
+conversation's input already encoded: one connection pool, so ``max_connections`` caps them all.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Collection
+from collections.abc import Collection, Coroutine
 from typing import Any
 
 import aiohttp
@@ -58,6 +59,7 @@ from nemo_gym.base_responses_api_model import (
     stream_responses,
 )
 from nemo_gym.failure_classes import BAD_UPSTREAM_BODY, TIMEOUT
+from nemo_gym.models.openai_client import NeMoGymAsyncOpenAI as _OwnClient
 from nemo_gym.openai_utils import NeMoGymAsyncOpenAI, OpenAIEndpointError
 
 RETRY_STATUSES = (408, 409, 429, 500, 502, 503, 504)
@@ -161,22 +163,38 @@ class OpenAIModel(SimpleResponsesAPIModel):
             max_retry_delay_s=config.max_retry_delay_s,
             max_connections=config.max_connections,
         )
-        # Looked up by name here (not bound at import) so a test's replacement takes effect.
-        self._client = NeMoGymAsyncOpenAI(
-            base_url=self.base_url,
-            api_key=config.openai_api_key or "",
-            default_headers=dict(config.openai_default_headers or {}),
-            max_http_attempts=attempts,
-            max_connection_retries=config.max_retries,
-            timeout_s=config.request_timeout_s,
-            connect_timeout_s=config.connect_timeout_s,
-            retry_statuses=list(RETRY_STATUSES),
-            max_retry_delay_s=config.max_retry_delay_s,
-            first_backoff_s=self.http.first_backoff_s,
-            max_connections=config.max_connections,
-        )
+        # Looked up by name here (not bound at import) so a test's replacement takes effect; a
+        # replacement gets NeMo Gym's keywords only (those NeMo Gym's openai_model passes).
+        client_class = NeMoGymAsyncOpenAI
+        nemo_gym_keywords: dict[str, Any] = {
+            "base_url": self.base_url,
+            "api_key": config.openai_api_key or "",
+            "default_headers": dict(config.openai_default_headers or {}),
+            "max_http_attempts": attempts,
+        }
+        if isinstance(client_class, type) and issubclass(client_class, _OwnClient):
+            self._client = client_class(
+                **nemo_gym_keywords,
+                max_connection_retries=config.max_retries,
+                timeout_s=config.request_timeout_s,
+                connect_timeout_s=config.connect_timeout_s,
+                retry_statuses=list(RETRY_STATUSES),
+                max_retry_delay_s=config.max_retry_delay_s,
+                first_backoff_s=self.http.first_backoff_s,
+                max_connections=config.max_connections,
+            )
+            # Its settings are this server's: it sends through self.http (one pool, one cap).
+            self._client.use_transport(self.http)
+        else:
+            self._client = client_class(**nemo_gym_keywords)
+        # This class's own client, as built here: its calls are made on self.http directly (what
+        # its create_* would do, without the keyword copy and two coroutine frames). A client
+        # of another class, or one put in its place later, is called as NeMo Gym's.
+        self._own_client = self._client if type(self._client) is _OwnClient else None
         # One semaphore per event loop: a semaphore is bound to the loop that first waits on it.
         self._semaphores: dict[asyncio.AbstractEventLoop, asyncio.Semaphore] = {}
+        self._responses_url = self.base_url + "/responses"
+        self._chat_url = self.base_url + "/chat/completions"
         self._responses_fields = frozenset(config.forward_request_fields)
         self._chat_fields = frozenset(config.forward_chat_fields)
         self._tool_types = frozenset(config.forward_tool_types)
@@ -189,17 +207,27 @@ class OpenAIModel(SimpleResponsesAPIModel):
         if close is not None:
             await close()
 
-    async def responses(self, body: dict[str, Any]) -> dict[str, Any]:
-        """Forward a Responses create request; the upstream's Response object comes back as is."""
-        return await self._forward("/responses", _responses_request(self._allowed(body, "responses")))
+    def responses(self, body: dict[str, Any]) -> Coroutine[Any, Any, dict[str, Any]]:
+        """Forward a Responses create request; the upstream's Response object comes back as is.
+        (The forwarding coroutine, to await: no frame of this method's own stays on the stack.)"""
+        request = self._allowed(body, "responses")
+        conversation = current_conversation()
+        if conversation is not None and request.get("input") is not None:
+            # A kept conversation: its input was encoded for the upstream on earlier turns.
+            return self._forward("/responses", request, _encoded_items(conversation))
+        return self._forward("/responses", _responses_request(request))
 
-    async def chat_completions(self, body: dict[str, Any]) -> dict[str, Any]:
-        """Forward a Chat Completions request."""
-        return await self._forward("/chat/completions", _chat_request(self._allowed(body, "chat")))
+    def chat_completions(self, body: dict[str, Any]) -> Coroutine[Any, Any, dict[str, Any]]:
+        """Forward a Chat Completions request (the forwarding coroutine, as :meth:`responses`)."""
+        return self._forward("/chat/completions", _chat_request(self._allowed(body, "chat")))
 
     async def responses_stream(self, body: dict[str, Any]) -> Response:
         """The upstream's Responses event stream, passed on event by event as it arrives."""
-        return await self._forward_stream("/responses", _responses_request(self._allowed(body, "responses")))
+        request = self._allowed(body, "responses")
+        conversation = current_conversation()
+        if conversation is not None and request.get("input") is not None:
+            return await self._forward_stream("/responses", request, _encoded_items(conversation))
+        return await self._forward_stream("/responses", _responses_request(request))
 
     async def chat_completions_stream(self, body: dict[str, Any]) -> Response:
         """The upstream's chat completion chunks, passed on as they arrive."""
@@ -209,33 +237,46 @@ class OpenAIModel(SimpleResponsesAPIModel):
         """``body`` with only the fields, and the tools, this server forwards upstream."""
         fields = self._responses_fields if api == "responses" else self._chat_fields
         kept, dropped = allowed_request(body, fields, self._tool_types)
-        for what in dropped - self._dropped:
-            self._dropped.add(what)
-            logger.warning(
-                "%s: not forwarding %s upstream (forward_%s_fields / forward_tool_types in its config)",
-                self.name,
-                what,
-                "request" if api == "responses" else "chat",
-            )
+        if dropped:
+            for what in dropped - self._dropped:
+                self._dropped.add(what)
+                logger.warning(
+                    "%s: not forwarding %s upstream (forward_%s_fields / forward_tool_types in its config)",
+                    self.name,
+                    what,
+                    "request" if api == "responses" else "chat",
+                )
         return kept
 
-    async def _forward(self, path: str, request: dict[str, Any]) -> dict[str, Any]:
-        # ``request`` is this call's own dict (built by _responses_request / _chat_request).
+    async def _forward(
+        self, path: str, request: dict[str, Any], encoded_input: list[bytes] | None = None
+    ) -> dict[str, Any]:
+        # ``request`` is this call's own dict (built by _responses_request / _chat_request);
+        # ``encoded_input``: its input already encoded (a kept conversation's, _encoded_items).
         config = self.config
         if config.extra_body:
             request = {**config.extra_body, **request}
         if config.openai_model:
             request["model"] = config.openai_model
-        url = self.base_url + path
-        payload = _payload(request)
+        url = self._responses_url if path == "/responses" else self.base_url + path
+        value: Any
+        semaphore = self._in_flight_cap()
+        if semaphore is not None:
+            await semaphore.acquire()
         try:
-            async with self._limit():
-                if not isinstance(payload, dict):  # a kept conversation's input, already encoded
-                    value = self._result(await self.http.request("POST", url, payload), url)
-                elif path == "/responses":
-                    value = await self._client.create_response(**payload)
-                else:
-                    value = await self._client.create_chat_completion(**payload)
+            if encoded_input is not None:
+                body = _with_encoded_input(request, encoded_input)
+                value = self._result(await self.http.request("POST", url, body), url)
+            elif self._client is self._own_client:
+                # What the client's create_* does, on the transport it shares with this server.
+                answer = await self.http.request("POST", url, request)
+                if answer.status >= 400:
+                    self._result(answer, url)  # raises the error the status means
+                value = orjson.loads(answer.body) if answer.body else None
+            elif path == "/responses":
+                value = await self._client.create_response(**request)
+            else:
+                value = await self._client.create_chat_completion(**request)
         except UpstreamError as exc:
             raise _upstream_failure(url, exc) from exc
         except OpenAIEndpointError as exc:
@@ -255,7 +296,10 @@ class OpenAIModel(SimpleResponsesAPIModel):
             if isinstance(cause, UpstreamError):
                 raise _upstream_failure(url, cause) from exc
             raise
-        if not isinstance(value, dict):
+        finally:
+            if semaphore is not None:
+                semaphore.release()
+        if value.__class__ is not dict and not isinstance(value, dict):
             raise HTTPError(
                 502,
                 f"OpenAI endpoint {url} answered with JSON that is not an object",
@@ -263,17 +307,20 @@ class OpenAIModel(SimpleResponsesAPIModel):
             )
         return self._checked(path, value, url)
 
-    async def _forward_stream(self, path: str, request: dict[str, Any]) -> Response:
+    async def _forward_stream(
+        self, path: str, request: dict[str, Any], encoded_input: list[bytes] | None = None
+    ) -> Response:
         # Errors before the first event (refusals, retries given up, an unreachable endpoint)
         # are answered as HTTP errors, exactly as without streaming.
         request = {**self.config.extra_body, **request}
         if self.config.openai_model:
             request["model"] = self.config.openai_model
         url = self.base_url + path
-        limit = self._limit()
+        limit = self._in_flight_cap() or _NO_LIMIT
         await limit.acquire()
         try:
-            answer = await self.http.open_stream("POST", url, _payload(request))
+            body = request if encoded_input is None else _with_encoded_input(request, encoded_input)
+            answer = await self.http.open_stream("POST", url, body)
         except UpstreamError as exc:
             limit.release()
             raise _upstream_failure(url, exc) from exc
@@ -316,34 +363,36 @@ class OpenAIModel(SimpleResponsesAPIModel):
         return value
 
     def _result(self, answer: UpstreamResponse, url: str) -> dict[str, Any]:
-        if not answer.ok:
+        status = answer.status
+        if not 200 <= status < 300:
             # 4xx means the request itself was refused: keep the status so the caller sees why.
-            status = answer.status if 400 <= answer.status < 500 else 502
             retried = f" after {answer.attempts} attempts" if answer.attempts > 1 else ""
-            message = f"OpenAI endpoint {url} answered HTTP {answer.status}{retried}: {error_message(answer)}"
-            failure_class = status_failure_class(answer.status)
+            message = f"OpenAI endpoint {url} answered HTTP {status}{retried}: {error_message(answer)}"
+            failure_class = status_failure_class(status)
+            status = status if 400 <= status < 500 else 502
             if failure_class is None:
                 raise HTTPError(status, message)
             raise HTTPError(status, message, failure_class=failure_class)
         try:
-            value = answer.json()
+            value = orjson.loads(answer.body)
         except ValueError as exc:
             raise HTTPError(
                 502,
                 f"OpenAI endpoint {url} answered with a body that is not JSON",
                 failure_class=BAD_UPSTREAM_BODY,
             ) from exc
-        if not isinstance(value, dict):
+        if value.__class__ is not dict and not isinstance(value, dict):
             raise HTTPError(
                 502,
                 f"OpenAI endpoint {url} answered with JSON that is not an object",
                 failure_class=BAD_UPSTREAM_BODY,
             )
-        return value
+        return value  # type: ignore[no-any-return]
 
-    def _limit(self) -> asyncio.Semaphore | _NoLimit:
+    def _in_flight_cap(self) -> asyncio.Semaphore | None:
+        """The running loop's cap on calls in flight (None: ``max_concurrent_requests`` unset)."""
         if self.config.max_concurrent_requests is None:
-            return _NO_LIMIT
+            return None
         loop = asyncio.get_running_loop()
         semaphore = self._semaphores.get(loop)
         if semaphore is None:
@@ -352,11 +401,7 @@ class OpenAIModel(SimpleResponsesAPIModel):
 
 
 class _NoLimit:
-    async def __aenter__(self) -> None:
-        return None
-
-    async def __aexit__(self, *exc: object) -> None:
-        return None
+    """A stream's stand-in semaphore when calls are not capped: holds nothing."""
 
     async def acquire(self) -> bool:
         return True
@@ -370,34 +415,22 @@ _NO_LIMIT = _NoLimit()  # holds nothing: one serves every call
 
 def _responses_request(request: dict[str, Any]) -> dict[str, Any]:
     """``request`` (a dict of this call's own, from :meth:`OpenAIModel._allowed`) as it goes upstream."""
-    conversation = current_conversation()
-    if conversation is not None and request.get("input") is not None:
-        # A kept conversation: its input was encoded for the upstream on earlier turns.
-        request["input"] = _EncodedInput(_encoded_items(conversation))
-    elif isinstance(request.get("input"), list):
-        request["input"] = [strip_nemo_gym_fields(item) for item in request["input"]]
+    items = request.get("input")
+    if items.__class__ is list or isinstance(items, list):
+        request["input"] = [strip_nemo_gym_fields(item) for item in items]
     return request
 
 
-class _EncodedInput:
-    """A request's ``input`` already encoded: the items' JSON, the first bare, the rest after a comma."""
-
-    __slots__ = ("chunks",)
-
-    def __init__(self, chunks: list[bytes]) -> None:
-        self.chunks = chunks
+# A NUL byte never appears in orjson's output (it escapes it inside strings): it marks the spot.
+_INPUT_MARK = orjson.Fragment(b"\x00")
 
 
-def _payload(request: dict[str, Any]) -> dict[str, Any] | EncodedJSON:
-    """What goes to the upstream: the request as is, or, when its input is already encoded, the
-    request's JSON in pieces with the input's pieces in place (the same bytes, not copied)."""
-    encoded = request.get("input")
-    if not isinstance(encoded, _EncodedInput):
-        return request
-    # A NUL byte never appears in orjson's output (it escapes it inside strings): it marks the spot.
-    request["input"] = orjson.Fragment(b"\x00")  # the call's own dict; the key keeps its place
+def _with_encoded_input(request: dict[str, Any], chunks: list[bytes]) -> EncodedJSON:
+    """The request's JSON in pieces, its input the items' pieces already encoded (the same bytes,
+    not copied). ``request`` is the call's own dict: its ``input`` keeps its place, marked."""
+    request["input"] = _INPUT_MARK
     head, _, tail = orjson.dumps(request).partition(b"\x00")
-    return EncodedJSON([head + b"[", *encoded.chunks, b"]" + tail])
+    return EncodedJSON([head + b"[", *chunks, b"]" + tail])
 
 
 def _encoded_items(conversation: KeptConversation) -> list[bytes]:
@@ -421,24 +454,33 @@ def _chat_request(request: dict[str, Any]) -> dict[str, Any]:
 
 
 def allowed_request(
-    body: dict[str, Any], fields: Collection[str], tool_types: Collection[str]
+    body: dict[str, Any], fields: frozenset[str], tool_types: Collection[str]
 ) -> tuple[dict[str, Any], set[str]]:
     """``(body with only ``fields`` and tools of ``tool_types``, names of what was left out)``."""
-    kept = {key: value for key, value in body.items() if key in fields}
-    dropped = {f"field {key!r}" for key in body if key not in fields} if len(kept) < len(body) else set()
+    if fields.issuperset(body):
+        kept, dropped = body.copy(), set()
+    else:
+        kept = {key: value for key, value in body.items() if key in fields}
+        dropped = {f"field {key!r}" for key in body if key not in fields}
     tools = kept.get("tools")
-    if isinstance(tools, list):
-        allowed = [t for t in tools if isinstance(t, dict) and t.get("type", "function") in tool_types]
-        if len(allowed) != len(tools):
-            dropped |= {
-                f"tool type {t.get('type') if isinstance(t, dict) else t!r}"
-                for t in tools
-                if t not in allowed
-            }
-            kept["tools"] = allowed
-            if not allowed:
-                kept.pop("tools")
-                kept.pop("tool_choice", None)
+    if tools.__class__ is not list and not isinstance(tools, list):
+        return kept, dropped
+    for tool in tools:
+        if (
+            not (tool.__class__ is dict or isinstance(tool, dict))
+            or tool.get("type", "function") not in tool_types
+        ):
+            break
+    else:
+        return kept, dropped  # every tool is forwarded
+    allowed = [t for t in tools if isinstance(t, dict) and t.get("type", "function") in tool_types]
+    dropped |= {
+        f"tool type {t.get('type') if isinstance(t, dict) else t!r}" for t in tools if t not in allowed
+    }
+    kept["tools"] = allowed
+    if not allowed:
+        kept.pop("tools")
+        kept.pop("tool_choice", None)
     return kept, dropped
 
 

@@ -259,6 +259,9 @@ def test_a_plain_call_goes_through_nemo_gyms_client_named_in_this_module(monkeyp
     }
     server = proxy_app.SimpleModelServer(proxy_app.SimpleModelServerConfig(**config))
     assert isinstance(server._client, Recording)
+    # NeMo Gym's keywords only (its NeMoGymAsyncOpenAI's fields): a replacement need not know ours.
+    nemo_gym_fields = {"base_url", "api_key", "internal", "max_connection_retries", "max_http_attempts"}
+    assert set(server._client.connection) <= nemo_gym_fields | {"default_headers"}
     assert {k: server._client.connection[k] for k in ("base_url", "api_key", "max_http_attempts")} == {
         "base_url": "http://127.0.0.1:9/v1",
         "api_key": "k",
@@ -271,3 +274,52 @@ def test_a_plain_call_goes_through_nemo_gyms_client_named_in_this_module(monkeyp
     assert status == 200 and body["choices"][0]["message"]["content"] == "BOXED[B]"
     (sent,) = server._client.requests
     assert sent["model"] == "judge-model" and sent["reasoning_effort"] == "high" and sent["timeout"] == 900
+
+
+def test_plain_and_streamed_calls_share_one_pool_capped_at_max_connections() -> None:
+    """NeMo Gym's client (plain calls) sends through the server's own transport (streams, kept
+    conversations): one pool, so ``max_connections`` caps the connections to the upstream
+    whatever mix of calls is in flight (two pools of two would let four through)."""
+    import orjson
+
+    peers: set[Any] = set()
+    flight = {"now": 0, "peak": 0}
+
+    async def answer(request: web.Request) -> web.StreamResponse:
+        peers.add(request.transport.get_extra_info("peername") if request.transport else None)
+        body = await request.json()
+        flight["now"] += 1
+        flight["peak"] = max(flight["peak"], flight["now"])
+        try:
+            await asyncio.sleep(0.15)
+        finally:
+            flight["now"] -= 1
+        value = response_object(body.get("model", ""))
+        if not body.get("stream"):
+            return web.json_response(value)
+        stream = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await stream.prepare(request)
+        event = {"type": "response.completed", "sequence_number": 0, "response": value}
+        await stream.write(b"event: response.completed\ndata: " + orjson.dumps(event) + b"\n\n")
+        await stream.write_eof()
+        return stream
+
+    with fake_openai_responses(answer) as upstream:
+        server = OpenAIModel({"name": "policy", "openai_base_url": upstream, "max_connections": 2})
+        assert server._client._http is server.http  # NeMo Gym's client lent the server's transport
+        results: list[tuple[int, Any]] = []
+
+        def call(stream: bool) -> None:
+            with SyncClient() as client:
+                body = {"model": "m", "input": "hi", "stream": stream}
+                results.append(client.post(url + "/v1/responses", body))
+
+        with running_server(server) as url:
+            threads = [threading.Thread(target=call, args=(n % 2 == 0,)) for n in range(12)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(30)
+    assert len(results) == 12 and all(status == 200 for status, _ in results), results
+    assert sum("response.completed" in str(body) for _, body in results) >= 6
+    assert flight["peak"] <= 2 and len(peers) <= 2, (flight, peers)
