@@ -30,11 +30,15 @@ class OpenAIErrorBodies:
     """ASGI middleware: a JSON error answer ``{"error": "<text>", ...}`` becomes OpenAI's shape.
 
     Only answers with status >= 400 and a JSON body are held back and rewritten; everything
-    else (event streams included) passes through untouched.
+    else (event streams included) passes through untouched. The lean HTTP protocol's direct
+    routes (``ng_direct``: the wrapped server gate's, shaping with :func:`openai_shaped`) skip
+    this layer and shape their error answers themselves.
     """
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
+        inner = getattr(app, "ng_direct", None)
+        self.ng_direct = inner.shaped_by(openai_shaped) if inner is not None else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -45,24 +49,40 @@ class OpenAIErrorBodies:
 
         async def shaping_send(message: Message) -> None:
             if message["type"] == "http.response.start":
-                if message["status"] >= 400 and dict(message.get("headers") or []).get(
-                    b"content-type", b""
-                ).startswith(b"application/json"):
+                if message["status"] >= 400 and _is_json(message.get("headers") or []):
                     held["start"] = message
                     return
             elif message["type"] == "http.response.body" and "start" in held:
                 chunks.append(message.get("body", b""))
                 if message.get("more_body"):
                     return
-                await _send_shaped(send, held["start"], b"".join(chunks))
+                start = held["start"]
+                headers, body = _shaped(start["status"], start.get("headers") or [], b"".join(chunks))
+                await send({**start, "headers": headers})
+                await send({"type": "http.response.body", "body": body, "more_body": False})
                 return
             await send(message)
 
         await self.app(scope, receive, shaping_send)
 
 
-async def _send_shaped(send: Send, start: Message, raw: bytes) -> None:
-    status = start["status"]
+def _is_json(headers: list[tuple[bytes, bytes]]) -> bool:
+    return dict(headers).get(b"content-type", b"").startswith(b"application/json")
+
+
+def openai_shaped(
+    status: int, headers: list[tuple[bytes, bytes]], raw: bytes
+) -> tuple[list[tuple[bytes, bytes]], bytes]:
+    """An error answer (status >= 400) in OpenAI's shape when its body is JSON, else unchanged:
+    the headers and body :class:`OpenAIErrorBodies` sends instead."""
+    if not _is_json(headers):
+        return headers, raw
+    return _shaped(status, headers, raw)
+
+
+def _shaped(
+    status: int, headers: list[tuple[bytes, bytes]], raw: bytes
+) -> tuple[list[tuple[bytes, bytes]], bytes]:
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError:
@@ -79,12 +99,11 @@ async def _send_shaped(send: Send, start: Message, raw: bytes) -> None:
         )
         server = body.get("server")
         raw = orjson.dumps({**shaped, **extra})
-    headers = [(k, v) for k, v in start.get("headers") or [] if k.lower() != b"content-length"]
+    headers = [(k, v) for k, v in headers if k.lower() != b"content-length"]
     headers.append((b"content-length", str(len(raw)).encode()))
     if isinstance(server, str):
         headers.append((SERVER_HEADER, server.encode()))
-    await send({**start, "headers": headers})
-    await send({"type": "http.response.body", "body": raw, "more_body": False})
+    return headers, raw
 
 
 def openai_error_body(

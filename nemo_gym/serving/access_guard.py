@@ -140,7 +140,7 @@ class AccessGuard:
             await self.app(scope, receive, send)
             return
         if kind == "websocket":
-            await self._websocket(scope, receive, send, _read_headers(scope))
+            await self._websocket(scope, receive, send, read_headers(scope))
             return
         problem = self.http_problem(scope) if kind == "http" else (400, f"{kind} is not served here")
         if problem is None:
@@ -150,17 +150,22 @@ class AccessGuard:
 
     def http_problem(self, scope: Scope) -> tuple[int, str] | None:
         """Why an HTTP request is refused (status, message), or None when it may pass."""
-        return self._problem(scope, _read_headers(scope))
+        return self.problem(scope.get("method"), read_headers(scope))
 
     async def refuse(self, send: Send, problem: tuple[int, str]) -> None:
         """Answer a refused HTTP request with its JSON error (and close the connection)."""
+        status, headers, body = self.refusal(problem)
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body, "more_body": False})
+
+    def refusal(self, problem: tuple[int, str]) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+        """The status, headers and JSON body refusing an HTTP request for ``problem``."""
         status, message = problem
         body = orjson.dumps({"error": message, "server": self.server_name})
         answer = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
         # The body (if any) is left unread: the connection must not be reused for a next request.
         answer.append((b"connection", b"close"))
-        await send({"type": "http.response.start", "status": status, "headers": answer})
-        await send({"type": "http.response.body", "body": body, "more_body": False})
+        return status, answer, body
 
     async def _websocket(
         self, scope: Scope, receive: Receive, send: Send, headers: dict[bytes, bytes]
@@ -168,7 +173,7 @@ class AccessGuard:
         if not self.websocket:
             problem: tuple[int, str] | None = (403, "WebSocket connections are not served here")
         else:
-            problem = self._problem(scope, headers)
+            problem = self.problem(scope.get("method"), headers)
         if problem is None:
             await self.app(scope, receive, send)
             return
@@ -176,13 +181,14 @@ class AccessGuard:
         # Closed before accept: the server answers the handshake with 403 and nothing reaches the app.
         await send({"type": "websocket.close", "code": 1008, "reason": problem[1][:120]})
 
-    def _problem(self, scope: Scope, headers: dict[bytes, bytes]) -> tuple[int, str] | None:
+    def problem(self, method: str | None, headers: dict[bytes, bytes]) -> tuple[int, str] | None:
+        """Why a request of ``method`` with ``headers`` (:func:`read_headers`) is refused, or None."""
         site = self._site_problem(headers.get(b"host"), headers.get(b"origin"))
         if site is not None:
             return site
         if self.expected is not None and not check_token(headers.get(_AUTH_KEY), self.expected):
             return 401, "missing or wrong auth token (set NEMO_GYM_AUTH_TOKEN on the caller)"
-        if self.json_only and scope.get("method") in _BODY_METHODS and _has_body(headers):
+        if self.json_only and method in _BODY_METHODS and _has_body(headers):
             content_type = headers.get(b"content-type")
             if content_type != b"application/json" and not is_json_content_type(content_type):
                 shown = content_type.decode("latin-1") if content_type is not None else "none"
@@ -222,8 +228,8 @@ class AccessGuard:
         return None
 
 
-def _read_headers(scope: Scope) -> dict[bytes, bytes]:
-    """The first value of each header the guard reads."""
+def read_headers(scope: Scope) -> dict[bytes, bytes]:
+    """The first value of each header the guard reads (of every header, for a list)."""
     raw = scope.get("headers") or ()
     if isinstance(raw, (list, tuple)):
         return dict(reversed(raw))  # at C speed; reversed: the first value of a name wins

@@ -78,6 +78,13 @@ class DirectRoutes:
     def __init__(self, app: ASGIApp, routes: Iterable[Any]) -> None:
         self.app = app
         self.endpoints = direct_endpoints(routes)
+        # The same routes' steps after the body is read (``BaseServer.endpoint``'s), for the
+        # lean protocol's direct serving (:mod:`nemo_gym.serving.direct_serve`).
+        self.answers: dict[tuple[str, str], Callable[..., Awaitable[Any]]] = {
+            key: asgi._ng_answer  # type: ignore[attr-defined]
+            for key, asgi in self.endpoints.items()
+            if hasattr(asgi, "_ng_answer")
+        }
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and not scope.get("root_path"):

@@ -15,6 +15,10 @@ control, pipelining, 400s for malformed requests, WebSocket upgrades, ``limit_co
   :mod:`nemo_gym.serving.write_coalescing` does for other protocols; a streamed answer's head
   leaves on the loop's next iteration if no body follows in the same step), header names and
   values checked with a few scans of the whole head instead of two regular expressions per header;
+- a direct route's request (one the app's ``ng_direct`` finds: a server gate's
+  :class:`~nemo_gym.serving.direct_serve.DirectServer`): served by that server's one coroutine
+  instead of the ASGI layers, and its handler cancelled from ``connection_lost`` when the
+  caller hangs up;
 - the timers: one per connection, checking both the header deadline (headers complete within
   ``header_timeout_s`` of the connection opening or of a following request's first byte, else a
   JSON 408 and the connection closed: :func:`~nemo_gym.serving.request_guard.header_timeout_protocol`'s
@@ -29,6 +33,7 @@ the answer ends the connection, chunked answers without a length, 100 Continue o
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import re
 from typing import Any
 
@@ -89,6 +94,8 @@ class HopCycle:
         "body_chunks",
         "body_size",
         "chunked_encoding",
+        "client_gone",
+        "direct",
         "disconnected",
         "expected_content_length",
         "head",
@@ -100,6 +107,7 @@ class HopCycle:
         "response_complete",
         "response_started",
         "scope",
+        "task",
         "transport",
         "waiting_for_100_continue",
     )
@@ -121,17 +129,18 @@ class HopCycle:
         self.chunked_encoding: bool | None = None
         self.expected_content_length = 0
         self.head: bytes | None = None
+        # A direct route's target (what the app's ``ng_direct.find`` gave), served by its
+        # ``serve(cycle)`` instead of the ASGI app; the task serving the request; whether the
+        # connection was lost while that route's handler ran (the task was cancelled for it).
+        self.direct: Any = None
+        self.task: asyncio.Task[None] | None = None
+        self.client_gone = False
 
     async def run_asgi(self, app: Any) -> None:
         try:
             result = await app(self.scope, self.receive, self.send)
         except BaseException as exc:
-            self.protocol.logger.error("Exception in ASGI application\n", exc_info=exc)
-            if not self.response_started:
-                await self.send_500_response()
-            else:
-                self.flush_head()
-                self.transport.close()
+            await self.app_failed(exc)
         else:
             if result is not None:
                 self.protocol.logger.error("ASGI callable should return None, but returned '%s'.", result)
@@ -146,6 +155,16 @@ class HopCycle:
                 self.transport.close()
         finally:
             self.on_response = _nothing
+
+    async def app_failed(self, exc: BaseException) -> None:
+        """What uvicorn does for an app that raised: logged, a text 500 if nothing was answered
+        yet, else the connection closed."""
+        self.protocol.logger.error("Exception in ASGI application\n", exc_info=exc)
+        if not self.response_started:
+            await self.send_500_response()
+        else:
+            self.flush_head()
+            self.transport.close()
 
     async def send_500_response(self) -> None:
         await self.send(
@@ -193,11 +212,24 @@ class HopCycle:
             )
 
     def _start(self, message: Any) -> None:
+        self._begin(message["status"], message.get("headers", ()))
+        if self.chunked_encoding:
+            # A stream: its first chunk may be a while; the head must not wait for it.
+            self.protocol.loop.call_soon(self.flush_head)
+
+    def answer_whole(self, status_code: int, headers: Any, body: bytes) -> None:
+        """A whole answer at once: what ``send`` does for an ``http.response.start`` of
+        ``status_code`` and ``headers`` followed by the last ``http.response.body`` of ``body``
+        (flow control and a lost connection are the caller's to check)."""
+        self._begin(status_code, headers)
+        self._body(body, False)
+
+    def _begin(self, status_code: int, app_headers: Any) -> None:
+        """The answer's head, held in ``self.head`` for its body."""
         self.response_started = True
         self.waiting_for_100_continue = False
-        status_code = message["status"]
         protocol = self.protocol
-        headers = protocol.server_state.default_headers + list(message.get("headers", ()))
+        headers = protocol.server_state.default_headers + list(app_headers)
         scope = self.scope
         if protocol.access_log:
             protocol.access_logger.info(
@@ -244,9 +276,6 @@ class HopCycle:
             content.append(b"transfer-encoding: chunked\r\n")
         content.append(b"\r\n")
         self.head = b"".join(content)
-        if self.chunked_encoding:
-            # A stream: its first chunk may be a while; the head must not wait for it.
-            protocol.loop.call_soon(self.flush_head)
 
     def _body(self, body: bytes, more_body: bool) -> None:
         if self.scope["method"] == "HEAD":
@@ -325,6 +354,11 @@ class HopHttpProtocol(HttpToolsProtocol):
             "root_path": self.root_path,
             CONNECTION_GONE_SCOPE_KEY: self._ng_gone,
         }
+        # The app's direct routes (a server gate's ``ng_direct``), served without the ASGI layers;
+        # the cycle whose direct-route handler is running (cancelled if the connection is lost).
+        self._ng_direct: Any = getattr(self.app, "ng_direct", None)
+        self._ng_watched: HopCycle | None = None
+        self._ng_fresh_context = bool(getattr(self.config, "reset_contextvars", False))
         # When the connection began waiting for a request's headers / began idling between
         # requests (loop time), None otherwise: one timer per connection checks both.
         self._ng_waiting_since: float | None = loop.time()
@@ -338,6 +372,14 @@ class HopHttpProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
         if not self._ng_gone.done():
             self._ng_gone.set_result(None)
+        watched = self._ng_watched
+        if watched is not None:
+            # A direct route's handler whose caller hung up: nobody is left to read its answer,
+            # and its work must not go on (what until_disconnect does for ASGI routes).
+            self._ng_watched = None
+            watched.disconnected = watched.client_gone = True
+            if watched.task is not None:
+                watched.task.cancel()
 
     def data_received(self, data: bytes) -> None:
         self._ng_idle_since = None
@@ -396,19 +438,37 @@ class HopHttpProtocol(HttpToolsProtocol):
         scope["path"] = path
         scope["raw_path"] = raw_path
         scope["query_string"] = query
+        cycle = HopCycle(self, scope, http_version != "1.0" and parser.should_keep_alive())
+        app: Any
         limit = self.limit_concurrency
         if limit is not None and (len(self.connections) >= limit or len(self.tasks) >= limit):
             app = service_unavailable
             self.logger.warning("Exceeded concurrency limit.")
         else:
             app = self.app
+            direct = self._ng_direct
+            if direct is not None and not root_path:
+                cycle.direct = direct.find(scope["method"], path)
+                if cycle.direct is not None:
+                    app = direct
         existing = self.cycle
-        self.cycle = HopCycle(self, scope, http_version != "1.0" and parser.should_keep_alive())
+        self.cycle = cycle
         if existing is None or existing.response_complete:
-            self._start_asgi_task(self.cycle, app)
+            self._start_asgi_task(cycle, app)
         else:
             self.flow.pause_reading()  # a pipelined request waits for the answer before it
-            self.pipeline.appendleft((self.cycle, app))
+            self.pipeline.appendleft((cycle, app))  # type: ignore[arg-type]
+
+    def _start_asgi_task(self, cycle: Any, app: Any) -> None:
+        # A direct route's request is served by the direct server's one coroutine.
+        coroutine = app.serve(cycle) if cycle.direct is not None else cycle.run_asgi(app)
+        if self._ng_fresh_context:  # uvicorn's opt-in: each request in an empty context
+            task = self.loop.create_task(coroutine, context=contextvars.Context())
+        else:
+            task = self.loop.create_task(coroutine)
+        cycle.task = task
+        task.add_done_callback(self.tasks.discard)
+        self.tasks.add(task)
 
     def on_body(self, body: bytes) -> None:
         # An upgrade first: a WebSocket handshake has no cycle.

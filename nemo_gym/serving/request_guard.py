@@ -169,7 +169,8 @@ def _json_type(value: Any) -> str:
 
 
 def _body_headers(scope: Scope) -> tuple[int | None, bool]:
-    """:func:`_declared_length` and :func:`_expects_body` in one pass over the headers."""
+    """The declared ``Content-Length`` (None: none, or not a number) and whether a body is expected,
+    in one pass over the headers."""
     expects: bool | None = None
     for name, value in scope.get("headers") or ():
         if name == b"content-length":
@@ -183,33 +184,56 @@ def _body_headers(scope: Scope) -> tuple[int | None, bool]:
     return None, bool(expects)
 
 
-def _expects_body(scope: Scope) -> bool:
-    for name, value in scope.get("headers") or ():
-        if name == b"content-length":
-            return value.strip() not in (b"0", b"")
-        if name == b"transfer-encoding":
-            return True
-    return False
-
-
-def _declared_length(scope: Scope) -> int | None:
-    for name, value in scope.get("headers") or ():
-        if name == b"content-length":
-            text = value.strip()
-            return int(text) if text.isdigit() else None
-    return None
+def json_error_answer(
+    message: str, server: str, close: bool = False, **extra: Any
+) -> tuple[list[tuple[bytes, bytes]], bytes]:
+    """The headers and body of a JSON error answer ``{"error", "server", ...}``, secrets hidden."""
+    body = redact_bytes(orjson.dumps({"error": message, "server": server, **extra}))
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    if close:
+        headers.append((b"connection", b"close"))
+    return headers, body
 
 
 async def send_json_error(
     send: Send, status: int, message: str, server: str, close: bool = False, **extra: Any
 ) -> None:
     """Send a complete JSON error answer ``{"error", "server", ...}`` straight over ASGI."""
-    body = redact_bytes(orjson.dumps({"error": message, "server": server, **extra}))
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    if close:
-        headers.append((b"connection", b"close"))
+    headers, body = json_error_answer(message, server, close, **extra)
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+async def read_guarded_body(
+    receive: Receive, limit: int, body_timeout_s: float, loop: asyncio.AbstractEventLoop
+) -> bytes | None:
+    """The whole request body read from ``receive``, or None when the caller hung up first.
+
+    :class:`RequestGuard`'s rules for a body still arriving, for a caller that reads it whole:
+    past ``limit`` bytes :class:`BodyTooLarge` (413), not complete ``body_timeout_s`` from now
+    :class:`BodyTimeout` (408).
+    """
+    deadline = loop.time() + body_timeout_s
+    chunks: list[bytes] = []
+    received = 0
+    while True:
+        remaining = deadline - loop.time()
+        try:
+            if remaining <= 0:
+                raise TimeoutError
+            async with asyncio.timeout(remaining):
+                message = await receive()
+        except TimeoutError:
+            raise BodyTimeout(408, f"request body not received within {body_timeout_s:g}s") from None
+        if message["type"] != "http.request":
+            return None
+        body = message.get("body", b"")
+        received += len(body)
+        if received > limit:
+            raise BodyTooLarge(413, f"request body exceeds the limit of {limit} bytes")
+        chunks.append(body)
+        if not message.get("more_body", False):
+            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 class RequestGuard:
@@ -354,21 +378,28 @@ def _body_buffered(receive: Receive) -> bool:
 
 
 async def _send_redacted(send: Send, start: Message, raw: bytes, server_name: str) -> None:
+    headers, hidden = redacted_answer(start["status"], start.get("headers", []), raw, server_name)
+    await send({**start, "headers": headers})
+    await send({"type": "http.response.body", "body": hidden, "more_body": False})
+
+
+def redacted_answer(
+    status: int, headers: list[tuple[bytes, bytes]], raw: bytes, server_name: str
+) -> tuple[list[tuple[bytes, bytes]], bytes]:
+    """An error answer's headers and body with secrets hidden, a plain-text one made JSON naming
+    the server (every error a client gets from us is JSON; a 499 is left as it is)."""
     hidden = redact_bytes(raw)
-    headers = start.get("headers", [])
     kind = next((v for k, v in headers if k.lower() == b"content-type"), b"")
-    if not kind.split(b";", 1)[0].strip().endswith(b"json") and start["status"] != 499:
-        # An error in plain text (a mounted app's, a library's own answer): every error a client
-        # gets from us is JSON naming the server.
-        text = hidden.decode("utf-8", "replace")[:2000] or f"HTTP {start['status']}"
+    if not kind.split(b";", 1)[0].strip().endswith(b"json") and status != 499:
+        # An error in plain text (a mounted app's, a library's own answer).
+        text = hidden.decode("utf-8", "replace")[:2000] or f"HTTP {status}"
         hidden = orjson.dumps({"error": text, "server": server_name})
         headers = [(k, v) for k, v in headers if k.lower() != b"content-type"]
         headers.append((b"content-type", b"application/json"))
     if hidden is not raw:
         headers = [(k, v) for k, v in headers if k.lower() != b"content-length"]
         headers.append((b"content-length", str(len(hidden)).encode()))
-    await send({**start, "headers": headers})
-    await send({"type": "http.response.body", "body": hidden, "more_body": False})
+    return headers, hidden
 
 
 def header_timeout_protocol(base: type[asyncio.Protocol], header_timeout_s: float) -> type[asyncio.Protocol]:

@@ -335,6 +335,9 @@ class BaseServer(BaseModel):
 
         Its ASGI form, the same steps without a starlette ``Request``, is ``endpoint._ng_asgi``:
         what :class:`~nemo_gym.serving.direct_routes.DirectRoutes` serves the route's path with.
+        The steps after reading the body are ``endpoint._ng_asgi._ng_answer``: what the lean
+        protocol's direct routes (:mod:`nemo_gym.serving.direct_serve`) call, with no ``scope``
+        and ``receive`` (that protocol cancels the handler itself when its caller hangs up).
         """
         model = body_model(body_model_of or handler)
         server_name = self.name
@@ -342,7 +345,12 @@ class BaseServer(BaseModel):
         sessions = self.sessions
 
         async def answer(
-            raw: bytes, incoming: str | None, scope: Scope, receive: Receive, method: str, path: str
+            raw: bytes,
+            incoming: str | None,
+            method: str,
+            path: str,
+            scope: Scope | None,
+            receive: Receive | None,
         ) -> Response:
             try:
                 data = parse_json_object(raw)
@@ -358,7 +366,10 @@ class BaseServer(BaseModel):
                     body = model.model_validate(data) if model is not None else data
                 except ValidationError as exc:  # the caller's body: a 422, nothing raised on
                     return error_response(exc, server_name, method, path)
-                result = await until_disconnect(receive, handler(body), scope)
+                if receive is None:  # a direct route of the lean protocol, which cancels it itself
+                    result = await handler(body)
+                else:
+                    result = await until_disconnect(receive, handler(body), scope)
             except ClientGone:
                 return Response(status_code=499)  # nobody is left to read it
             except HTTPError as exc:  # the handler's deliberate answer
@@ -393,7 +404,7 @@ class BaseServer(BaseModel):
             raw = await request.body()
             incoming = request.cookies.get(SESSION_COOKIE) if "cookie" in request.headers else None
             return await answer(
-                raw, incoming, request.scope, request.receive, request.method, request.url.path
+                raw, incoming, request.method, request.url.path, request.scope, request.receive
             )
 
         async def run_asgi(scope: Scope, receive: Receive, send: Send) -> None:
@@ -409,12 +420,13 @@ class BaseServer(BaseModel):
                 if raw is None:
                     return  # the caller hung up before its body was read: nobody to answer
                 response = await answer(
-                    raw, session_cookie(scope), scope, receive, scope["method"], scope["path"]
+                    raw, session_cookie(scope), scope["method"], scope["path"], scope, receive
                 )
             await response(scope, receive, send)
 
         run.__name__ = getattr(handler, "__name__", "endpoint")
         run._ng_asgi = run_asgi  # type: ignore[attr-defined]
+        run_asgi._ng_answer = answer  # type: ignore[attr-defined]
         return run
 
     def uses_setup_webserver(self) -> bool:
@@ -431,13 +443,14 @@ class BaseServer(BaseModel):
         a lean starlette app of :meth:`routes`.
         """
         app: ASGIApp
+        direct: DirectRoutes | None = None
         if self.uses_setup_webserver():
             from nemo_gym.serving.fastapi_app import finish_app
 
             app = finish_app(self, self.setup_webserver())  # type: ignore[attr-defined]
         else:
             routes = self.routes()
-            app = DirectRoutes(
+            app = direct = DirectRoutes(
                 Starlette(routes=routes, exception_handlers=json_error_handlers(self.name)), routes
             )
         app = KeepAnsweredErrors(app)  # a handler's exception, once answered, stops here
@@ -472,7 +485,7 @@ class BaseServer(BaseModel):
             websocket=self.serves_websocket,
         )
         memory = ReleaseMemoryAfterBurst(app) if release_enabled() else None
-        return ServerGate(app, access, memory)
+        return ServerGate(app, access, memory, direct)
 
     # ---- process entry -------------------------------------------------------------------
     @classmethod

@@ -11,6 +11,10 @@ tenth of a server's CPU per request. :class:`ServerGate` runs the same steps, fr
 objects, in one frame for HTTP requests; any other scope (a WebSocket handshake, lifespan) goes
 through the three middlewares as before. ``gate.app`` is the outermost of them, so the chain of
 ``.app`` attributes reads as it did.
+
+Given the :class:`~nemo_gym.serving.direct_routes.DirectRoutes` inside the request guard, the gate
+also offers the lean HTTP protocol its direct routes, every layer's steps in one coroutine
+(``gate.ng_direct``: :mod:`nemo_gym.serving.direct_serve`).
 """
 
 from __future__ import annotations
@@ -18,8 +22,11 @@ from __future__ import annotations
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from nemo_gym.serving.access_guard import AccessGuard
+from nemo_gym.serving.direct_routes import DirectRoutes
+from nemo_gym.serving.direct_serve import DirectServer
 from nemo_gym.serving.memory_release import ReleaseMemoryAfterBurst
 from nemo_gym.serving.protocol import ROLLOUT_PREFIX
+from nemo_gym.serving.request_guard import RequestGuard
 from nemo_gym.serving.rollout_prefix import StripRolloutPrefix, enter_rollout, leave_rollout
 
 
@@ -30,10 +37,25 @@ class ServerGate:
     Behaves exactly as ``AccessGuard(ReleaseMemoryAfterBurst(StripRolloutPrefix(guarded)))``
     (``memory`` None: without the middle one), which it builds from the same objects and serves
     every scope but HTTP with.
+
+    ``direct``: the direct routes ``guarded`` (a :class:`RequestGuard`) serves, through only the
+    answered-errors stop (``BaseServer.build_app``'s chain); then :attr:`ng_direct` serves them
+    for the lean protocol.
     """
 
-    def __init__(self, guarded: ASGIApp, access: AccessGuard, memory: ReleaseMemoryAfterBurst | None) -> None:
+    def __init__(
+        self,
+        guarded: ASGIApp,
+        access: AccessGuard,
+        memory: ReleaseMemoryAfterBurst | None,
+        direct: DirectRoutes | None = None,
+    ) -> None:
         self.guarded = guarded
+        self.ng_direct = (
+            DirectServer(direct.answers, access, memory, guarded)
+            if direct is not None and direct.answers and isinstance(guarded, RequestGuard)
+            else None
+        )
         self.access = access
         self.memory = memory
         chain: ASGIApp = StripRolloutPrefix(guarded)
