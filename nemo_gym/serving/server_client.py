@@ -6,6 +6,10 @@ connection failures only (a request that reached a server is never sent twice). 
 adds what is particular to calls between our servers: names resolved through the head server,
 a rollout kept on one replica of a replicated server, per-rollout cookies, and a hop to a server
 on this machine over its Unix socket.
+
+One idea: a call to a named server, from its name to its answer (the name resolved, the replica
+kept, the hop with its first try inline, the retries, a rollout's cookies); the pieces share the
+client's caches (resolved names, hop targets, cookie lines), so they stay together.
 """
 
 from __future__ import annotations
