@@ -194,10 +194,12 @@ def response_shape_errors(response: Any, where: str = "response") -> list[str]:
         return []
     if not isinstance(output, list):
         return [f"{where}.output: must be a list of items, got {type(output).__name__}"]
+    if output_shape_fine(output):
+        return []  # the usual output: nothing to name, no path built
     errors = []
     for index, item in enumerate(output):
         if _item_shape_fine(item):
-            continue  # the usual item: nothing to name, no path built
+            continue
         path = f"{where}.output.{index}"
         if not isinstance(item, dict):
             errors.append(f"{path}: must be an object, got {type(item).__name__}")
@@ -220,6 +222,15 @@ def response_shape_errors(response: Any, where: str = "response") -> list[str]:
             elif part.get("text") is not None and not isinstance(part["text"], str):
                 errors.append(f"{path}.content.{part_index}.text: must be a string")
     return errors
+
+
+def output_shape_fine(output: list[Any]) -> bool:
+    """Whether every item of a response's ``output`` list passes :func:`response_shape_errors`'s
+    checks (a fast path: plain ``dict``/``str``/``list`` types; anything else needs the full checks)."""
+    for item in output:
+        if not _item_shape_fine(item):
+            return False
+    return True
 
 
 def _item_shape_fine(item: Any) -> bool:

@@ -132,7 +132,7 @@ async def call_json(
     except ServerCallError as exc:
         raise from_call_error(exc) from exc
     parsed = check_status(resp, server, path)
-    if not resp.ok:
+    if not 200 <= resp.status < 300:
         raise_for_status(resp, server, path)
     return parsed
 
@@ -172,13 +172,16 @@ async def execute_tool_call(
         resp = await rollout.post(resources_server, path, arguments, timeout_s=timeout_s or hop_timeout_s())
     except ServerCallError as exc:
         raise from_call_error(exc) from exc
-    if resp.status == 404:
-        return f"Error: there is no tool named {name!r}"
-    body = parse_body(resp)
-    if status_failure_class(resp.status, body) is not None or resp.ok:
+    status = resp.status
+    if 200 <= status < 300:
         body = check_status(resp, resources_server, path)
         return body if isinstance(body, str) else orjson.dumps(body).decode()
-    return f"Error: tool {name!r} failed (HTTP {resp.status}): {error_text(body)}"
+    if status == 404:
+        return f"Error: there is no tool named {name!r}"
+    body = parse_body(resp)
+    if status_failure_class(status, body) is not None:
+        check_status(resp, resources_server, path)  # raises the HopFault
+    return f"Error: tool {name!r} failed (HTTP {status}): {error_text(body)}"
 
 
 async def execute_tool_calls(

@@ -35,7 +35,7 @@ from nemo_gym.failure_classes import (
     FailureClass,
     failure_class_of_call,
 )
-from nemo_gym.response_items import response_shape_errors
+from nemo_gym.response_items import output_shape_fine, response_shape_errors
 from nemo_gym.serving.server_client import ServerCallError, ServerResponse
 
 _BODY_PREVIEW_CHARS = 300
@@ -122,6 +122,16 @@ def check_status(resp: ServerResponse, server: str, path: str) -> Any:
     """The parsed body; raises :class:`HopFault` for an infrastructure status (see
     :func:`status_failure_class`) and for a 2xx whose body is not JSON. Other 4xx are returned
     to the caller to decide (see :func:`nemo_gym.agents.agent_hops.call_json`)."""
+    if 200 <= resp.status < 300 and resp.body:
+        # The usual answer: a 2xx with a JSON body (a JSON string is "not JSON" below, as parse_body
+        # cannot tell it from text).
+        try:
+            parsed = orjson.loads(resp.body)
+        except orjson.JSONDecodeError:
+            pass
+        else:
+            if parsed.__class__ is not str:
+                return parsed
     body = parse_body(resp)
     cls = status_failure_class(resp.status, body)
     if cls is not None:
@@ -171,6 +181,10 @@ def chat_completion_problem(body: Any) -> str | None:
 def check_responses_object(body: Any, server: str, path: str) -> dict[str, Any]:
     """``body`` if it is a Responses API object (see :func:`responses_object_problem`); else
     :class:`HopFault` ``bad_upstream_body`` naming what is wrong."""
+    if body.__class__ is dict:
+        output = body.get("output")
+        if output.__class__ is list and output_shape_fine(output):
+            return cast(dict[str, Any], body)  # the usual answer: what responses_object_problem passes
     problem = responses_object_problem(body)
     if problem is None:
         return cast(dict[str, Any], body)

@@ -24,7 +24,6 @@ from nemo_gym.base_responses_api_agent import (
     call_json,
     close_stdio,
     execute_tool_call,
-    execute_tool_calls,
     offered_tools,
     rollout_deadline,
     row_create_params,
@@ -186,12 +185,9 @@ class SimpleAgent(SimpleResponsesAPIAgent):
 
         Only the ``offered`` tools go to the resources server (see :func:`offered_tools`)."""
         resources, hop = self.config.resources_server.name, self.config.hop_timeout_s
-        if toolbox is None:
-            return await execute_tool_calls(rollout, resources, calls, offered, timeout_s=hop)
         items = []
-        for call in calls:
-            name = call.get("name") or ""
-            if toolbox.owns(name):
+        for call in calls:  # execute_tool_calls' loop, with the MCP servers' tools besides
+            if toolbox is not None and toolbox.owns(name := call.get("name") or ""):
                 output = await toolbox.call(name, call.get("arguments"))
             else:
                 output = await execute_tool_call(rollout, resources, call, offered, timeout_s=hop)
