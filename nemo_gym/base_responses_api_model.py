@@ -22,8 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import sys
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypedDict
 
 import orjson
@@ -54,6 +53,8 @@ from nemo_gym.models.streaming import SSE_KEEPALIVE, stream_chat_completion, str
 from nemo_gym.serving.process_hooks import LIVENESS_METRICS
 from nemo_gym.serving.served_names import served_name
 from nemo_gym.serving.server import BaseServer, BaseServerConfig, HTTPError, json_response
+from nemo_gym.token_id_capture.handler_calls import call as _call
+from nemo_gym.token_id_capture.handler_calls import captured as _captured
 from nemo_gym.token_id_capture.model_calls import (
     clear_model_call_captures_for_rollouts,
     install_model_call_capture,
@@ -271,27 +272,31 @@ class SimpleResponsesAPIModel(BaseServer):
         (NeMo Gym's ``token_id_capture``): what every route answering through :meth:`responses` calls."""
         return await _captured(self.responses, body, body)  # type: ignore[no-any-return]
 
-    async def _serve_responses(self, body: Any) -> dict[str, Any] | Response:
+    def _serve_responses(self, body: Any) -> Awaitable[dict[str, Any] | Response]:
+        # The coroutine to await, without a frame of this method's own around it.
         check_responses_request(body)
-        if body.get("previous_response_id") is not None or body.get("store") is True:
-            return await self._serve_kept(body)
+        previous = body.get("previous_response_id")
+        if previous is not None or body.get("store") is True:
+            return self._serve_kept(body, previous)
         if body.get("stream") is True:
-            return await self.responses_stream(body)
-        return await _call(self.responses, body)
+            return self.responses_stream(body)
+        return _call(self.responses, body)  # type: ignore[no-any-return]
 
-    async def _serve_kept(self, body: dict[str, Any]) -> dict[str, Any] | Response:
-        """A request that continues a kept conversation (``previous_response_id``) or asks for its
-        own to be kept (``store: true``): see :mod:`nemo_gym.models.conversation_store`.
+    async def _serve_kept(self, body: dict[str, Any], previous: Any) -> dict[str, Any] | Response:
+        """A request that continues a kept conversation (``previous_response_id``, ``previous``) or
+        asks for its own to be kept (``store: true``): see :mod:`nemo_gym.models.conversation_store`.
 
         The handler gets the whole input (kept items, then the new ones) and the request's other
         fields unchanged, without ``previous_response_id`` and ``store``: exactly the request the
         full history makes. A streamed answer is not kept.
         """
-        store, rollout = self.conversations, self.rollout_id
-        previous = body.get("previous_response_id")
+        store = self.__dict__.get("_ng_conversations")
+        if store is None:
+            store = self.conversations
+        rollout = self.rollout_id
         conversation: KeptConversation | None = None
         if previous is not None:
-            if not isinstance(previous, str):
+            if previous.__class__ is not str and not isinstance(previous, str):
                 raise HTTPError(400, f"previous_response_id must be a string, got {type(previous).__name__}")
             conversation = store.take(rollout, previous)
             if conversation is None:
@@ -303,21 +308,27 @@ class SimpleResponsesAPIModel(BaseServer):
                     code=NOT_FOUND_CODE,
                     param="previous_response_id",
                 )
-        keep = body.get("store") is True and body.get("stream") is not True
+        stream = body.get("stream") is True
+        keep = not stream and body.get("store") is True
         if conversation is None:
             if not keep:
-                return await _captured(self.responses, body, body)
+                return await _captured(self.responses, body, body)  # type: ignore[no-any-return]
             conversation = KeptConversation()
         new_items = body["input"]
-        if isinstance(new_items, str):
+        if new_items.__class__ is str or isinstance(new_items, str):
             new_items = [{"role": "user", "content": new_items}]
         mark = (len(conversation.items), conversation.nbytes)
         conversation.extend(new_items)
-        request = {key: value for key, value in body.items() if key not in ("previous_response_id", "store")}
-        request["input"] = list(conversation.items) if previous is not None else body["input"]
+        request = {**body}
+        if "previous_response_id" in request:
+            del request["previous_response_id"]
+        if "store" in request:
+            del request["store"]
+        if previous is not None:
+            request["input"] = list(conversation.items)
         token = set_current_conversation(conversation)
         try:
-            if request.get("stream") is True:
+            if stream:
                 answer: Any = await self.responses_stream(request)
             else:
                 answer = await _call(self.responses, request)
@@ -328,9 +339,10 @@ class SimpleResponsesAPIModel(BaseServer):
             raise
         finally:
             reset_current_conversation(token)
-        answer_id = answer.get("id") if isinstance(answer, dict) else None
-        output = answer.get("output") if isinstance(answer, dict) else None
-        if not keep or not isinstance(answer_id, str) or not isinstance(output, list):
+        if not keep or (answer.__class__ is not dict and not isinstance(answer, dict)):
+            return answer  # type: ignore[no-any-return]
+        answer_id, output = answer.get("id"), answer.get("output")
+        if not isinstance(answer_id, str) or not isinstance(output, list):
             return answer  # type: ignore[no-any-return]
         conversation.extend(output, round_trip=True)
         if not store.put(rollout, answer_id, conversation):
@@ -546,35 +558,6 @@ class SimpleResponsesAPIModel(BaseServer):
     async def _finalize_served_response(self, response: Any) -> None:
         """Called with each answer once it is converted for the client (adapters that commit
         captured tokens override it)."""
-
-
-_CAPTURE_SINK = "nemo_gym.token_id_capture.sink"
-
-
-def _call(handler: Any, body: Any) -> Any:  # handler(body), through _captured only when it can capture
-    return handler(body) if _CAPTURE_SINK not in sys.modules else _captured(handler, body, body)
-
-
-async def _captured(handler: Any, body: Any, request_body: Any) -> Any:
-    """``handler(body)``, with the call's training tokens captured when it is being captured.
-
-    The parent is resolved once from the request as received (prefix supply and capture share
-    the decision), before dispatch; the complete answer's tokens are written after it.
-    """
-    # The capture context lives in the sink module, imported (about 0.1 s) only by what sets
-    # one up: while it is not loaded no call can be captured, and nothing is imported per call.
-    sink = sys.modules.get(_CAPTURE_SINK)
-    if sink is None or sink.current_capture_context() is None:
-        return await handler(body)
-    from nemo_gym.token_id_capture.request_items import request_messages
-    from nemo_gym.token_id_capture.sink import capture_tokens, register_call_intent, resolve_parent
-
-    messages = request_messages(request_body)
-    await resolve_parent(messages)
-    await register_call_intent()
-    answer = await handler(body)
-    await capture_tokens(answer, request_messages=messages)
-    return answer
 
 
 BaseResponsesAPIModel = SimpleResponsesAPIModel

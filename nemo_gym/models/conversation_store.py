@@ -58,8 +58,9 @@ class KeptConversation:
             return 0
         raw = orjson.dumps(items)
         self.items.extend(orjson.loads(raw) if round_trip else items)
-        self.nbytes += len(raw)
-        return len(raw)
+        size = len(raw)
+        self.nbytes += size
+        return size
 
     def truncate(self, count: int, nbytes: int) -> None:
         """Back to the first ``count`` items (a turn that failed is undone); derived work is dropped."""
@@ -82,13 +83,18 @@ class ConversationStore:
         self.ttl_s = ttl_s
         self._entries: OrderedDict[tuple[str, str], KeptConversation] = OrderedDict()
         self.nbytes = 0
+        # No entry expires before this time (entries are in the order they were kept, each kept
+        # at its ``touched``): until then a call skips looking for expired entries.
+        self._no_expiry_before = float("inf")
 
     def __len__(self) -> int:
         return len(self._entries)
 
     def take(self, rollout: str | None, response_id: str) -> KeptConversation | None:
         """Remove and return the conversation kept under ``response_id`` (None when not held)."""
-        self._expire(time.monotonic())
+        now = time.monotonic()
+        if now >= self._no_expiry_before:
+            self._expire(now)
         found = self._entries.pop((rollout or "", response_id), None)
         if found is not None:
             self.nbytes -= found.nbytes
@@ -101,8 +107,11 @@ class ConversationStore:
         if conversation.nbytes > self.max_bytes or key in self._entries:
             return False
         now = time.monotonic()
-        self._expire(now)
+        if now >= self._no_expiry_before:
+            self._expire(now)
         conversation.touched = now
+        if not self._entries:
+            self._no_expiry_before = now + self.ttl_s
         self._entries[key] = conversation
         self.nbytes += conversation.nbytes
         while self._entries and (self.nbytes > self.max_bytes or len(self._entries) > self.max_conversations):
@@ -123,9 +132,11 @@ class ConversationStore:
         while entries:
             key, oldest = next(iter(entries.items()))
             if now - oldest.touched < self.ttl_s:
+                self._no_expiry_before = oldest.touched + self.ttl_s
                 return
             del entries[key]
             self.nbytes -= oldest.nbytes
+        self._no_expiry_before = float("inf")
 
 
 _current: contextvars.ContextVar[KeptConversation | None] = contextvars.ContextVar(
@@ -133,20 +144,12 @@ _current: contextvars.ContextVar[KeptConversation | None] = contextvars.ContextV
 )
 
 
-def current_conversation() -> KeptConversation | None:
-    """The kept conversation the request being handled continues (None for a full-history request).
-
-    Its ``items`` are the request's whole input; a handler may cache what it derives from them in
-    ``derived`` (keyed by its own name, with how many items it covered) and extend it next turn.
-    """
-    return _current.get()
-
-
-def set_current_conversation(conversation: KeptConversation | None) -> contextvars.Token[Any]:
-    """Set what :func:`current_conversation` returns for the request being handled."""
-    return _current.set(conversation)
-
-
-def reset_current_conversation(token: contextvars.Token[Any]) -> None:
-    """Undo :func:`set_current_conversation`."""
-    _current.reset(token)
+# The kept conversation the request being handled continues (None for a full-history request):
+# ``current_conversation()``. Its ``items`` are the request's whole input; a handler may cache
+# what it derives from them in ``derived`` (keyed by its own name, with how many items it
+# covered) and extend it next turn. ``set_current_conversation(conversation)`` sets it for the
+# request (returning the token) and ``reset_current_conversation(token)`` undoes that: the
+# context variable's own methods, one C call each on every kept turn.
+current_conversation = _current.get
+set_current_conversation = _current.set
+reset_current_conversation = _current.reset

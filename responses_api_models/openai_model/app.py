@@ -59,8 +59,10 @@ from nemo_gym.base_responses_api_model import (
     stream_responses,
 )
 from nemo_gym.failure_classes import BAD_UPSTREAM_BODY, TIMEOUT
-from nemo_gym.models.openai_client import NeMoGymAsyncOpenAI as _OwnClient
 from nemo_gym.openai_utils import NeMoGymAsyncOpenAI, OpenAIEndpointError
+
+# This package's client class, bound at import (a test replaces the name NeMoGymAsyncOpenAI).
+_OwnClient = NeMoGymAsyncOpenAI
 
 RETRY_STATUSES = (408, 409, 429, 500, 502, 503, 504)
 # Fields nemo_gym adds to items for RL; OpenAI answers 400 on unknown item fields.
