@@ -351,7 +351,8 @@ class _HopConnection(asyncio.Protocol):
         waiter, stream = self.waiter, self.stream
         response = None if waiter is None else self._response(b"".join(self.parts), None)
         self._reset()
-        self.resume()  # paused by the stream's last chunk: the next request's answer must be read
+        if self.paused:
+            self.resume()  # paused by the stream's last chunk: the next request's answer must be read
         if keep_alive:
             self.pool.release(self)
         else:
@@ -555,7 +556,8 @@ class HopPool:
             return
         conn.idle_since = self.loop.time()
         self._idle.setdefault(conn.key, []).append(conn)
-        self._wake_one()
+        if self._waiters:
+            self._wake_one()
 
     def forget(self, conn: _HopConnection) -> None:
         """A connection closed: it no longer counts against the cap."""
@@ -658,7 +660,12 @@ async def request(
     data = build_request(method, host, port, path, headers, body)
     fresh = False
     while True:
-        conn = await pool.acquire(host, port, deadline, connect_timeout_s, fresh, unix_path, unix_peer_pid)
+        # An idle connection without the acquire coroutine (what acquire hands out first anyway).
+        conn = None if fresh else pool.take_idle((host, port) if unix_path is None else (unix_path, 0))
+        if conn is None:
+            conn = await pool.acquire(
+                host, port, deadline, connect_timeout_s, fresh, unix_path, unix_peer_pid
+            )
         waiter = conn.send(data, deadline, max_answer_bytes, stream)
         try:
             return await waiter
