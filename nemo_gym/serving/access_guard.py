@@ -45,6 +45,8 @@ LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1", "localhost.localdom
 WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::"})
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 _AUTH_KEY = AUTH_HEADER.encode()
+# A (Host, Origin) pair not yet checked.
+_UNSEEN = object()
 # How many (Host, Origin) pairs a guard remembers the verdict for.
 _SITE_ANSWERS_KEPT = 256
 # The only headers the guard reads (uvicorn gives header names lowercased).
@@ -183,12 +185,24 @@ class AccessGuard:
 
     def problem(self, method: str | None, headers: dict[bytes, bytes]) -> tuple[int, str] | None:
         """Why a request of ``method`` with ``headers`` (:func:`read_headers`) is refused, or None."""
-        site = self._site_problem(headers.get(b"host"), headers.get(b"origin"))
+        host, origin = headers.get(b"host"), headers.get(b"origin")
+        site = self._site_answers.get((host, origin), _UNSEEN)
+        if site is _UNSEEN:
+            site = self._site_problem(host, origin)
         if site is not None:
-            return site
-        if self.expected is not None and not check_token(headers.get(_AUTH_KEY), self.expected):
-            return 401, "missing or wrong auth token (set NEMO_GYM_AUTH_TOKEN on the caller)"
-        if self.json_only and method in _BODY_METHODS and _has_body(headers):
+            return site  # type: ignore[return-value]
+        expected = self.expected
+        if expected is not None:
+            given = headers.get(_AUTH_KEY)
+            if given is None or not hmac.compare_digest(given, expected):
+                return 401, "missing or wrong auth token (set NEMO_GYM_AUTH_TOKEN on the caller)"
+        if not (self.json_only and method in _BODY_METHODS):
+            return None
+        length = headers.get(b"content-length")
+        has_body = (
+            length.strip() not in (b"0", b"") if length is not None else b"transfer-encoding" in headers
+        )
+        if has_body:
             content_type = headers.get(b"content-type")
             if content_type != b"application/json" and not is_json_content_type(content_type):
                 shown = content_type.decode("latin-1") if content_type is not None else "none"
@@ -238,10 +252,3 @@ def read_headers(scope: Scope) -> dict[bytes, bytes]:
         if key in _READ and key not in headers:
             headers[key] = value
     return headers
-
-
-def _has_body(headers: dict[bytes, bytes]) -> bool:
-    length = headers.get(b"content-length")
-    if length is not None:
-        return length.strip() not in (b"0", b"")
-    return b"transfer-encoding" in headers

@@ -28,8 +28,16 @@ def dumps(value: Any) -> bytes:
     """Serialize a JSON answer; pydantic models are dumped first, by their fields' wire names
     (aliases) as FastAPI answers them (``_ng_rollout_index`` for ``rollout_index``)."""
     if isinstance(value, BaseModel):
-        value = value.model_dump(mode="json", exclude_unset=False, by_alias=True)
-    return orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
+        if type(value).model_dump is _MODEL_DUMP:
+            # What pydantic's own model_dump calls, without that call in between.
+            value = value.__pydantic_serializer__.to_python(value, mode="json", by_alias=True)
+        else:
+            value = value.model_dump(mode="json", exclude_unset=False, by_alias=True)
+    return orjson.dumps(value, option=_DUMP_OPTIONS)
+
+
+_MODEL_DUMP = BaseModel.model_dump
+_DUMP_OPTIONS = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
 
 
 class JSONAnswer(Response):

@@ -222,14 +222,45 @@ class HopCycle:
         ``status_code`` and ``headers`` followed by the last ``http.response.body`` of ``body``
         (flow control and a lost connection are the caller's to check)."""
         self._begin(status_code, headers)
-        self._body(body, False)
+        if (
+            self.chunked_encoding
+            or self.expected_content_length != len(body)
+            or self.scope["method"] == "HEAD"
+        ):
+            self._body(body, False)  # framed otherwise, or a length that does not match: as send does
+            return
+        head: bytes = self.head  # type: ignore[assignment]
+        self.head = None
+        self.expected_content_length = 0
+        if len(body) < _JOIN_BELOW:
+            self.transport.write(head + body)
+        else:
+            self.transport.writelines((head, body))
+        self.response_complete = True
+        event = self.message_event
+        if event.waiter is None:
+            event.flag = True
+        else:
+            event.set()
+        if not self.keep_alive:
+            self.transport.close()
+        self.on_response()
 
     def _begin(self, status_code: int, app_headers: Any) -> None:
         """The answer's head, held in ``self.head`` for its body."""
         self.response_started = True
         self.waiting_for_100_continue = False
         protocol = self.protocol
-        headers = protocol.server_state.default_headers + list(app_headers)
+        defaults = protocol.server_state.default_headers
+        if defaults is not protocol._ng_defaults:
+            protocol._ng_take_defaults(defaults)
+        lead = protocol._ng_lead
+        if lead is None:
+            headers = defaults + list(app_headers)
+            content = [STATUS_LINE[status_code]]
+        else:  # the server's own headers (date, server) as rendered and checked once
+            headers = app_headers if type(app_headers) is list else list(app_headers)
+            content = [STATUS_LINE[status_code], lead]
         scope = self.scope
         if protocol.access_log:
             protocol.access_logger.info(
@@ -240,7 +271,6 @@ class HopCycle:
                 scope["http_version"],
                 status_code,
             )
-        content = [STATUS_LINE[status_code]]
         has_connection_close = False
         for name, value in headers:
             if name not in _GOOD_NAMES:
@@ -262,7 +292,7 @@ class HopCycle:
             content.extend((name, b": ", value, b"\r\n"))
         # The values, checked at once: no control byte but tab, and no line end of their own
         # (each header line adds exactly one CR LF).
-        lines = b"".join(content[1:])
+        lines = b"".join(content[1:] if lead is None else content[2:])
         if (
             _BAD_VALUE_BYTE.search(lines) is not None
             or lines.count(b"\r") != len(headers)
@@ -303,7 +333,11 @@ class HopCycle:
             if self.expected_content_length != 0:
                 raise RuntimeError("Response content shorter than Content-Length")
             self.response_complete = True
-            self.message_event.set()
+            event = self.message_event
+            if event.waiter is None:
+                event.flag = True
+            else:
+                event.set()
             if not self.keep_alive:
                 self.transport.close()
             self.on_response()
@@ -359,6 +393,10 @@ class HopHttpProtocol(HttpToolsProtocol):
         self._ng_direct: Any = getattr(self.app, "ng_direct", None)
         self._ng_watched: HopCycle | None = None
         self._ng_fresh_context = bool(getattr(self.config, "reset_contextvars", False))
+        # The server's default headers (uvicorn's date and server; a new list each second) and
+        # their lines as sent, checked once (None: they need the general handling).
+        self._ng_defaults: Any = None
+        self._ng_lead: bytes | None = None
         # When the connection began waiting for a request's headers / began idling between
         # requests (loop time), None otherwise: one timer per connection checks both.
         self._ng_waiting_since: float | None = loop.time()
@@ -479,25 +517,52 @@ class HopHttpProtocol(HttpToolsProtocol):
         cycle.body_size += len(body)
         if cycle.body_size > HIGH_WATER_LIMIT:
             self.flow.pause_reading()
-        cycle.message_event.set()
+        event = cycle.message_event
+        if event.waiter is None:
+            event.flag = True
+        else:
+            event.set()
 
     def on_message_complete(self) -> None:
         if (self.parser.should_upgrade() and self._should_upgrade()) or self.cycle.response_complete:
             return
         cycle = self.cycle
         cycle.more_body = False
-        cycle.message_event.set()
+        event = cycle.message_event
+        if event.waiter is None:
+            event.flag = True
+        else:
+            event.set()
 
     def on_response_complete(self) -> None:
         self.server_state.total_requests += 1
         if self.transport.is_closing():
             return
-        self.flow.resume_reading()
+        if self.flow.read_paused:
+            self.flow.resume_reading()
         if self.pipeline:
             cycle, app = self.pipeline.pop()
             self._start_asgi_task(cycle, app)
         else:
             self._ng_idle_since = self.loop.time()
+
+    def _ng_take_defaults(self, defaults: list[tuple[bytes, bytes]]) -> None:
+        """Render the server's default headers once for every answer until they change."""
+        self._ng_defaults = defaults
+        lines = []
+        for name, value in defaults:
+            lower = name.lower()
+            if lower in (b"content-length", b"transfer-encoding", b"connection") or HEADER_RE.search(name):
+                self._ng_lead = None  # they frame the answer, or are refused: each answer handles them
+                return
+            lines.append(b"%s: %s\r\n" % (lower, value))
+        lead = b"".join(lines)
+        valid = (
+            _BAD_VALUE_BYTE.search(lead) is None
+            and lead.count(b"\r") == len(defaults)
+            and lead.count(b"\n") == len(defaults)
+        )
+        self._ng_lead = lead if valid else None
 
     def _ng_upgraded(self) -> bool:
         """Whether the connection now speaks another protocol (a WebSocket upgrade)."""

@@ -136,7 +136,8 @@ def parse_json_object(raw: bytes, where: str = "request body") -> dict[str, Any]
     """
     if not raw.strip():
         return {}
-    depth = nesting_over(raw, MAX_JSON_DEPTH)
+    # A text no longer than the limit cannot nest deeper (the check's first step, without a call).
+    depth = nesting_over(raw, MAX_JSON_DEPTH) if len(raw) > MAX_JSON_DEPTH else None
     if depth is not None:
         raise HTTPError(
             400, f"{where} nests {depth} levels deep; at most {MAX_JSON_DEPTH} levels are accepted"

@@ -24,6 +24,8 @@ class SessionStore:
         self._last_sweep = time.monotonic()
         self._random = b""
         self._used = 0
+        # Whether a session id has state (``id in store``, as one C call).
+        self.holds = self._data.__contains__
 
     def new_id(self) -> str:
         """A fresh session id: 128 bits from the OS's CSPRNG as 32 hex digits.
