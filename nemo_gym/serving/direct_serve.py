@@ -18,7 +18,7 @@ its handler cancelled by the protocol (``connection_lost`` cancels the watched c
 as :func:`~nemo_gym.serving.disconnect.until_disconnect` does for ASGI routes. An answer that is
 not a whole body (an event stream, a background task) is sent through ASGI as before.
 
-The contract with the protocol's request cycle (:class:`~nemo_gym.serving.http_protocol.HopCycle`):
+The contract with the protocol's request cycle (:class:`~nemo_gym.serving.http_cycle.HopCycle`):
 its ``direct`` (what :meth:`DirectServer.find` gave), ``scope``, ``task``, ``client_gone``,
 the body as it arrived (``body_chunks``, ``more_body``), ``receive``/``send``,
 ``answer_whole`` and ``app_failed``; and its protocol's ``flow`` and ``_ng_watched``.
