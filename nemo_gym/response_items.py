@@ -187,12 +187,12 @@ def response_shape_errors(response: Any, where: str = "response") -> list[str]:
     ``content`` a string or a list of objects, text and call fields strings), so a malformed
     body is named here instead of failing deep inside a verifier. Unknown fields are fine.
     """
-    if not isinstance(response, dict):
+    if response.__class__ is not dict and not isinstance(response, dict):
         return [f"{where}: must be an object, got {type(response).__name__}"]
-    output = response.get("output")
+    output = response["output"] if "output" in response else None
     if output is None:
         return []
-    if not isinstance(output, list):
+    if output.__class__ is not list and not isinstance(output, list):
         return [f"{where}.output: must be a list of items, got {type(output).__name__}"]
     if output_shape_fine(output):
         return []  # the usual output: nothing to name, no path built
@@ -235,15 +235,14 @@ def output_shape_fine(output: list[Any]) -> bool:
 
 def _item_shape_fine(item: Any) -> bool:
     """Whether an output item passes :func:`response_shape_errors`'s checks (a fast path: plain
-    ``dict``/``str``/``list`` types; anything else goes through the full checks)."""
+    ``dict``/``str``/``list`` types, looked at without a call per field; anything else goes
+    through the full checks)."""
     if item.__class__ is not dict:
         return False
-    get = item.get
     for key in ("type", "role", "name", "arguments", "call_id"):
-        value = get(key)
-        if value is not None and value.__class__ is not str:
+        if key in item and item[key] is not None and item[key].__class__ is not str:
             return False
-    content = get("content")
+    content = item["content"] if "content" in item else None
     if content is None or content.__class__ is str:
         return True
     if content.__class__ is not list:
@@ -251,8 +250,7 @@ def _item_shape_fine(item: Any) -> bool:
     for part in content:
         if part.__class__ is not dict:
             return False
-        text = part.get("text")
-        if text is not None and text.__class__ is not str:
+        if "text" in part and part["text"] is not None and part["text"].__class__ is not str:
             return False
     return True
 

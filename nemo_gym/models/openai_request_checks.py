@@ -5,6 +5,11 @@ Every model server runs these before its handler, so a malformed request (a mess
 inside a conversion with a 500. Only the structure the servers rely on is checked; values an
 engine judges (a model name it does not serve, a temperature it cannot honour) are left to it.
 Token-ID arrays are checked to be lists, not element by element, so large ones stay cheap.
+
+A request as JSON parses it (plain ``dict``, ``list``, ``str``, ...) is first checked on a fast
+path that compares exact types and makes no call per field; anything it does not accept (a
+wrong shape, or a subclass such as ``bool`` where a number goes) goes through the full checks,
+which name the field.
 """
 
 from __future__ import annotations
@@ -97,8 +102,125 @@ def _check_parameters(parameters: Any, where: str) -> None:
         raise _fail(f"{where}.required must be a list of property names, got {_kind(required)}")
 
 
+def _common_fine(body: dict[str, Any]) -> bool:
+    """Whether the fields every request shares are plain values :func:`_check_common` accepts."""
+    if "stream" in body and body["stream"] is not None and body["stream"].__class__ is not bool:
+        return False
+    if "model" in body and body["model"] is not None and body["model"].__class__ is not str:
+        return False
+    if "metadata" in body and body["metadata"] is not None and body["metadata"].__class__ is not dict:
+        return False
+    for key in ("temperature", "top_p"):
+        if key in body and body[key] is not None and body[key].__class__ not in _NUMBERS:
+            return False
+    if "tools" in body and body["tools"] is not None:
+        tools = body["tools"]
+        if tools.__class__ is not list:
+            return False
+        for tool in tools:
+            if tool.__class__ is not dict:
+                return False
+    return True
+
+
+_NUMBERS = frozenset({int, float})
+
+
+def _parameters_fine(parameters: Any) -> bool:
+    """Whether a function tool's schema is one :func:`_check_parameters` accepts (plain values)."""
+    if parameters is None:
+        return True
+    if parameters.__class__ is not dict:
+        return False
+    if "properties" in parameters and parameters["properties"] is not None:
+        properties = parameters["properties"]
+        if properties.__class__ is not dict:
+            return False
+        for schema in properties.values():
+            if schema.__class__ is not dict:
+                return False
+    if "required" in parameters and parameters["required"] is not None:
+        required = parameters["required"]
+        if required.__class__ is not list:
+            return False
+        for name in required:
+            if name.__class__ is not str:
+                return False
+    return True
+
+
+def _responses_fine(body: dict[str, Any]) -> bool:
+    """Whether a Responses request (its common fields already fine) passes every check of
+    :func:`check_responses_request`, seen on plain values only."""
+    if "max_output_tokens" in body:
+        value = body["max_output_tokens"]
+        if value is not None and value.__class__ is not int:
+            return False
+    if "tools" in body and body["tools"]:
+        for tool in body["tools"]:
+            if ("type" not in tool or tool["type"] == "function") and (
+                "name" not in tool
+                or tool["name"].__class__ is not str
+                or not _parameters_fine(tool.get("parameters"))
+            ):
+                return False
+    items = body["input"] if "input" in body else None
+    if items.__class__ is str:
+        return True
+    if items.__class__ is not list:
+        return False
+    for item in items:
+        if item.__class__ is not dict:
+            return False
+        kind = item["type"] if "type" in item else "message"
+        if kind == "message":
+            if "role" not in item or item["role"].__class__ is not str:
+                return False
+            content = item["content"] if "content" in item else None
+            if content is not None and content.__class__ is not str:
+                if content.__class__ is not list:
+                    return False
+                for part in content:
+                    if part.__class__ is not dict or "type" not in part or part["type"].__class__ is not str:
+                        return False
+                    for key in ("text", "refusal"):
+                        if key in part and part[key] is not None and part[key].__class__ is not str:
+                            return False
+        elif kind == "function_call":
+            if "name" not in item or item["name"].__class__ is not str:
+                return False
+            if "arguments" not in item or item["arguments"].__class__ is not str:
+                return False
+            if "call_id" in item and item["call_id"] is not None and item["call_id"].__class__ is not str:
+                return False
+        elif kind == "function_call_output":
+            if "call_id" in item and item["call_id"] is not None and item["call_id"].__class__ is not str:
+                return False
+            if (
+                "output" in item
+                and item["output"].__class__ is not str
+                and item["output"].__class__ is not list
+            ):
+                return False
+        elif kind.__class__ is not str:
+            return False
+        elif kind == "reasoning" and "summary" in item and item["summary"].__class__ is not list:
+            return False
+        for key in _TOKEN_ID_LISTS:
+            if key in item and item[key] is not None and item[key].__class__ is not list:
+                return False
+    return True
+
+
 def check_responses_request(body: Any) -> None:
     """Raise ``HTTPError`` 400 naming the field when a Responses create request has the wrong shape."""
+    if body.__class__ is dict and _common_fine(body) and _responses_fine(body):
+        return
+    check_responses_request_fully(body)
+
+
+def check_responses_request_fully(body: Any) -> None:
+    """:func:`check_responses_request` without its fast path (every check, field by field)."""
     body = _check_common(body)
     value = body.get("max_output_tokens")
     if value is not None and (not isinstance(value, int) or isinstance(value, bool)):

@@ -60,6 +60,7 @@ from nemo_gym.base_responses_api_model import (
 )
 from nemo_gym.failure_classes import BAD_UPSTREAM_BODY, TIMEOUT
 from nemo_gym.openai_utils import NeMoGymAsyncOpenAI, OpenAIEndpointError
+from nemo_gym.response_items import output_shape_fine
 
 # This package's client class, bound at import (a test replaces the name NeMoGymAsyncOpenAI).
 _OwnClient = NeMoGymAsyncOpenAI
@@ -353,6 +354,10 @@ class OpenAIModel(SimpleResponsesAPIModel):
     def _checked(self, path: str, value: dict[str, Any], url: str) -> dict[str, Any]:
         # A 200 that is not the object asked for ({}, {"error": ...}, "output" a string) is the
         # upstream's fault: a classified 502, never handed on as a model's answer.
+        if path == "/responses" and value.__class__ is dict and "output" in value:
+            output = value["output"]
+            if output.__class__ is list and output_shape_fine(output):
+                return value  # the usual answer: what responses_object_problem passes
         problem = (chat_completion_problem if path == "/chat/completions" else responses_object_problem)(
             value
         )
