@@ -184,7 +184,8 @@ def check_responses_object(body: Any, server: str, path: str) -> dict[str, Any]:
     if body.__class__ is dict:
         output = body.get("output")
         if output.__class__ is list and output_shape_fine(output):
-            return cast(dict[str, Any], body)  # the usual answer: what responses_object_problem passes
+            answer: dict[str, Any] = body
+            return answer  # the usual answer: what responses_object_problem passes
     problem = responses_object_problem(body)
     if problem is None:
         return cast(dict[str, Any], body)

@@ -118,20 +118,20 @@ class ModelConversation:
     def _request(self, params: dict[str, Any], items: Sequence[Any], ask: bool) -> dict[str, Any]:
         if not ask:
             return {**params, "input": list(items)}
-        if self.kept_id is not None and self._continues(items):
+        count = self._kept_count
+        # The history still holds what the server kept (its last item where it was), and more.
+        if (
+            self.kept_id is not None
+            and len(items) > count
+            and (count == 0 or items[count - 1] is self._kept_last)
+        ):
             return {
                 **params,
-                "input": list(items[self._kept_count :]),
+                "input": list(items[count:]),
                 "previous_response_id": self.kept_id,
                 "store": True,
             }
         return {**params, "input": list(items), "store": True}
-
-    def _continues(self, items: Sequence[Any]) -> bool:
-        count = self._kept_count
-        if len(items) <= count:
-            return False
-        return count == 0 or items[count - 1] is self._kept_last
 
     def _forget(self) -> None:
         self.kept_id, self._kept_count, self._kept_last = None, 0, None
