@@ -48,8 +48,9 @@ class Env(SimpleResourcesServer):
 class Recorder:
     """A fake OpenAI Responses endpoint: ``turns`` tool calls (with token-ID fields), then an answer."""
 
-    def __init__(self, turns: int) -> None:
+    def __init__(self, turns: int, token_ids: bool = True) -> None:
         self.turns = turns
+        self.token_ids = token_ids
         self.raw: list[bytes] = []
         self.url = ""
 
@@ -87,13 +88,15 @@ class Recorder:
                     "generation_log_probs": [-0.5, -0.25],
                 },
             ]
+        if not self.token_ids:
+            output = _stripped(output)
         response = build_response(output, body, model=body.get("model") or "m", usage=usage_dict(1, 1))
         return {**response, "id": f"resp_{n}"}
 
 
 @contextlib.contextmanager
-def recording_upstream(turns: int) -> Iterator[Recorder]:
-    state = Recorder(turns)
+def recording_upstream(turns: int, token_ids: bool = True) -> Iterator[Recorder]:
+    state = Recorder(turns, token_ids)
 
     async def responses(request: web.Request) -> web.Response:
         raw = await request.read()
@@ -117,7 +120,9 @@ class RecordingModel(OpenAIModel):
         return await super()._serve_responses(body)
 
 
-def run_rollout(turns: int, **model_fields: Any) -> tuple[list[bytes], dict[str, Any], RecordingModel]:
+def run_rollout(
+    turns: int, token_ids: bool = True, **model_fields: Any
+) -> tuple[list[bytes], dict[str, Any], RecordingModel]:
     row = {
         "responses_create_params": {
             "input": [{"role": "user", "content": "look it up"}],
@@ -125,7 +130,7 @@ def run_rollout(turns: int, **model_fields: Any) -> tuple[list[bytes], dict[str,
             "temperature": 0.5,
         }
     }
-    with recording_upstream(turns) as upstream:
+    with recording_upstream(turns, token_ids) as upstream:
         model = RecordingModel({"name": "model", "openai_base_url": upstream.url, **model_fields})
         with (
             running_agent(
@@ -142,6 +147,9 @@ def run_rollout(turns: int, **model_fields: Any) -> tuple[list[bytes], dict[str,
 def test_the_upstream_gets_the_same_bytes_with_and_without_kept_conversations(turns: int) -> None:
     kept_raw, kept_body, kept_model = run_rollout(turns)
     full_raw, full_body, full_model = run_rollout(turns, kept_conversations_max=0)
+    # Without token IDs the kept items' JSON is sent as the conversation encoded it.
+    plain_raw, _, _ = run_rollout(turns, token_ids=False)
+    assert plain_raw == run_rollout(turns, token_ids=False, kept_conversations_max=0)[0]
     assert len(kept_raw) == turns + 1
     assert kept_raw == full_raw
     assert kept_body["response"]["output"] == full_body["response"]["output"]
@@ -289,3 +297,43 @@ def test_a_kept_conversation_converts_only_new_items_and_gets_the_same_chat_requ
     finally:
         reset_current_conversation(token)
     assert kept == responses_to_chat_request({"input": changed}, think_tags=think_tags)
+
+
+def test_the_encoded_input_is_each_items_json_without_nemo_gyms_fields_turn_after_turn() -> None:
+    """openai_model's encoded input of a kept conversation (its first turn's items encoded one by
+    one, later ones taken from the conversation's own JSON of what each extend added, or encoded
+    again where they hold token IDs) is always the JSON of the items without nemo_gym's fields,
+    also after a failed turn is undone."""
+    from responses_api_models.openai_model.app import _FIELD_MARKS, _NEMO_GYM_ITEM_FIELDS, _encoded_items
+    from responses_api_models.openai_model.app import strip_nemo_gym_fields as strip
+
+    assert all(any(mark.decode() in field for mark in _FIELD_MARKS) for field in _NEMO_GYM_ITEM_FIELDS)
+    history = _history(9)
+    conversation = KeptConversation()
+    conversation.extend(history[:3])
+    steps = [
+        (3, 4, False),
+        (4, 7, True),
+        (7, 7, False),
+        (7, 12, False),
+        (12, 13, True),
+        (13, len(history), True),
+    ]
+    for number, (start, end, round_trip) in enumerate(steps):
+        mark = (len(conversation.items), conversation.nbytes)
+        conversation.extend(history[start:end], round_trip=round_trip)
+        if number == 3:  # this turn fails: undone, then made again
+            conversation.truncate(*mark)
+            assert (
+                b"".join(_encoded_items(conversation))
+                == orjson.dumps(list(map(strip, history[:start])))[1:-1]
+            )
+            conversation.extend(history[start:end])
+        expected = orjson.dumps([strip(item) for item in conversation.items])
+        assert b"[" + b"".join(_encoded_items(conversation)) + b"]" == expected, number
+    assert conversation.items == history
+    first_use = KeptConversation()
+    first_use.extend([])
+    assert _encoded_items(first_use) == []
+    first_use.extend(history[:2])
+    assert b"[" + b"".join(_encoded_items(first_use)) + b"]" == orjson.dumps(history[:2])

@@ -440,17 +440,48 @@ def _with_encoded_input(request: dict[str, Any], chunks: list[bytes]) -> Encoded
     return EncodedJSON([head + b"[", *chunks, b"]" + tail])
 
 
+class _EncodedInput:
+    """A kept conversation's input as encoded for the upstream: the items' JSON in pieces (the
+    first bare, each later one after a comma), the items and the conversation's ``encoded``
+    entries they cover."""
+
+    __slots__ = ("chunks", "items", "entries")
+
+    def __init__(self, chunks: list[bytes], items: int, entries: int) -> None:
+        self.chunks = chunks
+        self.items = items
+        self.entries = entries
+
+
+# Every nemo_gym item field contains one of these: JSON without them has none of the fields.
+_FIELD_MARKS = (b"token_ids", b"log_probs")
+
+
 def _encoded_items(conversation: KeptConversation) -> list[bytes]:
-    """The conversation's items without nemo_gym's fields, each encoded once: the items added
-    since the last turn are encoded now, the rest is kept with the conversation."""
-    cached = conversation.derived.get(_ENCODED_INPUT)
-    if cached is None:
-        cached = conversation.derived[_ENCODED_INPUT] = []
+    """The conversation's items without nemo_gym's fields, encoded once: on its first turn here
+    each item is encoded, later the JSON of the items added since (the conversation keeps it
+    from its ``extend``) is taken as is, or, where it holds one of nemo_gym's fields, the items
+    are encoded again without them."""
     items = conversation.items
-    for item in items[len(cached) :]:
-        encoded = orjson.dumps(strip_nemo_gym_fields(item))
-        cached.append(b"," + encoded if cached else encoded)
-    return cached
+    done: _EncodedInput | None = conversation.derived.get(_ENCODED_INPUT)
+    if done is None:
+        chunks = [orjson.dumps(strip_nemo_gym_fields(item)) for item in items]
+        chunks[1:] = [b"," + chunk for chunk in chunks[1:]]
+        entries = conversation.keep_encoded()
+        conversation.derived[_ENCODED_INPUT] = _EncodedInput(chunks, len(items), len(entries))
+        return chunks
+    entries = conversation.encoded or []
+    chunks = done.chunks
+    for end, encoded in entries[done.entries :]:
+        if _FIELD_MARKS[0] in encoded or _FIELD_MARKS[1] in encoded:
+            for item in items[done.items : end]:
+                chunk = orjson.dumps(strip_nemo_gym_fields(item))
+                chunks.append(b"," + chunk if chunks else chunk)
+        else:
+            chunks.append(encoded if chunks else encoded[1:])
+        done.items = end
+    done.entries = len(entries)
+    return chunks
 
 
 def _chat_request(request: dict[str, Any]) -> dict[str, Any]:
