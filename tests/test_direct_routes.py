@@ -10,7 +10,7 @@ import threading
 
 import pytest
 from starlette.responses import Response
-from starlette.routing import Mount, Route
+from starlette.routing import Host, Mount, Route
 
 from nemo_gym.base_resources_server import BaseResourcesServerConfig, SimpleResourcesServer, tool
 from nemo_gym.serving import direct_routes
@@ -48,7 +48,18 @@ def test_only_leading_exact_paths_are_taken_and_never_a_shadowed_one() -> None:
     found = direct_endpoints(routes)
     assert set(found) == {("POST", "/a")}
     assert found[("POST", "/a")] is a._ng_asgi  # type: ignore[attr-defined]
-    assert direct_endpoints([Mount("/m", app=_plain), Route("/a", a, methods=["POST"])]) == {}  # type: ignore[arg-type]
+    # A path no earlier route could match is taken after them; a mount's paths are not.
+    e = _endpoint()
+    assert set(direct_endpoints([*routes, Route("/e/f", e, methods=["POST"])])) == {  # type: ignore[arg-type]
+        ("POST", "/a"),
+        ("POST", "/e/f"),
+    }
+    assert direct_endpoints([Mount("/m", app=_plain), Route("/m/a", a, methods=["POST"])]) == {}  # type: ignore[arg-type]
+    assert set(direct_endpoints([Mount("/m", app=_plain), Route("/a", a, methods=["POST"])])) == {
+        ("POST", "/a")
+    }  # type: ignore[arg-type]
+    assert direct_endpoints([Mount("", app=_plain), Route("/a", a, methods=["POST"])]) == {}  # type: ignore[arg-type]
+    assert direct_endpoints([Host("h", app=_plain), Route("/a", a, methods=["POST"])]) == {}  # type: ignore[arg-type]
 
 
 class CounterServer(SimpleResourcesServer):
@@ -304,4 +315,6 @@ def test_a_resources_servers_hops_are_direct() -> None:
     assert direct.find("GET", "/add") is None and direct.find("POST", "/nowhere") is None
     model = ScriptedModel({"name": "scripted", "scripts": []}).build_app()
     assert model.ng_direct.find("POST", "/v1/responses") is not None  # type: ignore[attr-defined]
+    # After DELETE /v1/responses/{response_id}, which cannot match it.
+    assert model.ng_direct.find("POST", "/v1/chat/completions") is not None  # type: ignore[attr-defined]
     assert model.ng_direct.shape is not None  # type: ignore[attr-defined]

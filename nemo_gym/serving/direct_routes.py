@@ -9,8 +9,8 @@ sends such requests to the endpoint's ASGI form (``endpoint._ng_asgi``) by a dic
 and leaves everything else (other methods, paths with parameters, mounts, 404/405) to the
 starlette app, unchanged.
 
-A route is taken only while no route before it could match another path (a path parameter, a
-mount): starlette picks the first route that matches, and a direct route must never answer a
+A route is taken only when no route before it (one with path parameters, a mount) could match
+its path: starlette picks the first route that matches, and a direct route must never answer a
 request starlette would have given to another route.
 """
 
@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from starlette.requests import cookie_parser
-from starlette.routing import Route
+from starlette.routing import Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from nemo_gym.serving.protocol import SESSION_COOKIE
@@ -49,19 +49,26 @@ def session_cookie(scope: Scope) -> str | None:
 
 
 def direct_endpoints(routes: Iterable[Any]) -> dict[tuple[str, str], AsgiEndpoint]:
-    """``(method, path) -> ASGI endpoint`` for the leading exact-path routes that have one."""
+    """``(method, path) -> ASGI endpoint`` for the exact-path routes that have one and that no
+    route before them could take (starlette serves the first route that matches)."""
     found: dict[tuple[str, str], AsgiEndpoint] = {}
+    patterns: list[Any] = []  # the paths of earlier routes with parameters, and of mounts
     for route in routes:
-        if not isinstance(route, Route) or route.param_convertors:
-            break  # a mount or a path with parameters: what follows may be shadowed by it
-        asgi = getattr(route.endpoint, "_ng_asgi", None)
-        for method in route.methods or ():
-            key = (method, route.path)
-            if asgi is not None and method != "HEAD":
-                found.setdefault(key, asgi)
-            else:
-                # A plain route (or HEAD) claims its path for this method: nothing later may take it.
-                found.setdefault(key, _UNTAKEN)
+        if isinstance(route, Route) and not route.param_convertors:
+            shadowed = any(pattern.match(route.path) for pattern in patterns)
+            asgi = getattr(route.endpoint, "_ng_asgi", None)
+            for method in route.methods or ():
+                key = (method, route.path)
+                if asgi is not None and method != "HEAD" and not shadowed:
+                    found.setdefault(key, asgi)
+                else:
+                    # A plain route (or HEAD, or a path an earlier route may take) claims its
+                    # path for this method: nothing later may take it.
+                    found.setdefault(key, _UNTAKEN)
+        elif isinstance(route, (Route, Mount)):
+            patterns.append(route.path_regex)  # whatever its methods: a path it matches is not taken
+        else:
+            break  # a route matched by something else than its path (a host): nothing after is taken
     return {key: value for key, value in found.items() if value is not _UNTAKEN}
 
 
