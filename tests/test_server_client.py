@@ -8,7 +8,7 @@ import pytest
 from nemo_gym.base_resources_server import BaseResourcesServerConfig, SimpleResourcesServer, tool
 from nemo_gym.launch.launcher import free_port
 from nemo_gym.serving.server_client import ServerCallError, ServerClient
-from nemo_gym.testing import running_server, serving_aiohttp_app
+from nemo_gym.testing import running_aiohttp_app, running_server, serving_aiohttp_app
 
 
 class Probe(SimpleResourcesServer):
@@ -156,3 +156,35 @@ async def test_a_burst_of_first_calls_shares_one_head_lookup():
             assert info.value.kind == "not_found" and len(lookups) == 2
         finally:
             await client.close()
+
+
+def test_a_rollout_finds_a_server_restarted_on_another_port_through_the_head_server():
+    from aiohttp import web
+
+    lookups = []
+    with running_server(Probe({"name": "probe"})) as live:
+        listed = [f"http://127.0.0.1:{free_port()}", live]  # where it was (nothing there now), where it is
+
+        async def instances(request: web.Request) -> web.Response:
+            url = listed[min(len(lookups), 1)]
+            lookups.append(url)
+            port = int(url.rsplit(":", 1)[1])
+            return web.json_response([{"name": "probe", "url": url, "host": "127.0.0.1", "port": port}])
+
+        app = web.Application()
+        app.router.add_get("/server_instances", instances)
+        with running_aiohttp_app(app) as head:
+
+            async def call() -> dict:
+                client = ServerClient(head, connect_retries=1)
+                try:
+                    resp = await client.rollout("r1").post("probe", "/whoami", {})
+                    assert resp.status == 200
+                    return resp.json()
+                finally:
+                    await client.close()
+
+            # The first address refuses (no request reached anything): the name is looked up
+            # again once and the call goes to where the server is now.
+            assert asyncio.run(call()) == {"server": "probe", "calls": 1}
+            assert lookups == listed
