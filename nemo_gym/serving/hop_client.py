@@ -349,7 +349,7 @@ class _HopConnection(asyncio.Protocol):
         if self.timer is not None:
             self.timer.cancel()
         waiter, stream = self.waiter, self.stream
-        response = None if waiter is None else self._response(b"".join(self.parts), None)
+        response = None if waiter is None else HopResponse(self.status, self.headers, b"".join(self.parts))
         self._reset()
         if self.paused:
             self.resume()  # paused by the stream's last chunk: the next request's answer must be read
@@ -373,10 +373,10 @@ class _HopConnection(asyncio.Protocol):
         self.max_bytes = max_bytes
         self.timer = self.loop.call_at(deadline, self._deadline_passed)
         assert self.transport is not None
-        if isinstance(request, bytes):
-            self.transport.write(request)
+        if request.__class__ is bytes:  # what build_request makes: bytes, or a list of them
+            self.transport.write(request)  # type: ignore[arg-type]
         else:
-            self.transport.writelines(request)
+            self.transport.writelines(request)  # type: ignore[arg-type]
         return waiter
 
     def abort_request(self, owner: object) -> None:
@@ -600,33 +600,43 @@ def encode_headers(headers: Iterable[tuple[str, str]]) -> bytes:
     return out.encode("latin-1")
 
 
-def build_request(
-    method: str, host: str, port: int, path: str, headers: bytes, body: bytes | list[bytes] | None
-) -> bytes | list[bytes]:
-    """The bytes of one HTTP/1.1 request (a list for a large body or one in pieces: no copy of it)."""
+def request_head(method: str, host: str, port: int, path: str, headers: bytes) -> bytes:
+    """A request's first lines: the request line, ``Host`` and ``headers`` (from
+    :func:`encode_headers`); :func:`build_request` adds ``Content-Length`` and the body. A caller
+    sending many requests alike builds it once and passes it to :func:`request` as ``head``."""
     if not path.isascii() or " " in path or "\r" in path or "\n" in path:
         path = urllib.parse.quote(path, safe="/?#&=%:@!$'()*+,;~-._")  # never a line break on the wire
-    if body is None:
-        return b"%s %s HTTP/1.1\r\nHost: %s:%d\r\n%s\r\n" % (
-            method.encode(),
-            path.encode(),
-            host.encode(),
-            port,
-            headers,
-        )
-    head = b"%s %s HTTP/1.1\r\nHost: %s:%d\r\n%sContent-Length: %d\r\n\r\n" % (
+    return b"%s %s HTTP/1.1\r\nHost: %s:%d\r\n%s" % (
         method.encode(),
         path.encode(),
         host.encode(),
         port,
         headers,
-        len(body) if isinstance(body, bytes) else sum(map(len, body)),
     )
-    if not isinstance(body, bytes):
-        return [head, *body]
-    if len(body) < 65536:
-        return head + body
-    return [head, body]
+
+
+def build_request(
+    method: str,
+    host: str,
+    port: int,
+    path: str,
+    headers: bytes,
+    body: bytes | list[bytes] | None,
+    head: bytes | None = None,
+) -> bytes | list[bytes]:
+    """The bytes of one HTTP/1.1 request (a list for a large body or one in pieces: no copy of it);
+    ``head``: :func:`request_head`'s bytes for these, already built."""
+    if head is None:
+        head = request_head(method, host, port, path, headers)
+    if body is None:
+        return head + b"\r\n"
+    if body.__class__ is not bytes and not isinstance(body, bytes):
+        return [b"%sContent-Length: %d\r\n\r\n" % (head, sum(map(len, body))), *body]
+    size = len(body)
+    first = b"%sContent-Length: %d\r\n\r\n" % (head, size)
+    if size < 65536:
+        return first + body
+    return [first, body]
 
 
 async def request(
@@ -644,20 +654,23 @@ async def request(
     stream: bool = False,
     unix_path: str | None = None,
     unix_peer_pid: int = 0,
+    head: bytes | None = None,
 ) -> HopResponse:
     """Send one request through ``pool`` and return its answer (read whole unless ``stream``).
 
     ``unix_path``: connect through that Unix socket (``Host`` still names ``host:port``), whose
     listener must be process ``unix_peer_pid`` (else :class:`HopConnectError`, nothing sent).
 
-    ``headers`` comes from :func:`encode_headers` (``Host`` and ``Content-Length`` are added).
+    ``headers`` comes from :func:`encode_headers` (``Host`` and ``Content-Length`` are added);
+    ``head``, when given, is :func:`request_head`'s bytes for this method, host, port, path and
+    headers (built once by a caller that sends many such requests).
 
     ``deadline`` is on the loop's clock (``loop.time()``) and covers waiting for a connection,
     connecting, and the whole answer (a streamed body too). Raises :class:`HopError`.
     """
     if method in ("HEAD", "CONNECT"):
         raise ValueError(f"{method} is not supported by the hop client")
-    data = build_request(method, host, port, path, headers, body)
+    data = build_request(method, host, port, path, headers, body, head)
     fresh = False
     while True:
         # An idle connection without the acquire coroutine (what acquire hands out first anyway).

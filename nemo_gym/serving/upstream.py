@@ -186,7 +186,7 @@ class UpstreamHTTP:
         self.first_backoff_s = first_backoff_s
         self.connections = LoopConnections(max_connections)
         self.max_connections = self.connections.max_connections
-        self._hop_targets: dict[str, tuple[str, int, str] | None] = {}
+        self._hop_targets: dict[str, _HopTarget | None] = {}
         self._use_hop_client = hop_client_enabled()
         # Per-call constants, built once (the settings above are fixed at construction): the
         # retry policy, and the header lines of a call without extra headers, with and without
@@ -217,17 +217,18 @@ class UpstreamHTTP:
             max_status_retries=self.max_status_retries,
         )
 
-    def _hop_target(self, url: str) -> tuple[str, int, str] | None:
-        """``(host, port, path)`` of a plain-HTTP URL, None for one aiohttp takes."""
+    def _hop_target(self, url: str) -> _HopTarget | None:
+        """``(host, port, path, heads)`` of a plain-HTTP URL, None for one aiohttp takes; ``heads``:
+        the request heads built for it (:func:`hop_client.request_head`) by method and body."""
         try:
             return self._hop_targets[url]
         except KeyError:
             pass
-        target = None
+        target: _HopTarget | None = None
         parts = urllib.parse.urlsplit(url)
         if self._use_hop_client and parts.scheme == "http" and parts.hostname:
             path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-            target = (parts.hostname, parts.port or 80, path)
+            target = (parts.hostname, parts.port or 80, path, {})
         if len(self._hop_targets) < 4096:  # URLs are a handful of endpoints; never grow unbounded
             self._hop_targets[url] = target
         return target
@@ -303,26 +304,56 @@ class UpstreamHTTP:
                 return await send_with_retries(send, policy, self.request_timeout_s)
             except TransportFailure as failure:
                 raise UpstreamError(failure.kind, url, failure.describe()) from (failure.__cause__ or failure)
+        host, port, path, heads = target
         if extra_headers or self._encoded_headers is None:
             encoded = hop_client.encode_headers(self._call_headers(extra_headers, data is not None).items())
+            head = hop_client.request_head(method, host, port, path, encoded)
         else:
             encoded = self._encoded_headers[data is not None]
+            kind = (method, data is not None)
+            built = heads.get(kind)
+            if built is None:
+                built = hop_client.request_head(method, host, port, path, encoded)
+                if len(heads) < 16:  # a handful of methods: never grows unbounded
+                    heads[kind] = built
+            head = built
         # The first try is made here (no retry loop, closure or extra coroutine on a call that
         # needs none); a try to repeat, or an answer whose status is retried, goes on in the loop.
         started = time.monotonic()
+        first_failure: NotConnected | None = None
+        first_answer: UpstreamResponse | None = None
         try:
+            pool = self.connections.pool()
             try:
-                answer = await self._hop_try(
-                    method, url, target, encoded, data, stream, self.request_timeout_s, 1
+                resp = await hop_client.request(
+                    pool,
+                    method,
+                    host,
+                    port,
+                    path,
+                    encoded,
+                    data,
+                    deadline=pool.loop.time() + self.request_timeout_s,
+                    connect_timeout_s=self.connect_timeout_s,
+                    stream=stream,
+                    head=head,
                 )
-            except NotConnected as exc:
-                first_failure: NotConnected | None = exc
-                first_answer: UpstreamResponse | None = None
+                if stream and 200 <= resp.status < 300:
+                    answer = UpstreamResponse(resp.status, b"", _HopHeaders(resp), 1, None, url, resp)
+                else:
+                    content = await resp.read() if stream else resp.body  # read whole unless a stream
+                    answer = UpstreamResponse(resp.status, content, _HopHeaders(resp), 1)
+            except hop_client.HopError as exc:
+                fault = hop_failure(exc, self.request_timeout_s, retry_unanswered=True)
+                if not isinstance(fault, NotConnected):
+                    raise fault from exc
+                fault.__cause__ = exc  # as raised from the hop's error, for the retry loop
+                first_failure = fault
             else:
                 if policy.max_status_retries <= 0 or answer.status not in policy.retry_statuses:
                     return answer
-                first_failure, first_answer = None, answer
-            send = self._hop_attempt(method, url, target, data, encoded, stream)
+                first_answer = answer
+            send = self._hop_attempt(method, url, target, data, encoded, head, stream)
             return await send_with_retries(
                 send,
                 policy,
@@ -365,49 +396,44 @@ class UpstreamHTTP:
         self,
         method: str,
         url: str,
-        target: tuple[str, int, str],
+        target: _HopTarget,
         data: bytes | list[bytes] | None,
         encoded: bytes,
+        head: bytes,
         stream: bool,
     ) -> Callable[[float, int], Awaitable[UpstreamResponse]]:
-        """One try through the lean hop client (plain-HTTP upstreams); ``encoded``: the header lines."""
+        """One more try through the lean hop client (plain-HTTP upstreams; :meth:`_send` makes the
+        first); ``encoded``: the header lines, ``head``: the request's head built from them."""
 
-        def attempt(remaining: float, attempts: int) -> Awaitable[UpstreamResponse]:
-            return self._hop_try(method, url, target, encoded, data, stream, remaining, attempts)
+        async def attempt(remaining: float, attempts: int) -> UpstreamResponse:
+            host, port, path, _ = target
+            pool = self.connections.pool()
+            try:
+                resp = await hop_client.request(
+                    pool,
+                    method,
+                    host,
+                    port,
+                    path,
+                    encoded,
+                    data,
+                    deadline=pool.loop.time() + remaining,
+                    connect_timeout_s=self.connect_timeout_s,
+                    stream=stream,
+                    head=head,
+                )
+                if stream and 200 <= resp.status < 300:
+                    return UpstreamResponse(resp.status, b"", _HopHeaders(resp), attempts, None, url, resp)
+                return UpstreamResponse(resp.status, await resp.read(), _HopHeaders(resp), attempts)
+            except hop_client.HopError as exc:
+                raise hop_failure(exc, self.request_timeout_s, retry_unanswered=True) from exc
 
         return attempt
 
-    async def _hop_try(
-        self,
-        method: str,
-        url: str,
-        target: tuple[str, int, str],
-        encoded: bytes,
-        data: bytes | list[bytes] | None,
-        stream: bool,
-        remaining: float,
-        attempts: int,
-    ) -> UpstreamResponse:
-        host, port, path = target
-        pool = self.connections.pool()
-        try:
-            resp = await hop_client.request(
-                pool,
-                method,
-                host,
-                port,
-                path,
-                encoded,
-                data,
-                deadline=pool.loop.time() + remaining,
-                connect_timeout_s=self.connect_timeout_s,
-                stream=stream,
-            )
-            if stream and 200 <= resp.status < 300:
-                return UpstreamResponse(resp.status, b"", _HopHeaders(resp), attempts, None, url, resp)
-            return UpstreamResponse(resp.status, await resp.read(), _HopHeaders(resp), attempts)
-        except hop_client.HopError as exc:
-            raise hop_failure(exc, self.request_timeout_s, retry_unanswered=True) from exc
+
+# A plain-HTTP URL as the hop client takes it: host, port, path, and the request heads built for
+# it, by (method, whether a body follows).
+_HopTarget = tuple[str, int, str, dict[tuple[str, bool], bytes]]
 
 
 class _HopHeaders(Mapping[str, str]):
