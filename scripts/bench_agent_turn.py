@@ -274,7 +274,7 @@ def measure(
                 args.py_spy, Path(tree).name, {agent.pid: "agent"}, args.py_spy_native
             )
         process = psutil.Process(agent.pid)
-        before, before_ns = process.cpu_times(), cpu_ns(agent.pid)
+        before, before_ns, started = process.cpu_times(), cpu_ns(agent.pid), time.perf_counter()
         threads = [
             threading.Thread(target=worker, args=(args.rollouts // args.threads,))
             for _ in range(args.threads)
@@ -283,13 +283,14 @@ def measure(
             thread.start()
         for thread in threads:
             thread.join()
-        after, after_ns = process.cpu_times(), cpu_ns(agent.pid)
+        after, after_ns, wall = process.cpu_times(), cpu_ns(agent.pid), time.perf_counter() - started
         for spy in spies:
             spy.send_signal(signal.SIGINT)
             spy.wait(timeout=30)
         made = sum(turns)
         result = {
             "turns": made,
+            "turns_per_s": made / wall,
             "cpu_us_per_turn": (after_ns - before_ns) / 1e3 / made,
             "user_us_per_turn": 1e6 * (after.user - before.user) / made,
             "system_us_per_turn": 1e6 * (after.system - before.system) / made,
@@ -366,7 +367,7 @@ def main() -> None:
                     print(
                         f"round {repeat + 1} {tree}: {result['cpu_us_per_turn']:.0f} us agent CPU per turn "
                         f"(user {result['user_us_per_turn']:.0f}, system {result['system_us_per_turn']:.0f})"
-                        f"{calls}, {result['turns']} turns, load {result['load']:.1f}",
+                        f"{calls}, {result['turns']} turns at {result['turns_per_s']:.0f}/s, load {result['load']:.1f}",
                         flush=True,
                     )
                     if profile_to and args.top and repeat == args.repeats - 1:
