@@ -43,27 +43,27 @@ DEFAULT_TTL_S = 1800.0
 class KeptConversation:
     """One conversation: its items in order, their encoded sizes, and what servers derived from them.
 
-    ``encoded``: None, or once a server asked for it (:meth:`keep_encoded`), for each later
-    :meth:`extend`, ``(the number of items after it, the JSON of the items it added)``, that JSON
-    written as it continues an array: a comma, then the items' JSON joined by commas. A server
-    sending the items on as JSON (an upstream's ``input``) reuses these bytes instead of
-    encoding each item again.
+    Once a server asks for it (:meth:`take_encoded`), each :meth:`extend` also keeps the JSON of
+    the items it added until the server takes it: a server sending the items on as JSON (an
+    upstream's ``input``) reuses these bytes instead of encoding each item again.
     """
 
-    __slots__ = ("items", "nbytes", "derived", "touched", "encoded")
+    __slots__ = ("items", "nbytes", "derived", "touched", "_encoded")
 
     def __init__(self) -> None:
         self.items: list[Any] = []
         self.nbytes = 0
         self.derived: dict[str, Any] = {}
         self.touched = 0.0
-        self.encoded: list[tuple[int, bytes]] | None = None
+        self._encoded: list[tuple[int, bytes]] | None = None
 
-    def keep_encoded(self) -> list[tuple[int, bytes]]:
-        """Keep the JSON of the items added from now on (see the class); what is kept so far."""
-        if self.encoded is None:
-            self.encoded = []
-        return self.encoded
+    def take_encoded(self) -> list[tuple[int, bytes]]:
+        """The JSON of the items added since the last call (none on the first, which starts
+        keeping it), one entry per :meth:`extend`: ``(the number of items after it, their JSON)``,
+        the JSON written as it continues an array (a comma, then the items joined by commas)."""
+        taken = self._encoded
+        self._encoded = []
+        return taken or []
 
     def extend(self, items: list[Any], round_trip: bool = False) -> int:
         """Append items; the bytes they add (their JSON size). ``round_trip``: keep them as a
@@ -72,8 +72,8 @@ class KeptConversation:
             return 0
         raw = orjson.dumps(items)
         self.items.extend(orjson.loads(raw) if round_trip else items)
-        if self.encoded is not None:
-            self.encoded.append((len(self.items), b"," + raw[1:-1]))
+        if self._encoded is not None:
+            self._encoded.append((len(self.items), b"," + raw[1:-1]))
         size = len(raw)
         self.nbytes += size
         return size
@@ -83,7 +83,7 @@ class KeptConversation:
         del self.items[count:]
         self.nbytes = nbytes
         self.derived.clear()
-        encoded = self.encoded
+        encoded = self._encoded
         while encoded and encoded[-1][0] > count:
             encoded.pop()
 

@@ -441,46 +441,47 @@ def _with_encoded_input(request: dict[str, Any], chunks: list[bytes]) -> Encoded
 
 
 class _EncodedInput:
-    """A kept conversation's input as encoded for the upstream: the items' JSON in pieces (the
-    first bare, each later one after a comma), the items and the conversation's ``encoded``
-    entries they cover."""
+    """A kept conversation's input as encoded for the upstream: the items' JSON in a few pieces
+    (the first starts bare, each later one with a comma), and how many items they cover."""
 
-    __slots__ = ("chunks", "items", "entries")
+    __slots__ = ("chunks", "items")
 
-    def __init__(self, chunks: list[bytes], items: int, entries: int) -> None:
+    def __init__(self, chunks: list[bytes], items: int) -> None:
         self.chunks = chunks
         self.items = items
-        self.entries = entries
-
-
-# Every nemo_gym item field contains one of these: JSON without them has none of the fields.
-_FIELD_MARKS = (b"token_ids", b"log_probs")
 
 
 def _encoded_items(conversation: KeptConversation) -> list[bytes]:
     """The conversation's items without nemo_gym's fields, encoded once: on its first turn here
     each item is encoded, later the JSON of the items added since (the conversation keeps it
-    from its ``extend``) is taken as is, or, where it holds one of nemo_gym's fields, the items
-    are encoded again without them."""
+    from its ``extend``) is taken as is, or, where an item holds one of nemo_gym's fields, the
+    items are encoded again without them.
+
+    The pieces are merged as they come (a piece at least as long as the one before it joins
+    it): a long conversation is a few pieces to write, not one per turn, for copying each byte
+    about log2(turns) times over the whole rollout."""
     items = conversation.items
     done: _EncodedInput | None = conversation.derived.get(_ENCODED_INPUT)
     if done is None:
         chunks = [orjson.dumps(strip_nemo_gym_fields(item)) for item in items]
         chunks[1:] = [b"," + chunk for chunk in chunks[1:]]
-        entries = conversation.keep_encoded()
-        conversation.derived[_ENCODED_INPUT] = _EncodedInput(chunks, len(items), len(entries))
+        chunks = [b"".join(chunks)] if chunks else []
+        conversation.take_encoded()  # covered above; what is added from now on is kept
+        conversation.derived[_ENCODED_INPUT] = _EncodedInput(chunks, len(items))
         return chunks
-    entries = conversation.encoded or []
     chunks = done.chunks
-    for end, encoded in entries[done.entries :]:
-        if _FIELD_MARKS[0] in encoded or _FIELD_MARKS[1] in encoded:
-            for item in items[done.items : end]:
-                chunk = orjson.dumps(strip_nemo_gym_fields(item))
-                chunks.append(b"," + chunk if chunks else chunk)
-        else:
-            chunks.append(encoded if chunks else encoded[1:])
+    for end, encoded in conversation.take_encoded():
+        added = items[done.items : end]
+        for item in added:
+            if item.__class__ is not dict or not _NEMO_GYM_ITEM_FIELD_SET.isdisjoint(item):
+                # One holds nemo_gym's fields (or is no plain object): encoded again without them.
+                encoded = b"".join([b"," + orjson.dumps(strip_nemo_gym_fields(one)) for one in added])
+                break
+        chunks.append(encoded if chunks else encoded[1:])
+        while len(chunks) > 1 and len(chunks[-2]) <= len(chunks[-1]):
+            last = chunks.pop()
+            chunks[-1] += last
         done.items = end
-    done.entries = len(entries)
     return chunks
 
 
