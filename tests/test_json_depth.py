@@ -72,3 +72,27 @@ def test_bodies_past_the_limit_are_a_400_naming_the_depth(depth: int) -> None:
         with pytest.raises(HTTPError) as refused:
             parse_json_object(raw)
         assert refused.value.status_code == 400 and f"nests {depth} levels" in refused.value.message
+
+
+def test_a_long_tool_calling_history_is_scanned_exactly() -> None:
+    """Many strings holding JSON (tool arguments and outputs: brackets and escaped quotes inside
+    strings), text with escapes before closing quotes, and a deep branch among shallow ones."""
+    items: list[Any] = []
+    for n in range(150):
+        items.append({"type": "message", "content": [{"type": "output_text", "text": f"turn {n}\n" * 20}]})
+        items.append(
+            {"type": "function_call", "arguments": json.dumps({"city": "S[F]", "n": [n, {"k": "}"}]})}
+        )
+        items.append({"type": "function_call_output", "output": json.dumps({"w": "cold\\", "q": '"]'})})
+    deep: Any = "x"
+    for _ in range(30):
+        deep = [deep]
+    items.insert(75, {"deep": deep})
+    value = {"response": {"output": items}}
+    depth = reference_depth(value)
+    assert depth == 34
+    for raw in (orjson.dumps(value), json.dumps(value, indent=1).encode()):
+        assert json_nesting_depth(raw) == depth
+        assert nesting_over(raw, depth) is None
+        assert nesting_over(raw, depth - 1) == depth
+        assert nesting_over(raw, 3) == depth
