@@ -257,27 +257,23 @@ async def read_guarded_body(
     past ``limit`` bytes :class:`BodyTooLarge` (413), not complete ``body_timeout_s`` from now
     :class:`BodyTimeout` (408).
     """
-    deadline = loop.time() + body_timeout_s
     chunks: list[bytes] = []
     received = 0
-    while True:
-        remaining = deadline - loop.time()
-        try:
-            if remaining <= 0:
-                raise TimeoutError
-            async with asyncio.timeout(remaining):
+    try:
+        async with asyncio.timeout_at(loop.time() + body_timeout_s):  # one timer for the whole body
+            while True:
                 message = await receive()
-        except TimeoutError:
-            raise BodyTimeout(408, f"request body not received within {body_timeout_s:g}s") from None
-        if message["type"] != "http.request":
-            return None
-        body = message.get("body", b"")
-        received += len(body)
-        if received > limit:
-            raise BodyTooLarge(413, f"request body exceeds the limit of {limit} bytes")
-        chunks.append(body)
-        if not message.get("more_body", False):
-            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+                if message["type"] != "http.request":
+                    return None
+                body = message.get("body", b"")
+                received += len(body)
+                if received > limit:
+                    raise BodyTooLarge(413, f"request body exceeds the limit of {limit} bytes")
+                chunks.append(body)
+                if not message.get("more_body", False):
+                    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    except TimeoutError:
+        raise BodyTimeout(408, f"request body not received within {body_timeout_s:g}s") from None
 
 
 class RequestGuard:
