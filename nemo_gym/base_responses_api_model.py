@@ -308,14 +308,14 @@ class SimpleResponsesAPIModel(BaseServer):
                     code=NOT_FOUND_CODE,
                     param="previous_response_id",
                 )
-        stream = body.get("stream") is True
-        keep = not stream and body.get("store") is True
+        stream = "stream" in body and body["stream"] is True
+        keep = not stream and "store" in body and body["store"] is True
         if conversation is None:
             if not keep:
                 return await _captured(self.responses, body, body)  # type: ignore[no-any-return]
             conversation = KeptConversation()
         new_items = body["input"]
-        if new_items.__class__ is str or isinstance(new_items, str):
+        if new_items.__class__ is not list and isinstance(new_items, str):
             new_items = [{"role": "user", "content": new_items}]
         mark = (len(conversation.items), conversation.nbytes)
         conversation.extend(new_items)
@@ -341,8 +341,11 @@ class SimpleResponsesAPIModel(BaseServer):
             reset_current_conversation(token)
         if not keep or (answer.__class__ is not dict and not isinstance(answer, dict)):
             return answer  # type: ignore[no-any-return]
-        answer_id, output = answer.get("id"), answer.get("output")
-        if not isinstance(answer_id, str) or not isinstance(output, list):
+        answer_id = answer["id"] if "id" in answer else None
+        output = answer["output"] if "output" in answer else None
+        if (answer_id.__class__ is not str and not isinstance(answer_id, str)) or (
+            output.__class__ is not list and not isinstance(output, list)
+        ):
             return answer  # type: ignore[no-any-return]
         conversation.extend(output, round_trip=True)
         if not store.put(rollout, answer_id, conversation):

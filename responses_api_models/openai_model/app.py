@@ -263,13 +263,16 @@ class OpenAIModel(SimpleResponsesAPIModel):
             request["model"] = config.openai_model
         url = self._responses_url if path == "/responses" else self.base_url + path
         value: Any
-        semaphore = self._in_flight_cap()
+        semaphore = None if config.max_concurrent_requests is None else self._in_flight_cap()
         if semaphore is not None:
             await semaphore.acquire()
         try:
             if encoded_input is not None:
                 body = _with_encoded_input(request, encoded_input)
-                value = self._result(await self.http.request("POST", url, body), url)
+                answer = await self.http.request("POST", url, body)
+                if not 200 <= answer.status < 300:
+                    self._result(answer, url)  # raises the error the status means
+                value = orjson.loads(answer.body)
             elif self._client is self._own_client:
                 # What the client's create_* does, on the transport it shares with this server.
                 answer = await self.http.request("POST", url, request)
@@ -302,12 +305,17 @@ class OpenAIModel(SimpleResponsesAPIModel):
         finally:
             if semaphore is not None:
                 semaphore.release()
-        if value.__class__ is not dict and not isinstance(value, dict):
-            raise HTTPError(
-                502,
-                f"OpenAI endpoint {url} answered with JSON that is not an object",
-                failure_class=BAD_UPSTREAM_BODY,
-            )
+        if value.__class__ is not dict:
+            if not isinstance(value, dict):
+                raise HTTPError(
+                    502,
+                    f"OpenAI endpoint {url} answered with JSON that is not an object",
+                    failure_class=BAD_UPSTREAM_BODY,
+                )
+        elif path == "/responses" and "output" in value:
+            output = value["output"]
+            if output.__class__ is list and output_shape_fine(output):
+                return value  # the usual answer: what responses_object_problem passes
         return self._checked(path, value, url)
 
     async def _forward_stream(
@@ -354,10 +362,6 @@ class OpenAIModel(SimpleResponsesAPIModel):
     def _checked(self, path: str, value: dict[str, Any], url: str) -> dict[str, Any]:
         # A 200 that is not the object asked for ({}, {"error": ...}, "output" a string) is the
         # upstream's fault: a classified 502, never handed on as a model's answer.
-        if path == "/responses" and value.__class__ is dict and "output" in value:
-            output = value["output"]
-            if output.__class__ is list and output_shape_fine(output):
-                return value  # the usual answer: what responses_object_problem passes
         problem = (chat_completion_problem if path == "/chat/completions" else responses_object_problem)(
             value
         )
@@ -477,10 +481,12 @@ def _encoded_items(conversation: KeptConversation) -> list[bytes]:
                 # One holds nemo_gym's fields (or is no plain object): encoded again without them.
                 encoded = b"".join([b"," + orjson.dumps(strip_nemo_gym_fields(one)) for one in added])
                 break
-        chunks.append(encoded if chunks else encoded[1:])
-        while len(chunks) > 1 and len(chunks[-2]) <= len(chunks[-1]):
-            last = chunks.pop()
-            chunks[-1] += last
+        piece = encoded if chunks else encoded[1:]
+        size = len(piece)
+        while chunks and len(chunks[-1]) <= size:
+            piece = chunks.pop() + piece
+            size = len(piece)
+        chunks.append(piece)
         done.items = end
     return chunks
 
