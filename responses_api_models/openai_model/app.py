@@ -427,9 +427,18 @@ _NO_LIMIT = _NoLimit()  # holds nothing: one serves every call
 def _responses_request(request: dict[str, Any]) -> dict[str, Any]:
     """``request`` (a dict of this call's own, from :meth:`OpenAIModel._allowed`) as it goes upstream."""
     items = request.get("input")
-    if items.__class__ is list or isinstance(items, list):
-        request["input"] = [strip_nemo_gym_fields(item) for item in items]
+    if (items.__class__ is list or isinstance(items, list)) and not _plain_items(items):
+        request["input"] = _stripped(items)
     return request
+
+
+def _plain_items(items: list[Any]) -> bool:
+    """Whether no item holds nemo_gym's fields (checked from C, item by item: no frame per item);
+    False also when that cannot be told so (an item that is no object: the items are stripped)."""
+    try:
+        return all(map(_NEMO_GYM_ITEM_FIELD_SET.isdisjoint, items))
+    except TypeError:
+        return False
 
 
 # A NUL byte never appears in orjson's output (it escapes it inside strings): it marks the spot.
@@ -457,7 +466,7 @@ class _EncodedInput:
 
 def _encoded_items(conversation: KeptConversation) -> list[bytes]:
     """The conversation's items without nemo_gym's fields, encoded once: on its first turn here
-    each item is encoded, later the JSON of the items added since (the conversation keeps it
+    the items are encoded, later the JSON of the items added since (the conversation keeps it
     from its ``extend``) is taken as is, or, where an item holds one of nemo_gym's fields, the
     items are encoded again without them.
 
@@ -467,20 +476,15 @@ def _encoded_items(conversation: KeptConversation) -> list[bytes]:
     items = conversation.items
     done: _EncodedInput | None = conversation.derived.get(_ENCODED_INPUT)
     if done is None:
-        chunks = [orjson.dumps(strip_nemo_gym_fields(item)) for item in items]
-        chunks[1:] = [b"," + chunk for chunk in chunks[1:]]
-        chunks = [b"".join(chunks)] if chunks else []
+        chunks = [] if not items else [orjson.dumps(items if _plain_items(items) else _stripped(items))[1:-1]]
         conversation.take_encoded()  # covered above; what is added from now on is kept
         conversation.derived[_ENCODED_INPUT] = _EncodedInput(chunks, len(items))
         return chunks
     chunks = done.chunks
     for end, encoded in conversation.take_encoded():
         added = items[done.items : end]
-        for item in added:
-            if item.__class__ is not dict or not _NEMO_GYM_ITEM_FIELD_SET.isdisjoint(item):
-                # One holds nemo_gym's fields (or is no plain object): encoded again without them.
-                encoded = b"".join([b"," + orjson.dumps(strip_nemo_gym_fields(one)) for one in added])
-                break
+        if not _plain_items(added):  # one holds nemo_gym's fields: encoded again without them
+            encoded = b"," + orjson.dumps(_stripped(added))[1:-1]
         piece = encoded if chunks else encoded[1:]
         size = len(piece)
         while chunks and len(chunks[-1]) <= size:
@@ -493,9 +497,14 @@ def _encoded_items(conversation: KeptConversation) -> list[bytes]:
 
 def _chat_request(request: dict[str, Any]) -> dict[str, Any]:
     """``request`` (a dict of this call's own, from :meth:`OpenAIModel._allowed`) as it goes upstream."""
-    if isinstance(request.get("messages"), list):
-        request["messages"] = [strip_nemo_gym_fields(message) for message in request["messages"]]
+    messages = request.get("messages")
+    if isinstance(messages, list) and not _plain_items(messages):
+        request["messages"] = _stripped(messages)
     return request
+
+
+def _stripped(items: list[Any]) -> list[Any]:
+    return [strip_nemo_gym_fields(item) for item in items]
 
 
 def allowed_request(

@@ -323,3 +323,35 @@ def test_plain_and_streamed_calls_share_one_pool_capped_at_max_connections() -> 
     assert len(results) == 12 and all(status == 200 for status, _ in results), results
     assert sum("response.completed" in str(body) for _, body in results) >= 6
     assert flight["peak"] <= 2 and len(peers) <= 2, (flight, peers)
+
+
+def test_nemo_gyms_item_fields_are_stripped_from_every_item_and_only_when_present() -> None:
+    """The full-history request and a chat request lose nemo_gym's token-ID fields item by item;
+    items without them (every JSON shape, a dict subclass) go upstream as they are."""
+    from collections import OrderedDict
+
+    from responses_api_models.openai_model.app import _chat_request, _responses_request
+
+    plain = [
+        {"role": "user", "content": "hi"},
+        "text",
+        OrderedDict(type="message", role="assistant", content="x"),
+    ]
+    marked = {
+        "type": "function_call",
+        "name": "f",
+        "arguments": "{}",
+        "prompt_token_ids": [1],
+        "token_ids_contiguous": True,
+    }
+    for items in (plain, [*plain, marked], [*plain, 5, [1, {}]], [marked, OrderedDict(marked)]):
+        expected = [
+            {k: v for k, v in item.items() if k not in ("prompt_token_ids", "token_ids_contiguous")}
+            if isinstance(item, dict)
+            else item
+            for item in items
+        ]
+        assert _responses_request({"input": list(items)})["input"] == expected
+        assert _chat_request({"messages": list(items)})["messages"] == expected
+    untouched = list(plain)
+    assert _responses_request({"input": untouched})["input"] is untouched  # nothing to strip: not copied
