@@ -326,6 +326,7 @@ class SimpleResponsesAPIModel(BaseServer):
             del request["store"]
         if previous is not None:
             request["input"] = list(conversation.items)
+        conversation.parsed_output = None  # the handler's to set (see KeptConversation)
         token = set_current_conversation(conversation)
         try:
             if stream:
@@ -347,10 +348,12 @@ class SimpleResponsesAPIModel(BaseServer):
             output.__class__ is not list and not isinstance(output, list)
         ):
             return answer  # type: ignore[no-any-return]
-        conversation.extend(output, round_trip=True)
+        # The output's JSON, encoded once: kept with the conversation and put in the answer as is.
+        encoded = orjson.dumps(output)
+        conversation.extend(output, round_trip=output is not conversation.parsed_output, encoded=encoded)
         if not store.put(rollout, answer_id, conversation):
             return answer  # type: ignore[no-any-return]
-        response = json_response(answer)
+        response = json_response({**answer, "output": orjson.Fragment(encoded)})
         response.raw_headers.append(KEPT_HEADER_LINE)
         return response
 

@@ -52,6 +52,7 @@ class Recorder:
         self.turns = turns
         self.token_ids = token_ids
         self.raw: list[bytes] = []
+        self.answered: list[bytes] = []
         self.url = ""
 
     def answer(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -102,7 +103,8 @@ def recording_upstream(turns: int, token_ids: bool = True) -> Iterator[Recorder]
         raw = await request.read()
         answer = state.answer(orjson.loads(raw))
         state.raw.append(raw)
-        return web.Response(body=orjson.dumps(answer), content_type="application/json")
+        state.answered.append(orjson.dumps(answer))
+        return web.Response(body=state.answered[-1], content_type="application/json")
 
     with fake_openai_responses(responses) as state.url:
         yield state
@@ -203,6 +205,38 @@ def test_continuations_send_only_new_items_and_unknown_ids_are_a_400() -> None:
             status, _ = http.request("DELETE", url + f"/ng-rollout/r1/v1/responses/{answer2['id']}")
             assert status == 404
             assert model.conversations.stats() == {"conversations": 0, "bytes": 0}
+
+
+def test_a_kept_turns_answer_is_the_upstreams_answer_byte_for_byte() -> None:
+    """The answer of a kept turn (its output encoded once, for the conversation and the answer)
+    has exactly the bytes of the upstream's answer, token IDs included, on every turn."""
+    import urllib.request
+
+    def post(url: str, body: dict[str, Any]) -> tuple[bytes, str | None]:
+        request = urllib.request.Request(url, orjson.dumps(body), {"content-type": "application/json"})
+        with urllib.request.urlopen(request) as answer:
+            return answer.read(), answer.headers.get("x-nemo-gym-conversation")
+
+    with recording_upstream(turns=4) as upstream:
+        model = OpenAIModel({"name": "model", "openai_base_url": upstream.url})
+        with running_server(model) as url:
+            history: list[Any] = [{"role": "user", "content": "hi"}]
+            body: dict[str, Any] = {"input": history, "tools": [TOOL], "store": True}
+            for _ in range(4):
+                raw, kept = post(url + "/ng-rollout/r1/v1/responses", body)
+                assert kept == "kept" and raw == upstream.answered[-1]
+                # Each turn sent on what was kept: the whole history, stripped of token IDs.
+                assert orjson.loads(upstream.raw[-1])["input"] == history
+                answer = orjson.loads(raw)
+                new = [
+                    {
+                        "type": "function_call_output",
+                        "call_id": answer["output"][-1]["call_id"],
+                        "output": "ok",
+                    }
+                ]
+                history = [*history, *_stripped(answer["output"]), *new]
+                body = {"input": new, "tools": [TOOL], "previous_response_id": answer["id"], "store": True}
 
 
 def _stripped(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -342,3 +376,40 @@ def test_the_encoded_input_is_each_items_json_without_nemo_gyms_fields_turn_afte
     assert _encoded_items(first_use) == []
     first_use.extend(history[:2])
     assert b"[" + b"".join(_encoded_items(first_use)) + b"]" == orjson.dumps(history[:2])
+
+
+def test_a_handlers_own_answer_objects_are_kept_as_json_gives_them_back() -> None:
+    """A handler answering with objects of its own (a tuple, an item it changes afterwards) gets
+    them back on the next turn as a client parsing the answer would: copied through JSON. Only
+    an output a passthrough parsed itself (openai_model's) is kept as it is."""
+    from nemo_gym.base_responses_api_model import BaseResponsesAPIModelConfig, SimpleResponsesAPIModel
+
+    class OwnObjects(SimpleResponsesAPIModel):
+        config: BaseResponsesAPIModelConfig
+
+        def model_post_init(self, context: Any) -> None:
+            super().model_post_init(context)
+            object.__setattr__(self, "inputs", [])
+            object.__setattr__(self, "answered", [])
+
+        async def responses(self, body: dict[str, Any]) -> dict[str, Any]:
+            self.inputs.append(body["input"])
+            for item in self.answered:
+                item["status"] = "changed afterwards"
+            item = {"type": "message", "role": "assistant", "status": "completed", "content": ("a", "b")}
+            self.answered.append(item)
+            return build_response([item], body, model="m")
+
+    model = OwnObjects({"name": "own"})
+    with running_server(model) as url, SyncClient() as http:
+        status, answer = http.post(url + "/ng-rollout/r/v1/responses", {"input": "hi", "store": True})
+        assert status == 200, answer
+        body = {
+            "input": [{"role": "user", "content": "next"}],
+            "previous_response_id": answer["id"],
+            "store": True,
+        }
+        status, _ = http.post(url + "/ng-rollout/r/v1/responses", body)
+        assert status == 200
+    kept = model.inputs[-1][1]
+    assert kept == {"type": "message", "role": "assistant", "status": "completed", "content": ["a", "b"]}

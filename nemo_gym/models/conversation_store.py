@@ -48,13 +48,17 @@ class KeptConversation:
     upstream's ``input``) reuses these bytes instead of encoding each item again.
     """
 
-    __slots__ = ("items", "nbytes", "derived", "touched", "_encoded")
+    __slots__ = ("items", "nbytes", "derived", "touched", "parsed_output", "_encoded")
 
     def __init__(self) -> None:
         self.items: list[Any] = []
         self.nbytes = 0
         self.derived: dict[str, Any] = {}
         self.touched = 0.0
+        # Set by a handler answering the turn being served with an ``output`` list it parsed from
+        # JSON itself and holds no reference to (a passthrough's upstream answer): that list is
+        # kept as it is, not copied through JSON as a handler's own objects are.
+        self.parsed_output: list[Any] | None = None
         self._encoded: list[tuple[int, bytes]] | None = None
 
     def take_encoded(self) -> list[tuple[int, bytes]]:
@@ -65,12 +69,13 @@ class KeptConversation:
         self._encoded = []
         return taken or []
 
-    def extend(self, items: list[Any], round_trip: bool = False) -> int:
+    def extend(self, items: list[Any], round_trip: bool = False, encoded: bytes | None = None) -> int:
         """Append items; the bytes they add (their JSON size). ``round_trip``: keep them as a
-        client parsing the answer would see them (plain JSON values, whatever a handler built)."""
+        client parsing the answer would see them (plain JSON values, whatever a handler built);
+        ``encoded``: their JSON (``orjson.dumps(items)``) when the caller has it already."""
         if not items:
             return 0
-        raw = orjson.dumps(items)
+        raw = orjson.dumps(items) if encoded is None else encoded
         self.items.extend(orjson.loads(raw) if round_trip else items)
         if self._encoded is not None:
             self._encoded.append((len(self.items), b"," + raw[1:-1]))

@@ -217,7 +217,7 @@ class OpenAIModel(SimpleResponsesAPIModel):
         conversation = current_conversation()
         if conversation is not None and request.get("input") is not None:
             # A kept conversation: its input was encoded for the upstream on earlier turns.
-            return self._forward("/responses", request, _encoded_items(conversation))
+            return self._forward("/responses", request, _encoded_items(conversation), conversation)
         return self._forward("/responses", _responses_request(request))
 
     def chat_completions(self, body: dict[str, Any]) -> Coroutine[Any, Any, dict[str, Any]]:
@@ -252,10 +252,14 @@ class OpenAIModel(SimpleResponsesAPIModel):
         return kept
 
     async def _forward(
-        self, path: str, request: dict[str, Any], encoded_input: list[bytes] | None = None
+        self,
+        path: str,
+        request: dict[str, Any],
+        encoded_input: list[bytes] | None = None,
+        conversation: KeptConversation | None = None,
     ) -> dict[str, Any]:
         # ``request`` is this call's own dict (built by _responses_request / _chat_request);
-        # ``encoded_input``: its input already encoded (a kept conversation's, _encoded_items).
+        # ``encoded_input``: its input already encoded (``conversation``'s, _encoded_items).
         config = self.config
         if config.extra_body:
             request = {**config.extra_body, **request}
@@ -315,6 +319,8 @@ class OpenAIModel(SimpleResponsesAPIModel):
         elif path == "/responses" and "output" in value:
             output = value["output"]
             if output.__class__ is list and output_shape_fine(output):
+                if conversation is not None:
+                    conversation.parsed_output = output  # parsed here from the upstream's body
                 return value  # the usual answer: what responses_object_problem passes
         return self._checked(path, value, url)
 
