@@ -188,3 +188,29 @@ def test_a_rollout_finds_a_server_restarted_on_another_port_through_the_head_ser
             # again once and the call goes to where the server is now.
             assert asyncio.run(call()) == {"server": "probe", "calls": 1}
             assert lookups == listed
+
+
+def test_a_rollout_calls_a_request_its_client_overrides_and_keeps_the_session():
+    seen = []
+
+    class Recording(ServerClient):
+        async def request(self, method, server_name, url_path, json=None, **kwargs):
+            seen.append((method, url_path, sorted(kwargs)))
+            return await super().request(method, server_name, url_path, json, **kwargs)
+
+    with running_server(Probe({"name": "probe"})) as url:
+
+        async def calls() -> list[dict]:
+            client = Recording(static_urls={"probe": url})
+            try:
+                rollout = client.rollout("r1")
+                first = await rollout.post("probe", "/whoami", {}, timeout_s=10)
+                second = await rollout.post("probe", "/whoami", {})
+                return [first.json(), second.json()]
+            finally:
+                await client.close()
+
+        answers = asyncio.run(calls())
+    assert [a["calls"] for a in answers] == [1, 2]  # the session cookie of the first call was sent again
+    keywords = ["cookies", "replica", "rollout_id", "token_capture"]
+    assert seen == [("POST", "/whoami", sorted([*keywords, "timeout_s"])), ("POST", "/whoami", keywords)]

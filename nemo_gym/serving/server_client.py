@@ -355,11 +355,13 @@ class ServerClient:
         rollout_id: str | None,
         replica: str | None,
         token_capture: bool,
+        rollout: Rollout | None = None,
     ) -> ServerResponse:
-        """:meth:`request` with its arguments in order. A rollout's hops call this directly
-        (:class:`Rollout`), and its first try over the hop client is made here, inline: on the
-        hot path (a connection that works) a hop is this coroutine over the hop client's, and
-        anything else goes on in :meth:`_send`, the same as if it had made that try."""
+        """:meth:`request` with its arguments in order. A rollout's hops are this one coroutine
+        (:meth:`Rollout.request` hands it its own, and it keeps what the answer set for the rollout,
+        :meth:`Rollout.keep_session`), and its first try over the hop client is made here, inline:
+        on the hot path (a connection that works) a hop is this coroutine over the hop client's,
+        and anything else goes on in :meth:`_send`, the same as if it had made that try."""
         base = (
             replica or self._known_base(server_name) or await self.base_url(server_name, affinity=rollout_id)
         )
@@ -370,33 +372,35 @@ class ServerClient:
             if target is _UNKNOWN_TARGET:
                 target = self._hop_target(base)
             if target is None:
-                return await self._send(method, server_name, base, path, json, cookies, timeout_s)
-            data = orjson.dumps(json) if json is not None else None
-            headers = self._hop_headers if data is None else self._hop_json_headers
-            if cookies:
-                headers += self._cookie_line(cookies)
-            started = time.monotonic()
-            pool = self.connections.pool()
-            deadline = pool.loop.time() + timeout_s
-            host, port, prefix, unix_path = target
-            try:
-                hop = await hop_client.request(
-                    pool,
-                    method,
-                    host,
-                    port,
-                    prefix + path,
-                    headers,
-                    data,
-                    deadline=deadline,
-                    max_answer_bytes=self.max_answer_bytes,
-                    unix_path=unix_path,
-                    unix_peer_pid=self._pids.get(base, 0),
-                )
-            except hop_client.HopError as exc:
-                first = _FirstTry(exc, target, data, headers, started, deadline)
-                return await self._send(method, server_name, base, path, json, cookies, timeout_s, first)
-            return ServerResponse(hop.status, hop.body, hop.cookies, base, hop.raw_headers)
+                resp = await self._send(method, server_name, base, path, json, cookies, timeout_s)
+            else:
+                data = orjson.dumps(json) if json is not None else None
+                headers = self._hop_headers if data is None else self._hop_json_headers
+                if cookies:
+                    headers += self._cookie_line(cookies)
+                started = time.monotonic()
+                pool = self.connections.pool()
+                deadline = pool.loop.time() + timeout_s
+                host, port, prefix, unix_path = target
+                try:
+                    hop = await hop_client.request(
+                        pool,
+                        method,
+                        host,
+                        port,
+                        prefix + path,
+                        headers,
+                        data,
+                        deadline=deadline,
+                        max_answer_bytes=self.max_answer_bytes,
+                        unix_path=unix_path,
+                        unix_peer_pid=self._pids.get(base, 0),
+                    )
+                except hop_client.HopError as exc:
+                    first = _FirstTry(exc, target, data, headers, started, deadline)
+                    resp = await self._send(method, server_name, base, path, json, cookies, timeout_s, first)
+                else:
+                    resp = ServerResponse(hop.status, hop.body, hop.cookies, base, hop.raw_headers)
         except ServerCallError as exc:
             if exc.kind != UNREACHABLE or replica or server_name in self._static or not self.head_url:
                 raise
@@ -408,7 +412,10 @@ class ServerClient:
                 raise
             base = await self.base_url(server_name, affinity=rollout_id)
             path = self._path(base, url_path, rollout_id, token_capture)
-            return await self._send(method, server_name, base, path, json, cookies, timeout_s)
+            resp = await self._send(method, server_name, base, path, json, cookies, timeout_s)
+        if rollout is not None and resp.cookies:
+            rollout.keep_session(server_name, resp)
+        return resp
 
     def _path(self, base: str, url_path: str, rollout_id: str | None, token_capture: bool = False) -> str:
         # The rollout prefix is ours: an external endpoint (a trainer's engine or proxy) gets the plain path.
@@ -633,7 +640,7 @@ class Rollout:
         # The client's own request (not a subclass's override): called without its keyword layer.
         self._direct = getattr(type(client), "request", None) is ServerClient.request
 
-    async def request(
+    def request(
         self,
         method: str,
         server_name: str,
@@ -642,14 +649,14 @@ class Rollout:
         *,
         timeout_s: float | None = None,
         **kwargs: Any,
-    ) -> ServerResponse:
-        """Like :meth:`ServerClient.request`, with this rollout's cookies and id."""
+    ) -> Coroutine[Any, Any, ServerResponse]:
+        """Like :meth:`ServerClient.request`, with this rollout's cookies and id (``await`` it)."""
         jar = self.cookies.get(server_name)
         if jar is None:
             jar = self.cookies[server_name] = {}
-        replica = self.replicas.get(server_name)
         if self._direct and not kwargs:
-            resp = await self.client._request(
+            # The client's own coroutine, no second one around it: it keeps the session itself.
+            return self.client._request(
                 method,
                 server_name,
                 url_path,
@@ -657,34 +664,59 @@ class Rollout:
                 jar,
                 timeout_s,
                 self.rollout_id,
-                replica,
+                self.replicas.get(server_name),
                 self.token_capture,
+                self,
             )
-        else:
-            if timeout_s is not None:
-                kwargs["timeout_s"] = timeout_s
-            resp = await self.client.request(
-                method,
-                server_name,
-                url_path,
-                json,
-                cookies=jar,
-                rollout_id=self.rollout_id,
-                replica=replica,
-                token_capture=self.token_capture,
-                **kwargs,
-            )
+        if timeout_s is not None:
+            kwargs["timeout_s"] = timeout_s
+        return self._request_through_client(method, server_name, url_path, json, jar, kwargs)
+
+    async def _request_through_client(
+        self,
+        method: str,
+        server_name: str,
+        url_path: str,
+        json: Any,
+        jar: dict[str, str],
+        kwargs: dict[str, Any],
+    ) -> ServerResponse:
+        # A client whose request is its own (a subclass's override), with ServerClient's keywords.
+        resp = await self.client.request(
+            method,
+            server_name,
+            url_path,
+            json,
+            cookies=jar,
+            rollout_id=self.rollout_id,
+            replica=self.replicas.get(server_name),
+            token_capture=self.token_capture,
+            **kwargs,
+        )
         if resp.cookies:
-            jar.update(resp.cookies)
-            if resp.base_url:
-                self.replicas.setdefault(server_name, resp.base_url)
+            self.keep_session(server_name, resp)
         return resp
 
+    def keep_session(self, server_name: str, resp: ServerResponse) -> None:
+        """Keep the cookies ``resp`` set for this rollout's later calls to ``server_name``, and
+        the replica that set them (the session lives there)."""
+        self.cookies.setdefault(server_name, {}).update(resp.cookies)
+        if resp.base_url:
+            self.replicas.setdefault(server_name, resp.base_url)
+
     def post(
-        self, server_name: str, url_path: str, json: Any = None, **kwargs: Any
+        self,
+        server_name: str,
+        url_path: str,
+        json: Any = None,
+        *,
+        timeout_s: float | None = None,
+        **kwargs: Any,
     ) -> Coroutine[Any, Any, ServerResponse]:
         """POST with this rollout's cookies (``await`` it; it is :meth:`request`'s coroutine)."""
-        return self.request("POST", server_name, url_path, json, **kwargs)
+        if kwargs:
+            return self.request("POST", server_name, url_path, json, timeout_s=timeout_s, **kwargs)
+        return self.request("POST", server_name, url_path, json, timeout_s=timeout_s)  # no keyword dict
 
     async def post_json(self, server_name: str, url_path: str, json: Any = None, **kwargs: Any) -> Any:
         """POST with this rollout's cookies; parsed JSON, non-2xx raises ``http_error``."""
