@@ -351,6 +351,7 @@ class SimpleResponsesAPIModel(BaseServer):
         # The output's JSON, encoded once: kept with the conversation and put in the answer as is.
         encoded = orjson.dumps(output)
         conversation.extend(output, round_trip=output is not conversation.parsed_output, encoded=encoded)
+        conversation.parsed_output = None
         if not store.put(rollout, answer_id, conversation):
             return answer  # type: ignore[no-any-return]
         response = json_response({**answer, "output": orjson.Fragment(encoded)})
