@@ -17,10 +17,12 @@ statistics, all threads; the user/system split from the coarser tick counts) (on
 and, but for the last, one tool call; a rollout of K tool calls has K+1 turns) over
 ``--rollouts`` rollouts after a warm-up, and with ``--calls`` the Python calls per turn (cProfile
 on the agent's thread, CPU-time clock: the count is what is compared; ``--top N`` prints the N
-functions called most). Trees take turns ``--repeats`` times.
+functions called most); with ``--bytecodes`` the Python bytecodes it executes per turn
+(``sys.settrace`` opcode events: exact and load-independent, unlike the CPU on a shared machine;
+``--top N`` prints the N functions that run most). Trees take turns ``--repeats`` times.
 
 Usage: python scripts/bench_agent_turn.py TREE [TREE ...] [--turns 96] [--rollouts 16]
-       [--threads 4] [--repeats 3] [--calls [--top 30]]
+       [--threads 4] [--repeats 3] [--calls] [--bytecodes] [--top 30]
 """
 
 from __future__ import annotations
@@ -176,10 +178,12 @@ PEERS = textwrap.dedent(
     """
 )
 
-# The agent, profiled on demand: "start" / "stop PATH" lines on stdin (as bench_model_turn's server).
+# The agent, profiled on demand: "start" / "stop PATH" lines on stdin (as bench_model_turn's server);
+# "count" / "counted PATH": the Python bytecodes each function executes (sys.settrace opcode events),
+# written as JSON {"file:function": [bytecodes, calls]}.
 AGENT = textwrap.dedent(
     """
-    import asyncio, cProfile, sys, threading, time, uvloop
+    import asyncio, cProfile, collections, json, sys, threading, time, uvloop
     from nemo_gym.serving.gc_tuning import tune_gc_for_serving
     from nemo_gym.serving.sockets import bind_socket
     from responses_api_agents.simple_agent.app import SimpleAgent
@@ -195,16 +199,29 @@ AGENT = textwrap.dedent(
     loop = uvloop.new_event_loop()
     asyncio.set_event_loop(loop)
     profile = cProfile.Profile(time.process_time)
+    bytecodes, calls = collections.Counter(), collections.Counter()
+    def trace(frame, event, arg):
+        where = frame.f_code.co_filename.rsplit("/", 1)[-1] + ":" + frame.f_code.co_name
+        if event == "call":
+            frame.f_trace_opcodes = True
+            calls[where] += 1
+        elif event == "opcode":
+            bytecodes[where] += 1
+        return trace
     def control():
         for line in sys.stdin:
             command = line.split()
-            if command[0] == "start":
-                loop.call_soon_threadsafe(profile.enable)
-            elif command[0] == "stop":
+            if command[0] in ("start", "count"):
+                loop.call_soon_threadsafe(profile.enable if command[0] == "start" else lambda: sys.settrace(trace))
+            elif command[0] in ("stop", "counted"):
                 done = threading.Event()
-                loop.call_soon_threadsafe(lambda: (profile.disable(), done.set()))
+                loop.call_soon_threadsafe(lambda: (profile.disable(), sys.settrace(None), done.set()))
                 done.wait()
-                profile.dump_stats(command[1])
+                if command[0] == "stop":
+                    profile.dump_stats(command[1])
+                else:
+                    with open(command[1], "w") as out:
+                        json.dump({k: [v, calls[k]] for k, v in bytecodes.items()}, out)
                 print("stopped", flush=True)
         uv = getattr(server, "uvicorn_server", None)
         if uv is not None:
@@ -225,9 +242,15 @@ def load_script(name: str) -> ModuleType:
 
 
 def measure(
-    tree: str, head_url: str, rows: list[bytes], args: argparse.Namespace, profile_to: str | None
+    tree: str,
+    head_url: str,
+    rows: list[bytes],
+    args: argparse.Namespace,
+    profile_to: str | None,
+    count_to: str | None = None,
 ) -> dict[str, float]:
-    """One tree's agent: its CPU (and with ``profile_to``, Python calls) per turn."""
+    """One tree's agent: its CPU per turn, and with ``profile_to`` its Python calls (cProfile),
+    with ``count_to`` its Python bytecodes (counted per function into that JSON file)."""
     post = load_script("bench_model_turn").post
     cpu_ns = load_script("bench_request_cpu").cpu_ns
     agent = subprocess.Popen(
@@ -264,9 +287,11 @@ def measure(
 
         worker(2)  # warm-up
         turns.clear()
-        if profile_to:
-            agent.stdin.write(b"start\n")
-            agent.stdin.flush()
+        for command, wanted in ((b"start\n", profile_to), (b"count\n", count_to)):
+            if wanted:
+                agent.stdin.write(command)
+                agent.stdin.flush()
+        if profile_to or count_to:
             time.sleep(0.2)
         spies = []
         if args.py_spy:
@@ -302,6 +327,12 @@ def measure(
             agent.stdout.readline()
             stats = pstats.Stats(profile_to)
             result["python_calls_per_turn"] = sum(v[1] for v in stats.stats.values()) / made  # type: ignore[attr-defined]
+        if count_to:
+            agent.stdin.write(f"counted {count_to}\n".encode())
+            agent.stdin.flush()
+            agent.stdout.readline()
+            counted = orjson.loads(Path(count_to).read_bytes())
+            result["bytecodes_per_turn"] = sum(v[0] for v in counted.values()) / made
         return result
     finally:
         agent.stdin.close()
@@ -310,6 +341,13 @@ def measure(
         except subprocess.TimeoutExpired:
             agent.kill()
             agent.wait()
+
+
+def top_bytecodes(counted: str, turns: float, count: int) -> list[str]:
+    """The ``count`` functions that ran the most bytecodes, as lines of bytecodes and calls per turn
+    (a coroutine's call count includes each time it resumed)."""
+    ranked = sorted(orjson.loads(Path(counted).read_bytes()).items(), key=lambda kv: -kv[1][0])[:count]
+    return [f"  {v[0] / turns:7.1f} {v[1] / turns:6.2f}  {where}" for where, v in ranked]
 
 
 def top_calls(profile: str, turns: float, count: int) -> list[str]:
@@ -330,9 +368,22 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--bytes-per-turn", type=int, default=2000)
     parser.add_argument("--calls", action="store_true", help="also count Python calls per turn (cProfile)")
-    parser.add_argument("--top", type=int, default=0, help="with --calls: the N functions called most")
     parser.add_argument(
-        "--profile-dir", type=Path, default=None, help="with --calls: keep each run's cProfile file here"
+        "--bytecodes",
+        action="store_true",
+        help="also count the Python bytecodes the agent runs per turn (sys.settrace; load-independent)",
+    )
+    parser.add_argument(
+        "--top",
+        type=int,
+        default=0,
+        help="with --calls/--bytecodes: the N functions called most / running most",
+    )
+    parser.add_argument(
+        "--profile-dir",
+        type=Path,
+        default=None,
+        help="with --calls/--bytecodes: keep each run's cProfile file and bytecode counts here",
     )
     parser.add_argument(
         "--py-spy",
@@ -361,9 +412,12 @@ def main() -> None:
                 for number, tree in enumerate(args.trees):
                     folder = args.profile_dir or Path(tmp)
                     profile_to = f"{folder}/{number}_{repeat + 1}.prof" if args.calls else None
-                    result = measure(os.path.abspath(tree), head_url, rows, args, profile_to)
+                    count_to = f"{folder}/{number}_{repeat + 1}.bytecodes.json" if args.bytecodes else None
+                    result = measure(os.path.abspath(tree), head_url, rows, args, profile_to, count_to)
                     results[tree].append(result["cpu_us_per_turn"])
                     calls = f", {result['python_calls_per_turn']:.0f} Python calls" if args.calls else ""
+                    if count_to:
+                        calls += f", {result['bytecodes_per_turn']:.0f} Python bytecodes"
                     print(
                         f"round {repeat + 1} {tree}: {result['cpu_us_per_turn']:.0f} us agent CPU per turn "
                         f"(user {result['user_us_per_turn']:.0f}, system {result['system_us_per_turn']:.0f})"
@@ -372,6 +426,8 @@ def main() -> None:
                     )
                     if profile_to and args.top and repeat == args.repeats - 1:
                         print("\n".join(top_calls(profile_to, result["turns"], args.top)), flush=True)
+                    if count_to and args.top and repeat == args.repeats - 1:
+                        print("\n".join(top_bytecodes(count_to, result["turns"], args.top)), flush=True)
         for tree, values in results.items():
             print(f"median {tree}: {statistics.median(values):.0f} us agent CPU per turn")
     finally:
