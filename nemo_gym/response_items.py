@@ -233,12 +233,29 @@ def output_shape_fine(output: list[Any]) -> bool:
     return True
 
 
+_STR_OR_NONE = frozenset({str, type(None)})
+_STR_AND_LIST = frozenset({str, list})
+
+
 def _item_shape_fine(item: Any) -> bool:
     """Whether an output item passes :func:`response_shape_errors`'s checks (a fast path: plain
     ``dict``/``str``/``list`` types, looked at without a call per field; anything else goes
     through the full checks)."""
     if item.__class__ is not dict:
         return False
+    # The types of its values, gathered in C: the usual items are settled without a loop here.
+    kinds = set(map(type, item.values()))
+    if kinds <= _STR_OR_NONE:
+        return True  # every field a string or null: a call, or a message whose content is text
+    if kinds == _STR_AND_LIST and "content" in item and list(map(type, item.values())).count(list) == 1:
+        content = item["content"]
+        if content.__class__ is list:  # the one list is the content (all other fields strings)
+            for part in content:
+                if part.__class__ is not dict:
+                    return False
+                if "text" in part and part["text"] is not None and part["text"].__class__ is not str:
+                    return False
+            return True
     for key in ("type", "role", "name", "arguments", "call_id"):
         if key in item and item[key] is not None and item[key].__class__ is not str:
             return False
