@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import os
+import re
 import socket
 import struct
 import urllib.parse
@@ -51,6 +52,36 @@ MAX_HEADER_BYTES = 256 * 1024
 IDLE_TIMEOUT_S = 60.0
 # Buffered stream bytes above which reading from the socket pauses until the consumer catches up.
 _STREAM_HIGH_WATER = 1 << 20
+# Request heads remembered per pool (a caller sends the same method, target and headers again).
+_HEADS_KEPT = 1024
+
+# An answer in the strict form our servers write, read in one go (see parse_whole_answer):
+# ``HTTP/1.1``, a status of 200 or more other than 204 and 304, a printable reason phrase, header
+# lines ``Name: value`` (a token, then printable ASCII without surrounding whitespace), exactly
+# one of them ``Content-Length`` (at most 18 digits) and none ``Transfer-Encoding``,
+# ``Connection``, ``Proxy-Connection`` or ``Upgrade``. Anything else goes through httptools.
+_TOKEN = rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+"
+_VALUE = rb"[!-~](?:[ -~]*[!-~])?"
+_OTHER_LINE = (
+    rb"(?!(?i:content-length|transfer-encoding|connection|proxy-connection|upgrade):)"
+    + _TOKEN
+    + rb": "
+    + _VALUE
+    + rb"\r\n"
+)
+_WHOLE_HEAD = re.compile(
+    rb"HTTP/1\.1 ((?!204|304)[2-9][0-9][0-9]) [ -~]*\r\n("
+    + rb"(?:"
+    + _OTHER_LINE
+    + rb")*"
+    + rb"(?i:content-length): ([0-9]{1,18})\r\n"
+    + rb"(?:"
+    + _OTHER_LINE
+    + rb")*"
+    + rb")\r\n"
+)
+_HEADER_LINE = re.compile(rb"(" + _TOKEN + rb"): (" + _VALUE + rb")\r\n")
+_SET_COOKIE_LINE = re.compile(rb"^set-cookie: (.*)\r$", re.IGNORECASE | re.MULTILINE)
 
 
 class HopError(Exception):
@@ -118,7 +149,7 @@ class HopResponse:
     """One answer: ``status``, ``headers`` (lower-case names; repeated names keep the last),
     ``cookies`` it set, and ``body`` (empty until read for an answer opened as a stream)."""
 
-    __slots__ = ("status", "raw_headers", "_headers", "_cookies", "body", "_conn", "_stream")
+    __slots__ = ("status", "raw_headers", "_headers", "_cookies", "_set_cookies", "body", "_conn", "_stream")
 
     def __init__(
         self,
@@ -127,11 +158,14 @@ class HopResponse:
         body: bytes,
         conn: _HopConnection | None = None,
         stream: _StreamBuffer | None = None,
+        set_cookies: list[bytes] | None = None,
     ) -> None:
         self.status = status
         self.raw_headers = raw_headers
         self._headers: dict[str, str] | None = None
         self._cookies: dict[str, str] | None = None
+        # The Set-Cookie values when already known (an answer read in one go), else None.
+        self._set_cookies = set_cookies
         self.body = body
         self._conn = conn
         self._stream = stream
@@ -148,12 +182,15 @@ class HopResponse:
     @property
     def cookies(self) -> dict[str, str]:
         """The cookies the answer set (``Set-Cookie`` headers)."""
-        if self._cookies is None:
-            self._cookies = {}
-            for name, value in self.raw_headers:
-                if len(name) == 10 and name.lower() == b"set-cookie":
-                    self._cookies.update(parse_set_cookie(value.decode("latin-1")))
-        return self._cookies
+        cookies = self._cookies
+        if cookies is None:
+            cookies = self._cookies = {}
+            values = self._set_cookies
+            if values is None:
+                values = [value for name, value in self.raw_headers if name.lower() == b"set-cookie"]
+            for value in values:
+                cookies.update(parse_set_cookie(value.decode("latin-1")))
+        return cookies
 
     async def chunks(self) -> AsyncIterator[bytes]:
         """The body as it arrives; raises :class:`HopError` when the connection breaks or the
@@ -252,6 +289,9 @@ class _HopConnection(asyncio.Protocol):
         self.idle_since = 0.0
         self.paused = False
         self.unsolicited = False
+        # This key's idle list in the pool (made once: the pool never drops a key's list).
+        self.idle: list[_HopConnection] = pool._idle.setdefault(key, [])
+        self._on_deadline = self._deadline_passed
         self._reset()
 
     def _reset(self) -> None:
@@ -272,7 +312,21 @@ class _HopConnection(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]
 
     def data_received(self, data: bytes) -> None:
-        if self.waiter is None and self.stream is None:
+        waiter = self.waiter
+        if waiter is not None and not self.received and not self.want_stream:
+            # The common case: a whole answer in one read, parsed in one go (else httptools).
+            response = parse_whole_answer(data, self.max_bytes)
+            if response is not None:
+                timer = self.timer
+                if timer is not None:
+                    timer.cancel()
+                self.waiter = self.timer = None  # the rest of the state is as _reset leaves it
+                if not self.closed:
+                    self.pool.release(self)
+                if not waiter.done():
+                    waiter.set_result(response)
+                return
+        if waiter is None and self.stream is None:
             # Bytes nobody asked for (or after the answer ended): the connection is not reusable.
             self._close()
             return
@@ -371,7 +425,7 @@ class _HopConnection(asyncio.Protocol):
         self.waiter = waiter = self.loop.create_future()
         self.want_stream = stream
         self.max_bytes = max_bytes
-        self.timer = self.loop.call_at(deadline, self._deadline_passed)
+        self.timer = self.loop.call_at(deadline, self._on_deadline)
         assert self.transport is not None
         if request.__class__ is bytes:  # what build_request makes: bytes, or a list of them
             self.transport.write(request)  # type: ignore[arg-type]
@@ -427,6 +481,25 @@ class _HopConnection(asyncio.Protocol):
         return HopResponse(self.status, self.headers, body, self if stream else None, stream)
 
 
+def parse_whole_answer(data: bytes, max_bytes: int) -> HopResponse | None:
+    """``data`` read in one go when it is exactly one whole answer in the strict form our servers
+    write (``_WHOLE_HEAD``), with a body of at most ``max_bytes`` and a head of at most
+    ``MAX_HEADER_BYTES``: the same answer httptools' parser makes of it, its Set-Cookie values
+    already picked out; else None (then the parser reads it). Such an answer keeps its
+    connection open (HTTP/1.1 with no ``Connection`` header)."""
+    match = _WHOLE_HEAD.match(data)
+    if match is None:
+        return None
+    status, block, length = match.group(1, 2, 3)
+    end = match.end()
+    size = len(data) - end
+    if size != int(length) or size > max_bytes or end > MAX_HEADER_BYTES:
+        return None
+    return HopResponse(
+        int(status), _HEADER_LINE.findall(block), data[end:], None, None, _SET_COOKIE_LINE.findall(block)
+    )
+
+
 def parse_set_cookie(value: str) -> dict[str, str]:
     """The ``name: value`` a ``Set-Cookie`` header sets (attributes dropped; {} if malformed)."""
     jar: SimpleCookie = SimpleCookie()
@@ -448,6 +521,8 @@ class HopPool:
         self._open: set[_HopConnection] = set()
         self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
         self.closed = False
+        # Request heads by (method, host, port, path, headers), a bounded number (see request).
+        self.heads: dict[tuple[str, str, int, str, bytes], bytes] = {}
 
     @property
     def open_connections(self) -> int:
@@ -555,7 +630,7 @@ class HopPool:
             conn._close()
             return
         conn.idle_since = self.loop.time()
-        self._idle.setdefault(conn.key, []).append(conn)
+        conn.idle.append(conn)
         if self._waiters:
             self._wake_one()
 
@@ -633,10 +708,9 @@ def build_request(
     if body.__class__ is not bytes and not isinstance(body, bytes):
         return [b"%sContent-Length: %d\r\n\r\n" % (head, sum(map(len, body))), *body]
     size = len(body)
-    first = b"%sContent-Length: %d\r\n\r\n" % (head, size)
     if size < 65536:
-        return first + body
-    return [first, body]
+        return b"%sContent-Length: %d\r\n\r\n%s" % (head, size, body)
+    return [b"%sContent-Length: %d\r\n\r\n" % (head, size), body]
 
 
 async def request(
@@ -670,6 +744,16 @@ async def request(
     """
     if method in ("HEAD", "CONNECT"):
         raise ValueError(f"{method} is not supported by the hop client")
+    if head is None:
+        # The same target and headers again (a rollout's calls): the head built for them then.
+        heads = pool.heads
+        key = (method, host, port, path, headers)
+        head = heads.get(key)
+        if head is None:
+            head = request_head(method, host, port, path, headers)
+            if len(heads) >= _HEADS_KEPT:
+                heads.clear()
+            heads[key] = head
     data = build_request(method, host, port, path, headers, body, head)
     fresh = False
     while True:
