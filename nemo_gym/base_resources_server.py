@@ -28,6 +28,7 @@ A minimal environment::
 
 from __future__ import annotations
 
+import functools
 import inspect
 import typing
 from collections.abc import Callable
@@ -47,7 +48,7 @@ from nemo_gym.serving.protocol import (  # noqa: F401 (re-exported at NeMo Gym's
     RESERVED_MCP_TOOL_NAMES,
     normalize_tool_name,
 )
-from nemo_gym.serving.request_context import plain_bodies_in_effect
+from nemo_gym.serving.request_context import PlainBodies, plain_bodies_in_effect
 from nemo_gym.serving.served_names import served_name
 from nemo_gym.serving.server import BaseServer, BaseServerConfig, body_model
 
@@ -93,9 +94,10 @@ class _LazyTyped:
     time it sees one.
     """
 
-    def __init__(self, type_name: str, shape_errors: Callable[[Any], list[str]]) -> None:
+    def __init__(self, type_name: str, shape_errors: Callable[[Any], list[str]], walks: str) -> None:
         self.type_name = type_name
         self.shape_errors = shape_errors
+        self.walks = walks  # the list a shape check walks (its cost): unchanged, a re-check is skipped
         self._typed: type[BaseModel] | None = None
 
     def typed(self) -> type[BaseModel]:
@@ -107,12 +109,22 @@ class _LazyTyped:
         return self._typed  # type: ignore[return-value]
 
     def validate(self, value: Any, info: ValidationInfo) -> Any:
-        if plain_bodies_in_effect.get() and not isinstance(value, BaseModel):
+        plain = plain_bodies_in_effect.get()
+        if plain and not isinstance(value, BaseModel):
             # Our own servers read these fields as dicts: check the shape a handler relies on
-            # (a 422 naming the field) without building the typed model on the hot path.
+            # (a 422 naming the field) without building the typed model on the hot path. The
+            # same dict checked earlier in this request (an answer built from the request's
+            # ``model_dump()``, which hands it back as is) is not walked again.
+            record = plain if isinstance(plain, PlainBodies) else None
+            if value.__class__ is dict:
+                walked = value.get(self.walks)
+                if record is not None and record.already_checked(self, value, walked):
+                    return value
             errors = self.shape_errors(value)
             if errors:
                 raise ValueError("; ".join(errors[:5]))
+            if record is not None and value.__class__ is dict:
+                record.record(self, value, walked)
             return value
         if (
             self.type_name == "NeMoGymResponse"
@@ -156,9 +168,9 @@ if TYPE_CHECKING:
     ResponseField = NeMoGymResponse
     CreateParamsField = NeMoGymResponseCreateParamsNonStreaming
 else:
-    ResponseField = Annotated[Any, _LazyTyped("NeMoGymResponse", response_shape_errors)]
+    ResponseField = Annotated[Any, _LazyTyped("NeMoGymResponse", response_shape_errors, "output")]
     CreateParamsField = Annotated[
-        Any, _LazyTyped("NeMoGymResponseCreateParamsNonStreaming", create_params_shape_errors)
+        Any, _LazyTyped("NeMoGymResponseCreateParamsNonStreaming", create_params_shape_errors, "input")
     ]
 
 
@@ -176,6 +188,38 @@ class BaseRunRequest(BaseModel):
     # NeMo Gym's field for the row's ``_ng_rollout_id``: read from the row, set by name
     # (``model_copy(update={"capture_rollout_id": ...})``), left out of dumps as NeMo Gym's is.
     capture_rollout_id: str | None = Field(default=None, alias="_ng_rollout_id", exclude=True)
+
+    def model_dump(self, **kwargs: Any) -> dict[str, Any]:  # type: ignore[override]
+        """pydantic's ``model_dump``; called bare (NeMo Gym's ``Answer(**body.model_dump(), ...)``),
+        a field our own servers keep as a plain dict (a plain body's ``response``) is handed back
+        as that same dict, not rebuilt item by item (pydantic copies every dict it dumps). The
+        keys, their order and the values are pydantic's; only the copy is saved (the dict is the
+        request's own, as ``body.response`` is)."""
+        if kwargs:
+            return super().model_dump(**kwargs)
+        fields = self.__dict__
+        plain = {name for name in _plain_fields(type(self)) if fields.get(name).__class__ is dict}
+        if not plain:
+            return super().model_dump()
+        rest = super().model_dump(exclude=plain)
+        dumped = {}
+        for name in type(self).model_fields:
+            if name in plain:
+                dumped[name] = fields[name]
+            elif name in rest:
+                dumped[name] = rest.pop(name)
+        dumped.update(rest)  # the extra fields, after the declared ones as pydantic puts them
+        return dumped
+
+
+@functools.cache
+def _plain_fields(model: type[BaseModel]) -> tuple[str, ...]:
+    """The fields of ``model`` declared as :class:`_LazyTyped` (plain dicts under plain bodies)."""
+    return tuple(
+        name
+        for name, field in model.model_fields.items()
+        if any(isinstance(meta, _LazyTyped) for meta in field.metadata)
+    )
 
 
 class BaseSeedSessionRequest(BaseRunRequest):

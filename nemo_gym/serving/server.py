@@ -70,7 +70,12 @@ from nemo_gym.serving.protocol import (  # noqa: F401
     set_process_secrets,
 )
 from nemo_gym.serving.registration import register_with_head  # noqa: F401
-from nemo_gym.serving.request_context import _current_rollout_id, _current_session_id, plain_bodies_in_effect  # noqa: F401
+from nemo_gym.serving.request_context import (  # noqa: F401
+    PlainBodies,
+    _current_rollout_id,
+    _current_session_id,
+    plain_bodies_in_effect,
+)
 from nemo_gym.serving.request_guard import (  # noqa: F401 - HTTPError is part of this module's API
     DEFAULT_BODY_TIMEOUT_S,
     DEFAULT_HEADER_TIMEOUT_S,
@@ -367,7 +372,8 @@ class BaseServer(BaseModel):
                 )
             session_id = incoming or sessions.new_id()
             token = _current_session_id.set(session_id)
-            plain_token = plain_bodies_in_effect.set(plain)
+            # A plain-bodies request gets its own record of the dicts already checked.
+            plain_token = plain_bodies_in_effect.set(PlainBodies() if plain else False)
             try:
                 body: Any
                 try:
