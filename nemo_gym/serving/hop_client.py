@@ -754,7 +754,10 @@ async def request(
             if len(heads) >= _HEADS_KEPT:
                 heads.clear()
             heads[key] = head
-    data = build_request(method, host, port, path, headers, body, head)
+    if body.__class__ is bytes and len(body) < 65536:  # build_request's, without the call
+        data: bytes | list[bytes] = b"%sContent-Length: %d\r\n\r\n%s" % (head, len(body), body)  # type: ignore[arg-type]
+    else:
+        data = build_request(method, host, port, path, headers, body, head)
     fresh = False
     while True:
         # An idle connection without the acquire coroutine (what acquire hands out first anyway).

@@ -24,11 +24,11 @@ import asyncio
 import email.utils
 import os
 import random
-import threading
 import time
 import weakref
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, field
+from threading import get_ident
 from typing import Protocol, TypeVar
 
 import aiohttp
@@ -87,7 +87,9 @@ class LoopConnections:
         self.max_connections = max_connections or default_connection_limit()
         self._sessions: dict[asyncio.AbstractEventLoop, aiohttp.ClientSession] = {}
         self._pools: dict[asyncio.AbstractEventLoop, hop_client.HopPool] = {}
-        self._last: tuple[int, hop_client.HopPool] | None = None  # (thread, pool) of the last pool()
+        # The thread and pool of the last pool() call.
+        self._last_thread = 0
+        self._last_pool: hop_client.HopPool | None = None
         weakref.finalize(self, _close_sessions_now, self._sessions)
         weakref.finalize(self, _close_pools_now, self._pools)
 
@@ -111,19 +113,20 @@ class LoopConnections:
         # Every hop asks: the pool last handed out on this thread is the running loop's while its
         # loop is running (a thread runs one loop at a time), which spares get_running_loop()
         # and the getpid() system call it makes.
-        last = self._last
+        pool = self._last_pool
         if (
-            last is not None
-            and last[0] == threading.get_ident()
-            and not last[1].closed
-            and last[1].loop.is_running()
+            pool is not None
+            and self._last_thread == get_ident()
+            and not pool.closed
+            and pool.loop.is_running()
         ):
-            return last[1]
+            return pool
         loop = asyncio.get_running_loop()
         pool = self._pools.get(loop)
         if pool is None or pool.closed:
             pool = self._pools[loop] = hop_client.HopPool(self.max_connections)
-        self._last = (threading.get_ident(), pool)
+        self._last_thread = get_ident()
+        self._last_pool = pool
         return pool
 
     async def close(self) -> None:
