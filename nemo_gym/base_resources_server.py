@@ -195,30 +195,60 @@ class BaseRunRequest(BaseModel):
         as that same dict, not rebuilt item by item (pydantic copies every dict it dumps). The
         keys, their order and the values are pydantic's; only the copy is saved (the dict is the
         request's own, as ``body.response`` is)."""
-        if kwargs:
-            return super().model_dump(**kwargs)
-        fields = self.__dict__
-        plain = {name for name in _plain_fields(type(self)) if fields.get(name).__class__ is dict}
+        plain = None if kwargs else self._plain_dicts()
         if not plain:
-            return super().model_dump()
-        rest = super().model_dump(exclude=plain)
-        dumped = {}
-        for name in type(self).model_fields:
-            if name in plain:
-                dumped[name] = fields[name]
-            elif name in rest:
-                dumped[name] = rest.pop(name)
-        dumped.update(rest)  # the extra fields, after the declared ones as pydantic puts them
-        return dumped
+            return super().model_dump(**kwargs)
+        return _merged(type(self), super().model_dump(exclude=set(plain)), plain, by_alias=False)
+
+    def __ng_json_parts__(self) -> dict[str, Any] | None:
+        """What :func:`nemo_gym.serving.error_answers.dumps` serialises for this answer: pydantic's
+        JSON form (by alias) with the plain dicts left as they are instead of rebuilt (orjson
+        writes them; anything in them that is not plain JSON sends it back to pydantic's own
+        form). None when nothing is plain or this class dumps itself its own way."""
+        if type(self).model_dump is not BaseRunRequest.model_dump:
+            return None
+        plain = self._plain_dicts()
+        if not plain:
+            return None
+        rest = self.__pydantic_serializer__.to_python(self, mode="json", by_alias=True, exclude=set(plain))
+        return _merged(type(self), rest, plain, by_alias=True)
+
+    def _plain_dicts(self) -> dict[str, dict[str, Any]]:
+        fields = self.__dict__
+        return {
+            name: value for name in _plain_fields(type(self)) if (value := fields.get(name)).__class__ is dict
+        }
+
+
+def _merged(
+    model: type[BaseModel], rest: dict[str, Any], plain: dict[str, Any], *, by_alias: bool
+) -> dict[str, Any]:
+    """A dump of ``model`` from the dump of its other fields (``rest``) and its ``plain`` dicts:
+    the declared fields in their order, then the rest (extra and computed fields) as dumped."""
+    dumped = {}
+    for name, field in model.model_fields.items():
+        key = (field.serialization_alias or name) if by_alias else name
+        if name in plain:
+            dumped[key] = plain[name]
+        elif key in rest:
+            dumped[key] = rest.pop(key)
+    dumped.update(rest)
+    return dumped
 
 
 @functools.cache
 def _plain_fields(model: type[BaseModel]) -> tuple[str, ...]:
-    """The fields of ``model`` declared as :class:`_LazyTyped` (plain dicts under plain bodies)."""
+    """The fields of ``model`` declared as :class:`_LazyTyped` (plain dicts under plain bodies) that
+    pydantic dumps as they are: none when the model has serializers of its own."""
+    decorators = model.__pydantic_decorators__
+    if decorators.model_serializers or decorators.field_serializers:
+        return ()
     return tuple(
         name
         for name, field in model.model_fields.items()
         if any(isinstance(meta, _LazyTyped) for meta in field.metadata)
+        and not field.exclude
+        and getattr(field, "exclude_if", None) is None
     )
 
 

@@ -132,3 +132,46 @@ def test_verify_answers_over_http_are_unchanged():
         broken = httpx.post(f"{url}/verify", json=sent)
         # The answer's own check still sees what the handler broke (never a 200 carrying it).
         assert broken.status_code >= 400 and "response.output.17" in broken.text, broken.text
+
+
+def test_json_answer_bytes_are_pydantics():
+    import datetime
+
+    import orjson
+
+    from nemo_gym.serving.error_answers import dumps
+
+    token = plain_bodies_in_effect.set(PlainBodies())
+    try:
+        body = BaseVerifyRequest.model_validate(row())
+        answer = BaseVerifyResponse(**body.model_dump(), reward=0.5, failure_reason="x")
+        pydantics = orjson.dumps(answer.__pydantic_serializer__.to_python(answer, mode="json", by_alias=True))
+        assert dumps(answer) == pydantics
+        # Something that is not plain JSON in the dict: pydantic's form of it, as before.
+        body.response["created"] = datetime.datetime(2026, 1, 2, tzinfo=datetime.UTC)
+        body.response["ids"] = {1, 2}
+        answer = BaseVerifyResponse(**body.model_dump(), reward=0.5)
+        pydantics = orjson.dumps(answer.__pydantic_serializer__.to_python(answer, mode="json", by_alias=True))
+        assert dumps(answer) == pydantics and b'"2026-01-02T00:00:00Z"' in pydantics
+    finally:
+        plain_bodies_in_effect.reset(token)
+
+
+def test_a_model_with_its_own_serializers_dumps_its_own_way():
+    from pydantic import field_serializer
+
+    from nemo_gym.serving.error_answers import dumps
+
+    class Trimmed(BaseVerifyResponse):
+        @field_serializer("response")
+        def _trim(self, value: Any) -> Any:
+            return {"output": len(value["output"])}
+
+    token = plain_bodies_in_effect.set(PlainBodies())
+    try:
+        body = BaseVerifyRequest.model_validate(row())
+        answer = Trimmed(**body.model_dump(), reward=1.0)
+        assert answer.model_dump()["response"] == {"output": 17}
+        assert b'"response":{"output":17}' in dumps(answer)
+    finally:
+        plain_bodies_in_effect.reset(token)
