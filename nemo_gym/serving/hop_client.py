@@ -149,7 +149,13 @@ class HopResponse:
     """One answer: ``status``, ``headers`` (lower-case names; repeated names keep the last),
     ``cookies`` it set, and ``body`` (empty until read for an answer opened as a stream)."""
 
-    __slots__ = ("status", "raw_headers", "_headers", "_cookies", "_set_cookies", "body", "_conn", "_stream")
+    # What only some answers have is set on those (no slots: an answer read in one go sets three
+    # attributes and the Set-Cookie values it found).
+    _headers: dict[str, str] | None = None
+    _cookies: dict[str, str] | None = None
+    _set_cookies: list[bytes] | None = None  # the Set-Cookie values when already picked out
+    _conn: _HopConnection | None = None
+    _stream: _StreamBuffer | None = None
 
     def __init__(
         self,
@@ -162,13 +168,15 @@ class HopResponse:
     ) -> None:
         self.status = status
         self.raw_headers = raw_headers
-        self._headers: dict[str, str] | None = None
-        self._cookies: dict[str, str] | None = None
-        # The Set-Cookie values when already known (an answer read in one go), else None.
-        self._set_cookies = set_cookies
         self.body = body
-        self._conn = conn
-        self._stream = stream
+        if stream is not None:
+            self._conn = conn
+            self._stream = stream
+        if set_cookies is not None:
+            if set_cookies:
+                self._set_cookies = set_cookies
+            else:
+                self._cookies = {}  # picked out and none there
 
     @property
     def headers(self) -> dict[str, str]:
@@ -181,13 +189,13 @@ class HopResponse:
 
     @property
     def cookies(self) -> dict[str, str]:
-        """The cookies the answer set (``Set-Cookie`` headers)."""
+        """The cookies the answer set (``Set-Cookie`` headers), parsed on first use."""
         cookies = self._cookies
         if cookies is None:
-            cookies = self._cookies = {}
             values = self._set_cookies
             if values is None:
                 values = [value for name, value in self.raw_headers if name.lower() == b"set-cookie"]
+            cookies = self._cookies = {}
             for value in values:
                 cookies.update(parse_set_cookie(value.decode("latin-1")))
         return cookies
@@ -315,7 +323,7 @@ class _HopConnection(asyncio.Protocol):
         waiter = self.waiter
         if waiter is not None and not self.received and not self.want_stream:
             # The common case: a whole answer in one read, parsed in one go (else httptools).
-            response = parse_whole_answer(data, self.max_bytes)
+            response = parse_whole_answer(data)
             if response is not None:
                 timer = self.timer
                 if timer is not None:
@@ -422,15 +430,16 @@ class _HopConnection(asyncio.Protocol):
     ) -> asyncio.Future[HopResponse]:
         """Write one request; the future resolves with the answer (at its headers when ``stream``)."""
         self.requests += 1
-        self.waiter = waiter = self.loop.create_future()
+        loop = self.loop
+        self.waiter = waiter = loop.create_future()
         self.want_stream = stream
         self.max_bytes = max_bytes
-        self.timer = self.loop.call_at(deadline, self._on_deadline)
-        assert self.transport is not None
+        self.timer = loop.call_at(deadline, self._on_deadline)
+        # A connection is handed out only once connected: its transport is set.
         if request.__class__ is bytes:  # what build_request makes: bytes, or a list of them
-            self.transport.write(request)  # type: ignore[arg-type]
+            self.transport.write(request)  # type: ignore[union-attr,arg-type]
         else:
-            self.transport.writelines(request)  # type: ignore[arg-type]
+            self.transport.writelines(request)  # type: ignore[union-attr,arg-type]
         return waiter
 
     def abort_request(self, owner: object) -> None:
@@ -481,19 +490,21 @@ class _HopConnection(asyncio.Protocol):
         return HopResponse(self.status, self.headers, body, self if stream else None, stream)
 
 
-def parse_whole_answer(data: bytes, max_bytes: int) -> HopResponse | None:
+def parse_whole_answer(data: bytes) -> HopResponse | None:
     """``data`` read in one go when it is exactly one whole answer in the strict form our servers
-    write (``_WHOLE_HEAD``), with a body of at most ``max_bytes`` and a head of at most
-    ``MAX_HEADER_BYTES``: the same answer httptools' parser makes of it, its Set-Cookie values
-    already picked out; else None (then the parser reads it). Such an answer keeps its
-    connection open (HTTP/1.1 with no ``Connection`` header)."""
+    write (``_WHOLE_HEAD``): the same answer httptools' parser makes of it, its Set-Cookie
+    values picked out (parsed when asked for); else None (then the parser reads it). Such an
+    answer keeps its connection open (HTTP/1.1 with no ``Connection`` header).
+
+    The caps on the head and body are the parser path's too: that path checks them between
+    reads, while an answer is still incomplete, so a whole answer in one read passes either way.
+    """
     match = _WHOLE_HEAD.match(data)
     if match is None:
         return None
     status, block, length = match.group(1, 2, 3)
     end = match.end()
-    size = len(data) - end
-    if size != int(length) or size > max_bytes or end > MAX_HEADER_BYTES:
+    if len(data) - end != int(length):
         return None
     return HopResponse(
         int(status), _HEADER_LINE.findall(block), data[end:], None, None, _SET_COOKIE_LINE.findall(block)
@@ -754,8 +765,8 @@ async def request(
             if len(heads) >= _HEADS_KEPT:
                 heads.clear()
             heads[key] = head
-    if body.__class__ is bytes and len(body) < 65536:  # build_request's, without the call
-        data: bytes | list[bytes] = b"%sContent-Length: %d\r\n\r\n%s" % (head, len(body), body)  # type: ignore[arg-type]
+    if body.__class__ is bytes and (size := len(body)) < 65536:  # build_request's, without the call
+        data: bytes | list[bytes] = b"%sContent-Length: %d\r\n\r\n%s" % (head, size, body)  # type: ignore[arg-type]
     else:
         data = build_request(method, host, port, path, headers, body, head)
     fresh = False
