@@ -13,8 +13,12 @@ quartile per checkout.
 A checkout is a source tree (``git worktree add DIR COMMIT``) run with this interpreter and
 ``PYTHONPATH=DIR``; with none given, this checkout alone.
 
+With ``--verify-turns K`` the requests are ``/verify`` of the response of a K-turn rollout (the
+long-horizon benchmark's turns: ~2 KB of text, a call and its output each): what a resources
+server pays once per rollout at its end.
+
 Usage: python scripts/bench_request_cpu.py [DIR ...] [--rounds 30] [--requests 1000]
-       [--connections 8] [--json out.json]
+       [--connections 8] [--verify-turns K] [--json out.json]
 """
 
 from __future__ import annotations
@@ -64,12 +68,64 @@ def cpu_ns(pid: int) -> int:
     return total
 
 
-async def drive(port: int, requests: int, connections: int) -> None:
-    """``requests`` tool calls over ``connections`` kept-alive connections, one at a time on each."""
-    body = b'{"city": "San Francisco"}'
+def verify_body(turns: int, bytes_per_turn: int = 2000) -> bytes:
+    """A ``/verify`` body ending a rollout of ``turns`` tool-calling turns, shaped as the long-horizon
+    benchmark's (``scripts/bench_long_horizon.py``): each turn an assistant message of
+    ``bytes_per_turn`` of text, a ``get_weather`` call and its output, then the final answer."""
+    output: list[dict[str, Any]] = []
+    for turn in range(turns):
+        text = [{"type": "output_text", "text": "x" * bytes_per_turn, "annotations": []}]
+        output += [
+            {
+                "type": "message",
+                "id": f"msg_{turn}",
+                "role": "assistant",
+                "status": "completed",
+                "content": text,
+            },
+            {
+                "type": "function_call",
+                "id": f"fc_{turn}",
+                "call_id": f"call_{turn}",
+                "name": "get_weather",
+                "arguments": '{"city": "San Francisco"}',
+                "status": "completed",
+            },
+            {
+                "type": "function_call_output",
+                "call_id": f"call_{turn}",
+                "output": '{"city": "San Francisco", "weather_description": "The weather in San Francisco is cold."}',
+            },
+        ]
+    answer = [{"type": "output_text", "text": "It is cold.", "annotations": []}]
+    output.append(
+        {"type": "message", "id": "msg_end", "role": "assistant", "status": "completed", "content": answer}
+    )
+    response = {
+        "id": "resp_bench",
+        "object": "response",
+        "created_at": 1,
+        "model": "bench",
+        "status": "completed",
+        "output": output,
+        "parallel_tool_calls": True,
+        "tool_choice": "auto",
+        "tools": [],
+        "usage": {"input_tokens": 10, "output_tokens": 10, "total_tokens": 20},
+    }
+    params = {"input": [{"role": "user", "content": f"What is the weather? [turns={turns}]"}], "tools": []}
+    return json.dumps({"responses_create_params": params, "response": response}).encode()
+
+
+async def drive(port: int, requests: int, connections: int, verify_turns: int = 0) -> None:
+    """``requests`` tool calls (with ``verify_turns``, ``/verify`` of a rollout that long) over
+    ``connections`` kept-alive connections, one at a time on each."""
+    body, path = b'{"city": "San Francisco"}', b"get_weather"
+    if verify_turns:
+        body, path = verify_body(verify_turns), b"verify"
     request = (
-        b"POST /ng-rollout/bench-0/get_weather HTTP/1.1\r\nhost: 127.0.0.1:%d\r\n"
-        b"content-type: application/json\r\ncontent-length: %d\r\n\r\n%s" % (port, len(body), body)
+        b"POST /ng-rollout/bench-0/%s HTTP/1.1\r\nhost: 127.0.0.1:%d\r\n"
+        b"content-type: application/json\r\ncontent-length: %d\r\n\r\n%s" % (path, port, len(body), body)
     )
 
     async def one(count: int) -> None:
@@ -107,6 +163,12 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=1000, help="per batch")
     parser.add_argument("--connections", type=int, default=8)
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument(
+        "--verify-turns",
+        type=int,
+        default=0,
+        help="post /verify with the response of a rollout of this many turns instead of get_weather",
+    )
     args = parser.parse_args()
     trees = [t.resolve() for t in args.trees] or [ROOT]
     labels = [str(t) for t in trees]
@@ -124,19 +186,22 @@ def main() -> None:
             port = int(proc.stdout.readline())
             servers.append((proc, port))
             time.sleep(0.5)
-            run(drive(port, 2000, args.connections))  # warm-up
+            run(
+                drive(port, args.requests if args.verify_turns else 2000, args.connections, args.verify_turns)
+            )  # warm-up
         for _ in range(args.rounds):
             for label, (proc, port) in zip(labels, servers, strict=True):
                 before = cpu_ns(proc.pid)
-                run(drive(port, args.requests, args.connections))
+                run(drive(port, args.requests, args.connections, args.verify_turns))
                 per_request[label].append((cpu_ns(proc.pid) - before) / args.requests / 1000)
     finally:
         for proc, _ in servers:
             proc.terminate()
             proc.wait(timeout=30)
     load_end = os.getloadavg()
+    what = f"/verify of {args.verify_turns} turns" if args.verify_turns else "request"
     print(
-        f"server CPU µs per request, {args.rounds} interleaved batches of {args.requests} "
+        f"server CPU µs per {what}, {args.rounds} interleaved batches of {args.requests} "
         f"({args.connections} connections); load average {load_start[0]:.1f} -> {load_end[0]:.1f}"
     )
     summary = {}

@@ -175,3 +175,20 @@ def test_a_model_with_its_own_serializers_dumps_its_own_way():
         assert b'"response":{"output":17}' in dumps(answer)
     finally:
         plain_bodies_in_effect.reset(token)
+
+
+def test_the_benchmarks_verify_body_scores_as_a_rollout_end():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "scripts" / "bench_request_cpu.py"
+    spec = importlib.util.spec_from_file_location("_bench_request_cpu", path)
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    body = bench.verify_body(4, bytes_per_turn=100)
+    with running_server(ExampleSingleToolCallServer({"name": "weather"})) as url:
+        answer = httpx.post(
+            f"{url}/verify", content=body, headers={"content-type": "application/json"}
+        ).json()
+    assert answer["reward"] == 1.0 and len(answer["response"]["output"]) == 13
