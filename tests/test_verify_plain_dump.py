@@ -192,3 +192,14 @@ def test_the_benchmarks_verify_body_scores_as_a_rollout_end():
             f"{url}/verify", content=body, headers={"content-type": "application/json"}
         ).json()
     assert answer["reward"] == 1.0 and len(answer["response"]["output"]) == 13
+
+
+def test_answers_with_non_string_keys_or_numpy_are_still_written():
+    from nemo_gym.serving.error_answers import dumps
+
+    assert dumps({"a": [1, "x", None, 1.5]}) == b'{"a":[1,"x",null,1.5]}'
+    assert dumps({1: "one", "b": {2: True}}) == b'{"1":"one","b":{"2":true}}'
+    numpy = pytest.importorskip("numpy", reason="numpy answers need numpy installed")
+    assert dumps({"x": numpy.float64(1.5), "ids": numpy.array([1, 2])}) == b'{"x":1.5,"ids":[1,2]}'
+    with pytest.raises(TypeError):
+        dumps({"x": object()})
