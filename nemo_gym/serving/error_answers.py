@@ -28,20 +28,20 @@ def dumps(value: Any) -> bytes:
     """Serialize a JSON answer; pydantic models are dumped first, by their fields' wire names
     (aliases) as FastAPI answers them (``_ng_rollout_index`` for ``rollout_index``)."""
     if isinstance(value, BaseModel):
-        parts = getattr(type(value), "__ng_json_parts__", None)
-        if parts is not None and (json_form := parts(value)) is not None:
-            # A model holding plain dicts received as JSON (a verify answer's ``response``):
-            # orjson writes them as they are, instead of pydantic rebuilding them first. Only
-            # plain JSON values are written so (anything else is refused, and the model is
-            # dumped by pydantic below), so the bytes say what pydantic's form says.
-            try:
-                return orjson.dumps(json_form, option=_PLAIN_JSON_ONLY, default=_not_plain_json)
-            except orjson.JSONEncodeError:
-                pass
         if type(value).model_dump is _MODEL_DUMP:
             # What pydantic's own model_dump calls, without that call in between.
             value = value.__pydantic_serializer__.to_python(value, mode="json", by_alias=True)
         else:
+            parts = getattr(type(value), "__ng_json_parts__", None)
+            if parts is not None and (json_form := parts(value)) is not None:
+                # A model holding plain dicts received as JSON (a verify answer's ``response``):
+                # orjson writes them as they are, instead of pydantic rebuilding them first.
+                # Only plain JSON values are written so (anything else is refused, and the
+                # model is dumped by pydantic below), so the bytes say what pydantic's form says.
+                try:
+                    return orjson.dumps(json_form, option=_PLAIN_JSON_ONLY, default=_not_plain_json)
+                except orjson.JSONEncodeError:
+                    pass
             value = value.model_dump(mode="json", exclude_unset=False, by_alias=True)
     try:
         # Without options first: string keys and no numpy (the usual answer) are written ~40%
