@@ -115,15 +115,15 @@ class _LazyTyped:
             # (a 422 naming the field) without building the typed model on the hot path. The
             # same dict checked earlier in this request (an answer built from the request's
             # ``model_dump()``, which hands it back as is) is not walked again.
-            record = plain if isinstance(plain, PlainBodies) else None
-            if value.__class__ is dict:
+            record = plain if isinstance(plain, PlainBodies) and value.__class__ is dict else None
+            if record is not None:
                 walked = value.get(self.walks)
-                if record is not None and record.already_checked(self, value, walked):
+                if record.already_checked(self, value, walked):
                     return value
             errors = self.shape_errors(value)
             if errors:
                 raise ValueError("; ".join(errors[:5]))
-            if record is not None and value.__class__ is dict:
+            if record is not None:
                 record.record(self, value, walked)
             return value
         if (
