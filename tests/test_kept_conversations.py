@@ -371,6 +371,13 @@ def test_the_encoded_input_is_each_items_json_without_nemo_gyms_fields_turn_afte
         pieces = _encoded_items(conversation)
         assert b"[" + b"".join(pieces) + b"]" == orjson.dumps(list(map(strip, conversation.items)))
         assert len(pieces) <= 10, turn
+    # A turn adds two entries (its new input, then the answer's output), taken together: the
+    # same bytes whether none, one or both hold nemo_gym's fields.
+    for turn, (first, second) in enumerate([(0, 1), (1, 2), (2, 3), (3, 3), (4, 6), (6, 8)]):
+        conversation.extend(history[first:second] or history[:1], round_trip=turn % 2 == 0)
+        conversation.extend(history[second : second + 1])
+        pieces = _encoded_items(conversation)
+        assert b"[" + b"".join(pieces) + b"]" == orjson.dumps(list(map(strip, conversation.items))), turn
     first_use = KeptConversation()
     first_use.extend([])
     assert _encoded_items(first_use) == []

@@ -295,7 +295,9 @@ class UpstreamHTTP:
             if connect_retries is None or connect_retries == self.connect_retries
             else self._retry_policy(connect_retries)
         )
-        target = self._hop_target(url)
+        target = self._hop_targets.get(url, _UNSEEN)
+        if target is _UNSEEN:
+            target = self._hop_target(url)
         if target is None:
             send = self._aiohttp_attempt(
                 method, url, data, self._call_headers(extra_headers, data is not None), stream
@@ -430,6 +432,9 @@ class UpstreamHTTP:
 
         return attempt
 
+
+# What _hop_targets answers for a URL not seen yet (None there: a URL aiohttp takes).
+_UNSEEN: Any = object()
 
 # A plain-HTTP URL as the hop client takes it: host, port, path, and the request heads built for
 # it, by (method, whether a body follows).

@@ -213,9 +213,11 @@ class OpenAIModel(SimpleResponsesAPIModel):
     def responses(self, body: dict[str, Any]) -> Coroutine[Any, Any, dict[str, Any]]:
         """Forward a Responses create request; the upstream's Response object comes back as is.
         (The forwarding coroutine, to await: no frame of this method's own stays on the stack.)"""
-        request = self._allowed(body, "responses")
+        request, dropped = allowed_request(body, self._responses_fields, self._tool_types)
+        if dropped:
+            self._log_dropped(dropped, "responses")
         conversation = current_conversation()
-        if conversation is not None and request.get("input") is not None:
+        if conversation is not None and "input" in request and request["input"] is not None:
             # A kept conversation: its input was encoded for the upstream on earlier turns.
             return self._forward("/responses", request, _encoded_items(conversation), conversation)
         return self._forward("/responses", _responses_request(request))
@@ -241,15 +243,19 @@ class OpenAIModel(SimpleResponsesAPIModel):
         fields = self._responses_fields if api == "responses" else self._chat_fields
         kept, dropped = allowed_request(body, fields, self._tool_types)
         if dropped:
-            for what in dropped - self._dropped:
-                self._dropped.add(what)
-                logger.warning(
-                    "%s: not forwarding %s upstream (forward_%s_fields / forward_tool_types in its config)",
-                    self.name,
-                    what,
-                    "request" if api == "responses" else "chat",
-                )
+            self._log_dropped(dropped, api)
         return kept
+
+    def _log_dropped(self, dropped: set[str], api: str) -> None:
+        """Log each field or tool type left out of an ``api`` request, once per server."""
+        for what in dropped - self._dropped:
+            self._dropped.add(what)
+            logger.warning(
+                "%s: not forwarding %s upstream (forward_%s_fields / forward_tool_types in its config)",
+                self.name,
+                what,
+                "request" if api == "responses" else "chat",
+            )
 
     async def _forward(
         self,
@@ -272,7 +278,10 @@ class OpenAIModel(SimpleResponsesAPIModel):
             await semaphore.acquire()
         try:
             if encoded_input is not None:
-                body = _with_encoded_input(request, encoded_input)
+                # _with_encoded_input's pieces, made here (the usual call: no frame of its own).
+                request["input"] = _INPUT_MARK
+                head, _, tail = orjson.dumps(request).partition(b"\x00")
+                body = EncodedJSON([head + b"[", *encoded_input, b"]" + tail])
                 answer = await self.http.request("POST", url, body)
                 if not 200 <= answer.status < 300:
                     self._result(answer, url)  # raises the error the status means
@@ -487,17 +496,26 @@ def _encoded_items(conversation: KeptConversation) -> list[bytes]:
         conversation.derived[_ENCODED_INPUT] = _EncodedInput(chunks, len(items))
         return chunks
     chunks = done.chunks
-    for end, encoded in conversation.take_encoded():
-        added = items[done.items : end]
-        if not _plain_items(added):  # one holds nemo_gym's fields: encoded again without them
-            encoded = b"," + orjson.dumps(_stripped(added))[1:-1]
-        piece = encoded if chunks else encoded[1:]
+    taken = conversation.take_encoded()
+    if not taken:
+        return chunks
+    # The entries follow each other (each extend's items after the one before; a turn undone
+    # drops its own): together they are the JSON of every item added since, one piece.
+    end = taken[-1][0]
+    added = items[done.items : end]
+    if not _plain_items(added):  # one holds nemo_gym's fields: encoded again without them
+        piece = b"," + orjson.dumps(_stripped(added))[1:-1]
+    else:
+        piece = taken[0][1] if len(taken) == 1 else b"".join([encoded for _, encoded in taken])
+    done.items = end
+    if not chunks:
+        chunks.append(piece[1:])
+        return chunks
+    size = len(piece)
+    while chunks and len(chunks[-1]) <= size:
+        piece = chunks.pop() + piece
         size = len(piece)
-        while chunks and len(chunks[-1]) <= size:
-            piece = chunks.pop() + piece
-            size = len(piece)
-        chunks.append(piece)
-        done.items = end
+    chunks.append(piece)
     return chunks
 
 
