@@ -24,6 +24,12 @@ _BAD_VALUE_BYTE = re.compile(b"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 # Header names already checked against uvicorn's rule (an app sends the same few names).
 _GOOD_NAMES: set[bytes] = set()
 _GOOD_NAMES_MAX = 512
+# Header lines as sent, by the (name, value) pair an app gave: pairs that neither frame the answer
+# nor close the connection, short, not cookies, already checked (an app sends the same few).
+_LINES: dict[Any, bytes] = {}
+_LINES_MAX = 512
+_LINE_CACHED_BELOW = 256
+_NOT_CACHED = frozenset((b"content-length", b"transfer-encoding", b"connection", b"set-cookie"))
 # Bodies up to this size are joined with their head into one bytes object; larger ones are
 # written with the head as a vectored write (no copy).
 _JOIN_BELOW = 65536
@@ -246,7 +252,16 @@ class HopCycle:
                 status_code,
             )
         has_connection_close = False
-        for name, value in headers:
+        fresh = []  # the lines not checked before
+        for header in headers:
+            try:
+                line = _LINES.get(header)
+            except TypeError:  # a list, not a tuple: nothing cached for it
+                line = None
+            if line is not None:
+                content.append(line)
+                continue
+            name, value = header
             if name not in _GOOD_NAMES:
                 if HEADER_RE.search(name):
                     raise RuntimeError("Invalid HTTP header name.")
@@ -263,16 +278,28 @@ class HopCycle:
                 if b"close" in [token.lower().strip() for token in value.split(b",")]:
                     self.keep_alive = False
                     has_connection_close = True
-            content.extend((name, b": ", value, b"\r\n"))
+            line = name + b": " + value + b"\r\n"
+            content.append(line)
+            fresh.append(line)
+            if (
+                len(line) < _LINE_CACHED_BELOW
+                and name not in _NOT_CACHED
+                and len(_LINES) < _LINES_MAX
+                and type(header) is tuple
+                and type(value) is bytes
+                and _line_ok(line)
+            ):
+                _LINES[header] = line
         # The values, checked at once: no control byte but tab, and no line end of their own
         # (each header line adds exactly one CR LF).
-        lines = b"".join(content[1:] if lead is None else content[2:])
-        if (
-            _BAD_VALUE_BYTE.search(lines) is not None
-            or lines.count(b"\r") != len(headers)
-            or lines.count(b"\n") != len(headers)
-        ):
-            raise RuntimeError("Invalid HTTP header value.")
+        if fresh:
+            lines = b"".join(fresh)
+            if (
+                _BAD_VALUE_BYTE.search(lines) is not None
+                or lines.count(b"\r") != len(fresh)
+                or lines.count(b"\n") != len(fresh)
+            ):
+                raise RuntimeError("Invalid HTTP header value.")
         if not self.keep_alive and not has_connection_close:
             content.append(b"connection: close\r\n")
         if self.chunked_encoding is None and scope["method"] != "HEAD" and status_code not in (204, 304):
@@ -337,6 +364,11 @@ class HopCycle:
 
 def _nothing() -> None:
     return None
+
+
+def _line_ok(line: bytes) -> bool:
+    """Whether one header line as sent holds no control byte but tab and ends its only CR LF."""
+    return _BAD_VALUE_BYTE.search(line) is None and line.count(b"\r") == 1 and line.count(b"\n") == 1
 
 
 def default_header_lines(defaults: list[tuple[bytes, bytes]]) -> bytes | None:

@@ -70,6 +70,8 @@ class HopHttpProtocol(HttpToolsProtocol):
         # the cycle whose direct-route handler is running (cancelled if the connection is lost).
         self._ng_direct: Any = getattr(self.app, "ng_direct", None)
         self._ng_watched: HopCycle | None = None
+        # Whether the request being read is a WebSocket handshake (set when its headers are complete).
+        self._ng_upgrading = False
         self._ng_fresh_context = bool(getattr(self.config, "reset_contextvars", False))
         # The server's default headers (uvicorn's date and server; a new list each second) and
         # their lines as sent, checked once (None: they need the general handling).
@@ -100,8 +102,6 @@ class HopHttpProtocol(HttpToolsProtocol):
     def data_received(self, data: bytes) -> None:
         self._ng_idle_since = None
         before = self.cycle
-        if self._ng_waiting_since is None and (before is None or before.response_complete):
-            self._ng_waiting_since = self.loop.time()
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserError:
@@ -116,6 +116,11 @@ class HopHttpProtocol(HttpToolsProtocol):
                 self._unsupported_upgrade_warning()
         if self.cycle is not before or self._ng_upgraded():
             self._ng_waiting_since = None
+        elif self._ng_waiting_since is None and (before is None or before.response_complete):
+            # A request's first bytes without all its headers: they are due within the deadline
+            # (from now: this read's parse is all that came before). A whole request in one read
+            # (the usual case) never waits.
+            self._ng_waiting_since = self.loop.time()
 
     def on_message_begin(self) -> None:
         self.url = b""
@@ -134,7 +139,9 @@ class HopHttpProtocol(HttpToolsProtocol):
         if http_version != "1.1":
             scope["http_version"] = http_version
         if parser.should_upgrade() and self._should_upgrade():
+            self._ng_upgrading = True
             return
+        self._ng_upgrading = False
         url = self.url
         if url[:1] == b"/" and b"?" not in url and b"%" not in url and b"#" not in url:
             raw_path, query = url, b""
@@ -187,8 +194,8 @@ class HopHttpProtocol(HttpToolsProtocol):
         self.tasks.add(task)
 
     def on_body(self, body: bytes) -> None:
-        # An upgrade first: a WebSocket handshake has no cycle.
-        if (self.parser.should_upgrade() and self._should_upgrade()) or self.cycle.response_complete:
+        # An upgrade first: a WebSocket handshake has no cycle (what on_headers_complete found).
+        if self._ng_upgrading or self.cycle.response_complete:
             return
         cycle = self.cycle
         cycle.body_chunks.append(body)
@@ -202,7 +209,8 @@ class HopHttpProtocol(HttpToolsProtocol):
             event.set()
 
     def on_message_complete(self) -> None:
-        if (self.parser.should_upgrade() and self._should_upgrade()) or self.cycle.response_complete:
+        # An upgrade first: a WebSocket handshake has no cycle (what on_headers_complete found).
+        if self._ng_upgrading or self.cycle.response_complete:
             return
         cycle = self.cycle
         cycle.more_body = False
