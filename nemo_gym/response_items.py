@@ -77,6 +77,53 @@ def add_usage(total: dict[str, Any] | None, extra: dict[str, Any] | None) -> dic
     )
 
 
+class UsageSum:
+    """:func:`add_usage` folded over a rollout's model calls (``usage = add_usage(usage, u)`` for
+    each ``u``) without building a usage object per call: from the second usage on, the four sums
+    are kept as numbers, added in add_usage's order from the same reads, so :meth:`total` is
+    exactly the folded value (and a bad usage raises at the same call)."""
+
+    __slots__ = ("_first", "_summed", "_input", "_output", "_reasoning", "_cached")
+
+    def __init__(self) -> None:
+        self._first: dict[str, Any] | None = None  # the fold while it is one usage's copy
+        self._summed = False  # two usages were added: the sums below are the fold
+        self._input: Any = 0
+        self._output: Any = 0
+        self._reasoning: Any = 0
+        self._cached: Any = 0
+
+    def add(self, extra: dict[str, Any] | None) -> None:
+        """Add one model call's ``usage`` (None or empty adds nothing)."""
+        if not extra:
+            return
+        if not self._summed:  # the first two usages: add_usage itself
+            folded = add_usage(self._first, extra)
+            if self._first is None:
+                self._first = folded
+                return
+            assert folded is not None
+            self._input = folded["input_tokens"]
+            self._output = folded["output_tokens"]
+            self._reasoning = folded["output_tokens_details"]["reasoning_tokens"]
+            self._cached = folded["input_tokens_details"]["cached_tokens"]
+            self._first, self._summed = None, True
+            return
+        self._input = self._input + extra.get("input_tokens", 0)
+        self._output = self._output + extra.get("output_tokens", 0)
+        self._reasoning = self._reasoning + (extra.get("output_tokens_details") or {}).get(
+            "reasoning_tokens", 0
+        )
+        self._cached = self._cached + (extra.get("input_tokens_details") or {}).get("cached_tokens", 0)
+        self._input + self._output  # noqa: B018 - usage_dict's total_tokens, raising where it would
+
+    def total(self) -> dict[str, Any] | None:
+        """The summed usage: None if no call had one, the one usage's copy if one call had."""
+        if not self._summed:
+            return self._first
+        return usage_dict(self._input, self._output, self._reasoning, self._cached)
+
+
 def build_response(
     output: list[dict[str, Any]],
     params: dict[str, Any],

@@ -128,11 +128,10 @@ class ServerResponse:
     def header(self, name: str) -> str | None:
         """The value of the answer's header ``name`` (any case; the last if repeated), else None."""
         wanted = name.lower().encode("latin-1")
-        found = None
-        for key, value in self.raw_headers:
+        for key, value in reversed(self.raw_headers):  # the last one wins: the first from the end
             if key.lower() == wanted:
-                found = value
-        return found.decode("latin-1") if found is not None else None
+                return value.decode("latin-1")
+        return None
 
     def json(self) -> Any:
         """The body parsed as JSON."""
@@ -365,7 +364,11 @@ class ServerClient:
         base = (
             replica or self._known_base(server_name) or await self.base_url(server_name, affinity=rollout_id)
         )
-        path = self._path(base, url_path, rollout_id, token_capture)
+        if rollout is None:
+            path = self._path(base, url_path, rollout_id, token_capture)
+        else:  # the rollout's prefix, built once for all its hops (as _path builds it)
+            prefix = rollout._path_prefix
+            path = url_path if prefix is None or base in self._external else prefix + url_path
         timeout_s = timeout_s or self.timeout_s
         try:
             target = self._hop_targets.get(base, _UNKNOWN_TARGET)
@@ -639,6 +642,12 @@ class Rollout:
         self.replicas: dict[str, str] = {}
         # The client's own request (not a subclass's override): called without its keyword layer.
         self._direct = getattr(type(client), "request", None) is ServerClient.request
+        # ... and this class's own request too: post goes straight to the client's coroutine.
+        self._post_direct = self._direct and type(self).request is Rollout.request
+        # What ServerClient._path puts before each hop's path (rollout id and capture segment are
+        # fixed for a rollout): built once here, not on every hop.
+        capture = f"/{TOKEN_CAPTURE_PATH_SEGMENT}" if token_capture else ""
+        self._path_prefix = f"{ROLLOUT_PREFIX}{rollout_id}{capture}" if rollout_id else None
 
     def request(
         self,
@@ -716,7 +725,24 @@ class Rollout:
         """POST with this rollout's cookies (``await`` it; it is :meth:`request`'s coroutine)."""
         if kwargs:
             return self.request("POST", server_name, url_path, json, timeout_s=timeout_s, **kwargs)
-        return self.request("POST", server_name, url_path, json, timeout_s=timeout_s)  # no keyword dict
+        if not self._post_direct:
+            return self.request("POST", server_name, url_path, json, timeout_s=timeout_s)
+        # request's direct path, inline (one call less per hop): the client's own coroutine.
+        jar = self.cookies.get(server_name)
+        if jar is None:
+            jar = self.cookies[server_name] = {}
+        return self.client._request(
+            "POST",
+            server_name,
+            url_path,
+            json,
+            jar,
+            timeout_s,
+            self.rollout_id,
+            self.replicas.get(server_name),
+            self.token_capture,
+            self,
+        )
 
     async def post_json(self, server_name: str, url_path: str, json: Any = None, **kwargs: Any) -> Any:
         """POST with this rollout's cookies; parsed JSON, non-2xx raises ``http_error``."""

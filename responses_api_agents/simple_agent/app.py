@@ -29,7 +29,7 @@ from nemo_gym.base_responses_api_agent import (
     row_create_params,
 )
 from nemo_gym.response_items import (
-    add_usage,
+    UsageSum,
     create_params_shape_errors,
     function_call_output_item,
     function_calls,
@@ -149,30 +149,32 @@ class SimpleAgent(SimpleResponsesAPIAgent):
         """
         items = list(input_items(params))  # the whole conversation, only ever appended to
         produced: list[dict[str, Any]] = []
-        usage: dict[str, Any] | None = None
+        usage = UsageSum()
         last: dict[str, Any] = {}
         tools = offered_tools(params, self.config.allowed_tools)
         steps = 0
         if toolbox is not None:
             params = {**params, "tools": list(params.get("tools") or []) + toolbox.function_tools()}
         # Long rollouts send the model server only what is new each turn (see ModelConversation).
+        config = self.config  # read once per rollout, not per turn
+        max_steps, execute = config.max_steps, config.execute_tool_calls
         async with ModelConversation(
-            rollout, self.config.model_server.name, timeout_s=self.config.hop_timeout_s
+            rollout, config.model_server.name, timeout_s=config.hop_timeout_s
         ) as conversation:
-            while self.config.max_steps is None or steps < self.config.max_steps:
+            while max_steps is None or steps < max_steps:
                 steps += 1
                 last = await conversation.call(params, items)
                 output = last.get("output") or []
                 produced.extend(output)
                 items.extend(output)
-                usage = add_usage(usage, last.get("usage"))
+                usage.add(last.get("usage"))
                 calls = function_calls(output)
-                if not calls or last.get("status") == "incomplete" or not self.config.execute_tool_calls:
+                if not calls or last.get("status") == "incomplete" or not execute:
                     break
                 outputs = await self.run_tool_calls(rollout, calls, toolbox, tools)
                 produced.extend(outputs)
                 items.extend(outputs)
-        return {**last, "output": produced, "usage": usage}
+        return {**last, "output": produced, "usage": usage.total()}
 
     async def run_tool_calls(
         self,
