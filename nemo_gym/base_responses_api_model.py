@@ -50,6 +50,7 @@ from nemo_gym.models.fastapi_dispatch import (
 from nemo_gym.models.openai_errors import OpenAIErrorBodies
 from nemo_gym.models.openai_request_checks import check_chat_request, check_responses_request
 from nemo_gym.models.streaming import SSE_KEEPALIVE, stream_chat_completion, stream_responses
+from nemo_gym.serving.error_answers import JSONAnswer, dumps
 from nemo_gym.serving.process_hooks import LIVENESS_METRICS
 from nemo_gym.serving.served_names import served_name
 from nemo_gym.serving.server import BaseServer, BaseServerConfig, HTTPError, json_response
@@ -354,7 +355,7 @@ class SimpleResponsesAPIModel(BaseServer):
         conversation.parsed_output = None
         if not store.put(rollout, answer_id, conversation):
             return answer  # type: ignore[no-any-return]
-        response = json_response({**answer, "output": orjson.Fragment(encoded)})
+        response = JSONAnswer(dumps({**answer, "output": orjson.Fragment(encoded)}))  # json_response's
         response.raw_headers.append(KEPT_HEADER_LINE)
         return response
 

@@ -765,8 +765,11 @@ async def request(
             if len(heads) >= _HEADS_KEPT:
                 heads.clear()
             heads[key] = head
-    if body.__class__ is bytes and (size := len(body)) < 65536:  # build_request's, without the call
+    # build_request's, without the call, for the usual bodies: small bytes, or pieces.
+    if body.__class__ is bytes and (size := len(body)) < 65536:
         data: bytes | list[bytes] = b"%sContent-Length: %d\r\n\r\n%s" % (head, size, body)  # type: ignore[arg-type]
+    elif body.__class__ is list:
+        data = [b"%sContent-Length: %d\r\n\r\n" % (head, sum(map(len, body))), *body]  # type: ignore[arg-type]
     else:
         data = build_request(method, host, port, path, headers, body, head)
     fresh = False

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import operator
 from collections.abc import Collection, Coroutine
 from typing import Any
 
@@ -479,6 +480,9 @@ class _EncodedInput:
         self.items = items
 
 
+_JSON_OF_ENTRY = operator.itemgetter(1)  # of a take_encoded entry: (items after it, their JSON)
+
+
 def _encoded_items(conversation: KeptConversation) -> list[bytes]:
     """The conversation's items without nemo_gym's fields, encoded once: on its first turn here
     the items are encoded, later the JSON of the items added since (the conversation keeps it
@@ -506,7 +510,7 @@ def _encoded_items(conversation: KeptConversation) -> list[bytes]:
     if not _plain_items(added):  # one holds nemo_gym's fields: encoded again without them
         piece = b"," + orjson.dumps(_stripped(added))[1:-1]
     else:
-        piece = taken[0][1] if len(taken) == 1 else b"".join([encoded for _, encoded in taken])
+        piece = b"".join(map(_JSON_OF_ENTRY, taken))
     done.items = end
     if not chunks:
         chunks.append(piece[1:])
