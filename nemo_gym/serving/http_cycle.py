@@ -28,8 +28,8 @@ _GOOD_NAMES_MAX = 512
 # nor close the connection, short, not cookies, already checked (an app sends the same few).
 _LINES: dict[Any, bytes] = {}
 _LINES_MAX = 512
-_LINE_CACHED_BELOW = 256
-_NOT_CACHED = frozenset((b"content-length", b"transfer-encoding", b"connection", b"set-cookie"))
+_LINE_KEPT_BELOW = 256
+_NOT_KEPT = frozenset((b"content-length", b"transfer-encoding", b"connection", b"set-cookie"))
 # Bodies up to this size are joined with their head into one bytes object; larger ones are
 # written with the head as a vectored write (no copy).
 _JOIN_BELOW = 65536
@@ -252,16 +252,22 @@ class HopCycle:
                 status_code,
             )
         has_connection_close = False
-        fresh = []  # the lines not checked before
+        kept: list[tuple[Any, bytes]] | None = None  # lines to keep once the head is checked
         for header in headers:
+            name, value = header
+            if name == b"content-length" and self.chunked_encoding is None:
+                # The usual framing header as apps write it (a lower-case name needs no check).
+                self.expected_content_length = int(value.decode())
+                self.chunked_encoding = False
+                content.append(b"content-length: " + value + b"\r\n")
+                continue
             try:
                 line = _LINES.get(header)
-            except TypeError:  # a list, not a tuple: nothing cached for it
+            except TypeError:  # a list, not a tuple: nothing kept for it
                 line = None
             if line is not None:
                 content.append(line)
                 continue
-            name, value = header
             if name not in _GOOD_NAMES:
                 if HEADER_RE.search(name):
                     raise RuntimeError("Invalid HTTP header name.")
@@ -280,26 +286,29 @@ class HopCycle:
                     has_connection_close = True
             line = name + b": " + value + b"\r\n"
             content.append(line)
-            fresh.append(line)
             if (
-                len(line) < _LINE_CACHED_BELOW
-                and name not in _NOT_CACHED
+                len(line) < _LINE_KEPT_BELOW
+                and name not in _NOT_KEPT
                 and len(_LINES) < _LINES_MAX
                 and type(header) is tuple
                 and type(value) is bytes
-                and _line_ok(line)
             ):
-                _LINES[header] = line
+                if kept is None:
+                    kept = []
+                kept.append((header, line))
         # The values, checked at once: no control byte but tab, and no line end of their own
-        # (each header line adds exactly one CR LF).
-        if fresh:
-            lines = b"".join(fresh)
-            if (
-                _BAD_VALUE_BYTE.search(lines) is not None
-                or lines.count(b"\r") != len(fresh)
-                or lines.count(b"\n") != len(fresh)
-            ):
-                raise RuntimeError("Invalid HTTP header value.")
+        # (each header line adds exactly one CR LF; a kept line was checked so).
+        lines = b"".join(content[1:] if lead is None else content[2:])
+        if (
+            _BAD_VALUE_BYTE.search(lines) is not None
+            or lines.count(b"\r") != len(headers)
+            or lines.count(b"\n") != len(headers)
+        ):
+            raise RuntimeError("Invalid HTTP header value.")
+        if kept is not None:  # each of these lines is clean: the whole head passed
+            for header, line in kept:
+                if len(_LINES) < _LINES_MAX:
+                    _LINES[header] = line
         if not self.keep_alive and not has_connection_close:
             content.append(b"connection: close\r\n")
         if self.chunked_encoding is None and scope["method"] != "HEAD" and status_code not in (204, 304):
@@ -364,11 +373,6 @@ class HopCycle:
 
 def _nothing() -> None:
     return None
-
-
-def _line_ok(line: bytes) -> bool:
-    """Whether one header line as sent holds no control byte but tab and ends its only CR LF."""
-    return _BAD_VALUE_BYTE.search(line) is None and line.count(b"\r") == 1 and line.count(b"\n") == 1
 
 
 def default_header_lines(defaults: list[tuple[bytes, bytes]]) -> bytes | None:
