@@ -35,40 +35,13 @@ _NOT_KEPT = frozenset((b"content-length", b"transfer-encoding", b"connection", b
 _JOIN_BELOW = 65536
 
 
-class _Signal:
-    """``asyncio.Event``'s ``set``/``clear``/``is_set``/``wait``, with a future only while waited on."""
-
-    __slots__ = ("flag", "loop", "waiter")
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
-        self.flag = False
-        self.waiter: asyncio.Future[None] | None = None
-
-    def is_set(self) -> bool:
-        return self.flag
-
-    def set(self) -> None:
-        self.flag = True
-        waiter = self.waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-
-    def clear(self) -> None:
-        self.flag = False
-
-    async def wait(self) -> None:
-        while not self.flag:
-            waiter = self.waiter = self.loop.create_future()
-            try:
-                await waiter
-            finally:
-                self.waiter = None
-
-
 class HopCycle:
     """One request and its answer: uvicorn's ``RequestResponseCycle`` contract (``receive``,
-    ``send``, ``run_asgi``, and the attributes the protocol and the request guard read)."""
+    ``send``, ``run_asgi``, and the attributes the protocol and the request guard read).
+
+    The cycle is its own ``message_event``: ``asyncio.Event``'s ``set``/``clear``/``is_set``/
+    ``wait`` over a flag, with a future only while ``receive`` waits (no second object per request).
+    """
 
     __slots__ = (
         "body_chunks",
@@ -78,9 +51,9 @@ class HopCycle:
         "direct",
         "disconnected",
         "expected_content_length",
+        "flag",
         "head",
         "keep_alive",
-        "message_event",
         "more_body",
         "on_response",
         "protocol",
@@ -89,6 +62,7 @@ class HopCycle:
         "scope",
         "task",
         "transport",
+        "waiter",
         "waiting_for_100_continue",
     )
 
@@ -96,7 +70,8 @@ class HopCycle:
         self.protocol = protocol
         self.scope = scope
         self.transport = protocol.transport
-        self.message_event = _Signal(protocol.loop)
+        self.flag = False
+        self.waiter: asyncio.Future[None] | None = None
         self.on_response = protocol.on_response_complete
         self.disconnected = False
         self.keep_alive = keep_alive
@@ -115,6 +90,32 @@ class HopCycle:
         self.direct: Any = None
         self.task: asyncio.Task[None] | None = None
         self.client_gone = False
+
+    # ---- ``message_event``: a request body's part or the answer's end came --------------------
+    @property
+    def message_event(self) -> HopCycle:
+        """The cycle itself (a property, not an attribute: no reference cycle to collect)."""
+        return self
+
+    def is_set(self) -> bool:
+        return self.flag
+
+    def set(self) -> None:
+        self.flag = True
+        waiter = self.waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def clear(self) -> None:
+        self.flag = False
+
+    async def wait(self) -> None:
+        while not self.flag:
+            waiter = self.waiter = self.protocol.loop.create_future()
+            try:
+                await waiter
+            finally:
+                self.waiter = None
 
     async def run_asgi(self, app: Any) -> None:
         try:
@@ -217,11 +218,10 @@ class HopCycle:
         else:
             self.transport.writelines((head, body))
         self.response_complete = True
-        event = self.message_event
-        if event.waiter is None:
-            event.flag = True
+        if self.waiter is None:
+            self.flag = True
         else:
-            event.set()
+            self.set()
         if not self.keep_alive:
             self.transport.close()
         self.on_response()
@@ -343,11 +343,10 @@ class HopCycle:
             if self.expected_content_length != 0:
                 raise RuntimeError("Response content shorter than Content-Length")
             self.response_complete = True
-            event = self.message_event
-            if event.waiter is None:
-                event.flag = True
+            if self.waiter is None:
+                self.flag = True
             else:
-                event.set()
+                self.set()
             if not self.keep_alive:
                 self.transport.close()
             self.on_response()
@@ -358,10 +357,9 @@ class HopCycle:
             self.waiting_for_100_continue = False
         if not self.disconnected and not self.response_complete:
             self.protocol.flow.resume_reading()
-            event = self.message_event
-            if not event.flag:
-                await event.wait()
-            event.flag = False
+            if not self.flag:
+                await self.wait()
+            self.flag = False
         if self.disconnected or self.response_complete:
             return {"type": "http.disconnect"}
         chunks = self.body_chunks

@@ -202,11 +202,10 @@ class HopHttpProtocol(HttpToolsProtocol):
         cycle.body_size += len(body)
         if cycle.body_size > HIGH_WATER_LIMIT:
             self.flow.pause_reading()
-        event = cycle.message_event
-        if event.waiter is None:
-            event.flag = True
+        if cycle.waiter is None:  # the cycle is its own message_event
+            cycle.flag = True
         else:
-            event.set()
+            cycle.set()
 
     def on_message_complete(self) -> None:
         # An upgrade first: a WebSocket handshake has no cycle (what on_headers_complete found).
@@ -214,11 +213,10 @@ class HopHttpProtocol(HttpToolsProtocol):
             return
         cycle = self.cycle
         cycle.more_body = False
-        event = cycle.message_event
-        if event.waiter is None:
-            event.flag = True
+        if cycle.waiter is None:  # the cycle is its own message_event
+            cycle.flag = True
         else:
-            event.set()
+            cycle.set()
 
     def on_response_complete(self) -> None:
         self.server_state.total_requests += 1
