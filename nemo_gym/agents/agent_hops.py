@@ -75,6 +75,21 @@ def is_callable_tool(name: str, offered: Collection[str]) -> bool:
     return name in offered and name not in RESERVED_ROUTE_NAMES and _TOOL_NAME.fullmatch(name) is not None
 
 
+class CallableTools(frozenset[str]):
+    """Offered tool names that all pass :func:`is_callable_tool` (see :func:`callable_tools`): a
+    call's name is then checked by one set lookup instead of the checks on every tool call."""
+
+    __slots__ = ()
+
+
+def callable_tools(offered: Collection[str]) -> CallableTools:
+    """The names in ``offered`` that :func:`is_callable_tool` lets through, checked once (per
+    rollout): :func:`execute_tool_call` given these calls exactly the same tools."""
+    return CallableTools(
+        name for name in offered if isinstance(name, str) and is_callable_tool(name, offered)
+    )
+
+
 def _env_seconds(name: str, default: float) -> float:
     value = os.environ.get(name)
     if not value:
@@ -155,13 +170,15 @@ async def execute_tool_call(
 ) -> str:
     """Run one function call on the resources server; its output text for the model.
 
-    Only a tool in ``offered`` (see :func:`offered_tools`) is called; any other name is "no such
+    Only a tool in ``offered`` (see :func:`offered_tools`, :func:`callable_tools`) is called; any other name is "no such
     tool" to the model and no request is made. The model's own mistakes (arguments that are not
     JSON, no such tool, a 4xx about the arguments) come back as error text the model sees; an
     infrastructure fault raises :class:`HopFault`.
     """
     name = call.get("name") or ""
-    if not isinstance(name, str) or not is_callable_tool(name, offered):
+    if not isinstance(name, str) or not (
+        name in offered if offered.__class__ is CallableTools else is_callable_tool(name, offered)
+    ):
         return f"Error: there is no tool named {name!r}"
     try:
         arguments = orjson.loads(call.get("arguments") or "{}")

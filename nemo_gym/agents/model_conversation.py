@@ -127,7 +127,7 @@ class ModelConversation:
         ):
             return {
                 **params,
-                "input": list(items[count:]),
+                "input": items[count:] if items.__class__ is list else list(items[count:]),
                 "previous_response_id": self.kept_id,
                 "store": True,
             }

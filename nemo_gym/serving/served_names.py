@@ -21,7 +21,8 @@ SERVED_TO_ENVIRONMENTS: dict[str, dict[str, str]] = {
     },
     "nemo_gym.base_responses_api_agent": {
         "nemo_gym.agents.agent_hops": (
-            "call_json call_model execute_tool_call execute_tool_calls offered_tools rollout_deadline"
+            "call_json call_model callable_tools execute_tool_call execute_tool_calls offered_tools "
+            "rollout_deadline"
         ),
         "nemo_gym.agents.hop_faults": (
             "HopFault chat_completion_problem responses_object_problem status_failure_class"

@@ -22,6 +22,7 @@ from nemo_gym.base_responses_api_agent import (
     ServerRef,
     SimpleResponsesAPIAgent,
     call_json,
+    callable_tools,
     close_stdio,
     execute_tool_call,
     offered_tools,
@@ -151,7 +152,7 @@ class SimpleAgent(SimpleResponsesAPIAgent):
         produced: list[dict[str, Any]] = []
         usage = UsageSum()
         last: dict[str, Any] = {}
-        tools = offered_tools(params, self.config.allowed_tools)
+        tools = callable_tools(offered_tools(params, self.config.allowed_tools))  # checked once
         steps = 0
         if toolbox is not None:
             params = {**params, "tools": list(params.get("tools") or []) + toolbox.function_tools()}
