@@ -231,6 +231,36 @@ async def test_deadline_covers_a_hung_answer_and_waiting_for_a_connection():
         pool.close()
 
 
+async def test_a_reused_connections_deadline_is_each_requests_own():
+    """The deadline timer stays armed between requests on a connection: a later request with a
+    shorter deadline still times out at its own, one with a longer deadline outlives the
+    timer armed for an earlier request, and an answered request never times out later."""
+
+    async def slow_third(reader, writer, n):
+        if n in (3, 4):
+            await asyncio.sleep(0.5 if n == 3 else 0.3)
+        return await answer_ok(reader, writer, n)
+
+    async with ScriptedServer(slow_third) as server:
+        pool = hop_client.HopPool(1)
+        assert (await call(pool, server.port, deadline_s=0.2)).status == 200  # armed for 0.2 s
+        assert (await call(pool, server.port, deadline_s=30)).status == 200
+        started = time.monotonic()
+        # Past the first request's 0.2 s (the timer fires, finds this later deadline, re-arms).
+        assert (await call(pool, server.port, deadline_s=30)).status == 200
+        assert time.monotonic() - started >= 0.45
+        started = time.monotonic()
+        with pytest.raises(hop_client.HopTimeout):  # shorter than the armed one: its own
+            await call(pool, server.port, deadline_s=0.1)
+        assert time.monotonic() - started < 0.28
+        answered = await call(pool, server.port, deadline_s=0.1)  # a new connection
+        assert answered.status == 200
+        await asyncio.sleep(0.2)  # past its deadline, idle: nothing fails, the connection is reused
+        assert (await call(pool, server.port)).status == 200
+        assert server.connections == 2 and pool.open_connections == 1
+        pool.close()
+
+
 async def test_an_answer_over_the_cap_is_refused():
     big = b"x" * (2 << 20)
 

@@ -300,6 +300,11 @@ class _HopConnection(asyncio.Protocol):
         # This key's idle list in the pool (made once: the pool never drops a key's list).
         self.idle: list[_HopConnection] = pool._idle.setdefault(key, [])
         self._on_deadline = self._deadline_passed
+        # The deadline timer stays armed between requests (one timer per timeout period, not one
+        # per request): it is armed for ``timer_at``; a request whose deadline is later only
+        # notes it (``deadline``), and the timer, firing before it, is armed again for it.
+        self.timer: asyncio.TimerHandle | None = None
+        self.timer_at = 0.0
         self._reset()
 
     def _reset(self) -> None:
@@ -312,7 +317,7 @@ class _HopConnection(asyncio.Protocol):
         self.received = 0
         self.max_bytes = DEFAULT_MAX_ANSWER_BYTES
         self.headers_done = False
-        self.timer: asyncio.TimerHandle | None = None
+        self.deadline: float | None = None  # the request in flight's (None: none in flight)
         self.status = 0
 
     # ---- asyncio.Protocol ----------------------------------------------------------------
@@ -325,10 +330,7 @@ class _HopConnection(asyncio.Protocol):
             # The common case: a whole answer in one read, parsed in one go (else httptools).
             response = parse_whole_answer(data)
             if response is not None:
-                timer = self.timer
-                if timer is not None:
-                    timer.cancel()
-                self.waiter = self.timer = None  # the rest of the state is as _reset leaves it
+                self.waiter = self.deadline = None  # the rest of the state is as _reset leaves it
                 if not self.closed:
                     self.pool.release(self)
                 if not waiter.done():
@@ -357,6 +359,7 @@ class _HopConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        self._disarm()
         self.pool.forget(self)
         if self.waiter is None and self.stream is None:
             return
@@ -408,8 +411,6 @@ class _HopConnection(asyncio.Protocol):
             self.headers = []
             return
         keep_alive = self.parser.should_keep_alive() and not self.closed
-        if self.timer is not None:
-            self.timer.cancel()
         waiter, stream = self.waiter, self.stream
         response = None if waiter is None else HopResponse(self.status, self.headers, b"".join(self.parts))
         self._reset()
@@ -434,7 +435,13 @@ class _HopConnection(asyncio.Protocol):
         self.waiter = waiter = loop.create_future()
         self.want_stream = stream
         self.max_bytes = max_bytes
-        self.timer = loop.call_at(deadline, self._on_deadline)
+        self.deadline = deadline
+        timer = self.timer
+        if timer is None or self.timer_at > deadline:
+            if timer is not None:
+                timer.cancel()
+            self.timer = loop.call_at(deadline, self._on_deadline)
+            self.timer_at = deadline
         # A connection is handed out only once connected: its transport is set.
         if request.__class__ is bytes:  # what build_request makes: bytes, or a list of them
             self.transport.write(request)  # type: ignore[union-attr,arg-type]
@@ -449,12 +456,25 @@ class _HopConnection(asyncio.Protocol):
 
     def _deadline_passed(self) -> None:
         self.timer = None
+        deadline = self.deadline
+        if deadline is None:
+            return  # armed for a request answered since; none in flight now
+        if deadline > self.timer_at:  # armed for an earlier request's: armed again for this one's
+            self.timer = self.loop.call_at(deadline, self._on_deadline)
+            self.timer_at = deadline
+            return
         self._fail(HopTimeout(*self.key, "no complete answer within the deadline"))
+
+    def _disarm(self) -> None:
+        """Cancel the deadline timer (the connection is closing)."""
+        timer = self.timer
+        if timer is not None:
+            timer.cancel()
+            self.timer = None
 
     def _fail(self, error: BaseException | None) -> None:
         waiter, stream = self.waiter, self.stream
-        if self.timer is not None:
-            self.timer.cancel()
+        self._disarm()
         self._reset()
         self._close()
         if error is not None:
@@ -466,6 +486,7 @@ class _HopConnection(asyncio.Protocol):
             stream.finish(HopDisconnected(*self.key, "the stream was closed", reused=False, received=0))
 
     def _close(self) -> None:
+        self._disarm()
         if not self.closed:
             self.closed = True
             self.pool.forget(self)
