@@ -80,3 +80,15 @@ def test_a_bad_name_is_refused_and_cookies_are_not_kept() -> None:
     head, _ = _head([(b"set-cookie", b"session=secret"), (b"content-length", b"0")])
     assert b"set-cookie: session=secret\r\n" in head
     assert (b"set-cookie", b"session=secret") not in http_cycle._LINES
+
+
+@pytest.mark.parametrize("length", [b"5\r\n", b"5\r\nx-injected: yes", b" 5\n"])
+def test_a_content_length_with_a_line_end_is_refused(length: bytes) -> None:
+    _head([(b"content-type", b"application/json"), (b"content-length", b"5")])  # its line kept
+    with pytest.raises((RuntimeError, ValueError), match="Invalid HTTP header value|invalid literal"):
+        _head([(b"content-type", b"application/json"), (b"content-length", length)])
+
+
+def test_a_content_length_that_int_reads_is_sent_as_given() -> None:
+    head, cycle = _head([(b"content-length", b"+5")])
+    assert head.endswith(b"content-length: +5\r\n\r\n") and cycle.expected_content_length == 5

@@ -29,7 +29,7 @@ _GOOD_NAMES_MAX = 512
 _LINES: dict[Any, bytes] = {}
 _LINES_MAX = 512
 _LINE_KEPT_BELOW = 256
-_NOT_KEPT = frozenset((b"content-length", b"transfer-encoding", b"connection", b"set-cookie"))
+_NOT_KEPT = frozenset((b"content-length", b"transfer-encoding", b"connection", b"set-cookie", b"date"))
 # Bodies up to this size are joined with their head into one bytes object; larger ones are
 # written with the head as a vectored write (no copy).
 _JOIN_BELOW = 65536
@@ -253,13 +253,17 @@ class HopCycle:
             )
         has_connection_close = False
         kept: list[tuple[Any, bytes]] | None = None  # lines to keep once the head is checked
+        unchecked = False  # whether a line was neither kept nor plain digits (then all are checked)
         for header in headers:
             name, value = header
             if name == b"content-length" and self.chunked_encoding is None:
-                # The usual framing header as apps write it (a lower-case name needs no check).
+                # The usual framing header as apps write it (a lower-case name needs no check;
+                # ASCII digits need none either).
                 self.expected_content_length = int(value.decode())
                 self.chunked_encoding = False
                 content.append(b"content-length: " + value + b"\r\n")
+                if not value.isdigit():
+                    unchecked = True
                 continue
             try:
                 line = _LINES.get(header)
@@ -268,6 +272,7 @@ class HopCycle:
             if line is not None:
                 content.append(line)
                 continue
+            unchecked = True
             if name not in _GOOD_NAMES:
                 if HEADER_RE.search(name):
                     raise RuntimeError("Invalid HTTP header name.")
@@ -298,13 +303,14 @@ class HopCycle:
                 kept.append((header, line))
         # The values, checked at once: no control byte but tab, and no line end of their own
         # (each header line adds exactly one CR LF; a kept line was checked so).
-        lines = b"".join(content[1:] if lead is None else content[2:])
-        if (
-            _BAD_VALUE_BYTE.search(lines) is not None
-            or lines.count(b"\r") != len(headers)
-            or lines.count(b"\n") != len(headers)
-        ):
-            raise RuntimeError("Invalid HTTP header value.")
+        if unchecked:
+            lines = b"".join(content[1:] if lead is None else content[2:])
+            if (
+                _BAD_VALUE_BYTE.search(lines) is not None
+                or lines.count(b"\r") != len(headers)
+                or lines.count(b"\n") != len(headers)
+            ):
+                raise RuntimeError("Invalid HTTP header value.")
         if kept is not None:  # each of these lines is clean: the whole head passed
             for header, line in kept:
                 if len(_LINES) < _LINES_MAX:
