@@ -68,6 +68,8 @@ def _check(data: bytes) -> bool:
     assert len(reference.messages) == 1 and reference.complete_at_end, data
     status, headers, body, keep_alive = reference.messages[0]
     assert keep_alive, data
+    assert "raw_headers" not in vars(answer), data  # the header lines are parsed when asked for
+    assert answer.cookies == _cookies_of(headers), data  # (the cookies first: from the lines too)
     assert (answer.status, answer.raw_headers, answer.body) == (status, headers, body), data
     assert answer.cookies == _cookies_of(headers), data
     return True

@@ -145,12 +145,26 @@ class HopBadAnswer(HopError):
     """The answer is larger than allowed or is not HTTP/1.x."""
 
 
+class _HeaderLines:
+    """``HopResponse.raw_headers`` of an answer read in one go: its header block parsed on first
+    use, then kept on the answer (which is looked up first from then on: no call again)."""
+
+    def __get__(self, answer: Any, owner: Any = None) -> list[tuple[bytes, bytes]]:
+        if answer is None:
+            raise AttributeError("raw_headers")
+        raw_headers: list[tuple[bytes, bytes]] = _HEADER_LINE.findall(answer._block)
+        answer.__dict__["raw_headers"] = raw_headers
+        return raw_headers
+
+
 class HopResponse:
     """One answer: ``status``, ``headers`` (lower-case names; repeated names keep the last),
     ``cookies`` it set, and ``body`` (empty until read for an answer opened as a stream)."""
 
     # What only some answers have is set on those (no slots: an answer read in one go sets three
-    # attributes and the Set-Cookie values it found).
+    # attributes, its header lines kept as one block until asked for).
+    raw_headers: list[tuple[bytes, bytes]] = _HeaderLines()  # type: ignore[assignment]
+    _block: bytes | None = None  # the header lines, unparsed (``raw_headers`` is made from them)
     _headers: dict[str, str] | None = None
     _cookies: dict[str, str] | None = None
     _set_cookies: list[bytes] | None = None  # the Set-Cookie values when already picked out
@@ -160,14 +174,20 @@ class HopResponse:
     def __init__(
         self,
         status: int,
-        raw_headers: list[tuple[bytes, bytes]],
+        raw_headers: list[tuple[bytes, bytes]] | None,
         body: bytes,
         conn: _HopConnection | None = None,
         stream: _StreamBuffer | None = None,
         set_cookies: list[bytes] | None = None,
+        block: bytes | None = None,
     ) -> None:
+        """``raw_headers`` None: ``block`` holds the header lines (``Name: value\\r\\n`` each, as
+        :func:`parse_whole_answer` checked them), parsed when first asked for."""
         self.status = status
-        self.raw_headers = raw_headers
+        if raw_headers is None:
+            self._block = block
+        else:
+            self.raw_headers = raw_headers
         self.body = body
         if stream is not None:
             self._conn = conn
@@ -194,7 +214,11 @@ class HopResponse:
         if cookies is None:
             values = self._set_cookies
             if values is None:
-                values = [value for name, value in self.raw_headers if name.lower() == b"set-cookie"]
+                block = self._block
+                if block is not None:
+                    values = _SET_COOKIE_LINE.findall(block)
+                else:
+                    values = [value for name, value in self.raw_headers if name.lower() == b"set-cookie"]
             cookies = self._cookies = {}
             for value in values:
                 cookies.update(parse_set_cookie(value.decode("latin-1")))
@@ -513,8 +537,8 @@ class _HopConnection(asyncio.Protocol):
 
 def parse_whole_answer(data: bytes) -> HopResponse | None:
     """``data`` read in one go when it is exactly one whole answer in the strict form our servers
-    write (``_WHOLE_HEAD``): the same answer httptools' parser makes of it, its Set-Cookie
-    values picked out (parsed when asked for); else None (then the parser reads it). Such an
+    write (``_WHOLE_HEAD``): the same answer httptools' parser makes of it, its header
+    lines kept as they are (parsed when asked for); else None (then the parser reads it). Such an
     answer keeps its connection open (HTTP/1.1 with no ``Connection`` header).
 
     The caps on the head and body are the parser path's too: that path checks them between
@@ -527,9 +551,7 @@ def parse_whole_answer(data: bytes) -> HopResponse | None:
     end = match.end()
     if len(data) - end != int(length):
         return None
-    return HopResponse(
-        int(status), _HEADER_LINE.findall(block), data[end:], None, None, _SET_COOKIE_LINE.findall(block)
-    )
+    return HopResponse(int(status), None, data[end:], None, None, None, block)
 
 
 def parse_set_cookie(value: str) -> dict[str, str]:
