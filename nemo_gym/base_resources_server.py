@@ -28,27 +28,25 @@ A minimal environment::
 
 from __future__ import annotations
 
-import functools
 import inspect
 import typing
 from collections.abc import Callable
 from enum import Enum
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Generic, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, GetJsonSchemaHandler, JsonValue, ValidationInfo
-from pydantic_core import core_schema
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
 from starlette.routing import Route
 
 from nemo_gym.config_types import AggregateMetrics, AggregateMetricsRequest
 from nemo_gym.episode_types import EpisodeId, TaskId
-from nemo_gym.response_items import ENVELOPE_DEFAULTS, create_params_shape_errors, response_shape_errors
+from nemo_gym.models.plain_fields import LazyTyped, merged, plain_fields
+from nemo_gym.response_items import create_params_shape_errors, response_shape_errors
 from nemo_gym.serving.protocol import (  # noqa: F401 (re-exported at NeMo Gym's path)
     MCP_METADATA_KEY,
     MCP_SESSION_TOKEN_HEADER,
     RESERVED_MCP_TOOL_NAMES,
     normalize_tool_name,
 )
-from nemo_gym.serving.request_context import PlainBodies, plain_bodies_in_effect
 from nemo_gym.serving.served_names import served_name
 from nemo_gym.serving.server import BaseServer, BaseServerConfig, body_model
 
@@ -83,82 +81,11 @@ class BaseResourcesServerConfig(BaseServerConfig):
     REVERIFY_MODE: ClassVar[ReverifyMode] = ReverifyMode.UNKNOWN
 
 
-class _LazyTyped:
-    """A field validated into a model of :mod:`nemo_gym.openai_utils`, imported on first use.
+def _openai_type(name: str) -> type[BaseModel]:
+    """NeMo Gym's typed model ``name`` from :mod:`nemo_gym.openai_utils` (imports ``openai``)."""
+    from nemo_gym import openai_utils
 
-    ``openai_utils`` is built on the ``openai`` package (about 0.3 s and 30 MiB to import), so
-    the request models below must not import it when they are defined: our own servers keep
-    these fields as plain dicts (see :data:`~nemo_gym.serving.request_context.plain_bodies_in_effect`) and
-    never need it. A NeMo Gym-style route, or a test building a request directly, validates the
-    field into the typed model (an ``openai`` type, field errors located as usual) the first
-    time it sees one.
-    """
-
-    def __init__(self, type_name: str, shape_errors: Callable[[Any], list[str]], walks: str) -> None:
-        self.type_name = type_name
-        self.shape_errors = shape_errors
-        self.walks = walks  # the list a shape check walks (its cost): unchanged, a re-check is skipped
-        self._typed: type[BaseModel] | None = None
-
-    def typed(self) -> type[BaseModel]:
-        """The typed model (importing ``openai`` the first time)."""
-        if self._typed is None:
-            from nemo_gym import openai_utils
-
-            self._typed = getattr(openai_utils, self.type_name)
-        return self._typed  # type: ignore[return-value]
-
-    def validate(self, value: Any, info: ValidationInfo) -> Any:
-        plain = plain_bodies_in_effect.get()
-        if plain and not isinstance(value, BaseModel):
-            # Our own servers read these fields as dicts: check the shape a handler relies on
-            # (a 422 naming the field) without building the typed model on the hot path. The
-            # same dict checked earlier in this request (an answer built from the request's
-            # ``model_dump()``, which hands it back as is) is not walked again.
-            record = plain if isinstance(plain, PlainBodies) and value.__class__ is dict else None
-            if record is not None:
-                walked = value.get(self.walks)
-                if record.already_checked(self, value, walked):
-                    return value
-            errors = self.shape_errors(value)
-            if errors:
-                raise ValueError("; ".join(errors[:5]))
-            if record is not None:
-                record.record(self, value, walked)
-            return value
-        if (
-            self.type_name == "NeMoGymResponse"
-            and isinstance(value, dict)
-            and ("output" in value or not value)
-        ):
-            # NeMo Gym's model requires the envelope (id, created_at, ...); a verify body carrying
-            # only ``output`` (or an empty response) is still a response here: the rest is filled
-            # in and left unset. Without ``output`` (``{"id": ...}``: a model server's broken
-            # answer) it is validated as NeMo Gym validates it, and fails.
-            missing = [key for key in ENVELOPE_DEFAULTS if key not in value]
-            typed = self.typed().__pydantic_validator__.validate_python(
-                {**value, **{key: ENVELOPE_DEFAULTS[key] for key in missing}}, context=info.context
-            )
-            typed.__pydantic_fields_set__.difference_update(missing)
-            return typed
-        return self.typed().__pydantic_validator__.validate_python(value, context=info.context)
-
-    def __get_pydantic_core_schema__(self, source: Any, handler: Any) -> core_schema.CoreSchema:
-        return core_schema.with_info_plain_validator_function(
-            self.validate,
-            serialization=core_schema.wrap_serializer_function_ser_schema(
-                _dump_plain, schema=core_schema.any_schema()
-            ),
-        )
-
-    def __get_pydantic_json_schema__(
-        self, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
-    ) -> Any:
-        return handler(self.typed().__pydantic_core_schema__)
-
-
-def _dump_plain(value: Any, handler: Any) -> Any:
-    return value if isinstance(value, dict) else handler(value)
+    return getattr(openai_utils, name)  # type: ignore[no-any-return]
 
 
 # NeMo Gym's typed models; a plain dict when plain_bodies is in effect (nemo_gym.serving.request_context).
@@ -168,9 +95,14 @@ if TYPE_CHECKING:
     ResponseField = NeMoGymResponse
     CreateParamsField = NeMoGymResponseCreateParamsNonStreaming
 else:
-    ResponseField = Annotated[Any, _LazyTyped("NeMoGymResponse", response_shape_errors, "output")]
+    ResponseField = Annotated[
+        Any, LazyTyped("NeMoGymResponse", response_shape_errors, "output", _openai_type)
+    ]
     CreateParamsField = Annotated[
-        Any, _LazyTyped("NeMoGymResponseCreateParamsNonStreaming", create_params_shape_errors, "input")
+        Any,
+        LazyTyped(
+            "NeMoGymResponseCreateParamsNonStreaming", create_params_shape_errors, "input", _openai_type
+        ),
     ]
 
 
@@ -198,7 +130,7 @@ class BaseRunRequest(BaseModel):
         plain = None if kwargs else self._plain_dicts()
         if not plain:
             return super().model_dump(**kwargs)
-        return _merged(type(self), super().model_dump(exclude=set(plain)), plain, by_alias=False)
+        return merged(type(self), super().model_dump(exclude=set(plain)), plain, by_alias=False)
 
     def __ng_json_parts__(self) -> dict[str, Any] | None:
         """What :func:`nemo_gym.serving.error_answers.dumps` serialises for this answer: pydantic's
@@ -211,45 +143,13 @@ class BaseRunRequest(BaseModel):
         if not plain:
             return None
         rest = self.__pydantic_serializer__.to_python(self, mode="json", by_alias=True, exclude=set(plain))
-        return _merged(type(self), rest, plain, by_alias=True)
+        return merged(type(self), rest, plain, by_alias=True)
 
     def _plain_dicts(self) -> dict[str, dict[str, Any]]:
         fields = self.__dict__
         return {
-            name: value for name in _plain_fields(type(self)) if (value := fields.get(name)).__class__ is dict
+            name: value for name in plain_fields(type(self)) if (value := fields.get(name)).__class__ is dict
         }
-
-
-def _merged(
-    model: type[BaseModel], rest: dict[str, Any], plain: dict[str, Any], *, by_alias: bool
-) -> dict[str, Any]:
-    """A dump of ``model`` from the dump of its other fields (``rest``) and its ``plain`` dicts:
-    the declared fields in their order, then the rest (extra and computed fields) as dumped."""
-    dumped = {}
-    for name, field in model.model_fields.items():
-        key = (field.serialization_alias or name) if by_alias else name
-        if name in plain:
-            dumped[key] = plain[name]
-        elif key in rest:
-            dumped[key] = rest.pop(key)
-    dumped.update(rest)
-    return dumped
-
-
-@functools.cache
-def _plain_fields(model: type[BaseModel]) -> tuple[str, ...]:
-    """The fields of ``model`` declared as :class:`_LazyTyped` (plain dicts under plain bodies) that
-    pydantic dumps as they are: none when the model has serializers of its own."""
-    decorators = model.__pydantic_decorators__
-    if decorators.model_serializers or decorators.field_serializers:
-        return ()
-    return tuple(
-        name
-        for name, field in model.model_fields.items()
-        if any(isinstance(meta, _LazyTyped) for meta in field.metadata)
-        and not field.exclude
-        and getattr(field, "exclude_if", None) is None
-    )
 
 
 class BaseSeedSessionRequest(BaseRunRequest):
