@@ -210,21 +210,11 @@ class HopCycle:
         ):
             self._body(body, False)  # framed otherwise, or a length that does not match: as send does
             return
-        head: bytes = self.head  # type: ignore[assignment]
+        head = self.head
         self.head = None
         self.expected_content_length = 0
-        if len(body) < _JOIN_BELOW:
-            self.transport.write(head + body)
-        else:
-            self.transport.writelines((head, body))
-        self.response_complete = True
-        if self.waiter is None:
-            self.flag = True
-        else:
-            self.set()
-        if not self.keep_alive:
-            self.transport.close()
-        self.on_response()
+        self._write(head, body)
+        self._complete()
 
     def _begin(self, status_code: int, app_headers: Any) -> None:
         """The answer's head, held in ``self.head`` for its body."""
@@ -337,25 +327,34 @@ class HopCycle:
             self.expected_content_length -= len(body)
             data = body
         head = self.head
-        if head is not None:
-            self.head = None
-            if len(data) < _JOIN_BELOW:
-                self.transport.write(head + data)
-            else:
-                self.transport.writelines((head, data))
-        elif data:
-            self.transport.write(data)
+        self.head = None
+        self._write(head, data)
         if not more_body:
             if self.expected_content_length != 0:
                 raise RuntimeError("Response content shorter than Content-Length")
-            self.response_complete = True
-            if self.waiter is None:
-                self.flag = True
-            else:
-                self.set()
-            if not self.keep_alive:
-                self.transport.close()
-            self.on_response()
+            self._complete()
+
+    def _write(self, head: bytes | None, data: bytes) -> None:
+        """Write ``data`` after the answer's head when that is still held (one write when small)."""
+        if head is None:
+            if data:
+                self.transport.write(data)
+        elif len(data) < _JOIN_BELOW:
+            self.transport.write(head + data)
+        else:
+            self.transport.writelines((head, data))
+
+    def _complete(self) -> None:
+        """The answer is whole: wake a receive waiting for it, close a connection not kept alive,
+        and let the protocol go on to the next request."""
+        self.response_complete = True
+        if self.waiter is None:
+            self.flag = True
+        else:
+            self.set()
+        if not self.keep_alive:
+            self.transport.close()
+        self.on_response()
 
     async def receive(self) -> Any:
         if self.waiting_for_100_continue and not self.transport.is_closing():
