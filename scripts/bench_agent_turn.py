@@ -39,7 +39,6 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-import threading
 import time
 from pathlib import Path
 from types import ModuleType
@@ -49,8 +48,9 @@ import psutil
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# The head, model and resources servers in one process: asyncio + httptools, no framework.
-PEERS = textwrap.dedent(
+# The head, model and resources servers in one process: asyncio + httptools, no framework. The
+# model answers as bench_long_horizon's instant policy does (its POLICY_ANSWER, between the two).
+PEERS_HEAD = textwrap.dedent(
     """
     import asyncio, itertools, os, re, sys, uuid
     import httptools, orjson, uvloop
@@ -58,20 +58,14 @@ PEERS = textwrap.dedent(
     from nemo_gym.serving import local_socket
 
     PAD = int(sys.argv[1])
-    TURNS = re.compile(r"\\[turns=(\\d+)\\]")
     ids = itertools.count()
     kept = {}  # response id -> (turns, tool outputs so far) of the conversation kept under it
     KEPT = f"{KEPT_HEADER}: kept\\r\\n".encode()
-
-    def turns_of(items):
-        for item in items:
-            content = item.get("content")
-            if item.get("role") == "user" and isinstance(content, str):
-                found = TURNS.search(content)
-                if found:
-                    return int(found.group(1))
-        return 1
-
+    """
+)
+# ... bench_long_horizon's POLICY_ANSWER goes here (turns_of, policy_answer) ...
+PEERS_SERVE = textwrap.dedent(
+    """
     def model(method, path, raw):
         if method == b"DELETE":
             kept.pop(path.rsplit("/", 1)[1], None)
@@ -84,26 +78,7 @@ PEERS = textwrap.dedent(
         else:
             turns, done = turns_of(items), 0
         done += sum(1 for item in items if item.get("type") == "function_call_output")
-        n = next(ids)
-        tools = body.get("tools") or []
-        if done >= turns or not tools:
-            text = "Here is what I found: " + str(items[-1].get("output", ""))[:200]
-            output = [{"type": "message", "id": f"msg_{n}", "role": "assistant", "status": "completed",
-                       "content": [{"type": "output_text", "text": text, "annotations": []}]}]
-        else:
-            words = f"Turn {done}: checking the weather once more before answering. "
-            pad = (words * (PAD // len(words) + 1))[:PAD]
-            output = [{"type": "message", "id": f"msg_{n}", "role": "assistant", "status": "completed",
-                       "content": [{"type": "output_text", "text": pad, "annotations": []}]},
-                      {"type": "function_call", "id": f"fc_{n}", "call_id": f"call_{n}", "status": "completed",
-                       "name": tools[0]["name"], "arguments": '{"city": "San Francisco"}'}]
-        answer = {"id": f"resp_{n}", "object": "response", "created_at": 0, "model": body.get("model") or "m",
-                  "status": "completed", "output": output, "parallel_tool_calls": True, "tool_choice": "auto",
-                  "tools": tools, "temperature": 1.0, "top_p": 1.0, "error": None, "incomplete_details": None,
-                  "instructions": None, "metadata": {},
-                  "usage": {"input_tokens": 20, "output_tokens": 10, "total_tokens": 30,
-                            "input_tokens_details": {"cached_tokens": 0},
-                            "output_tokens_details": {"reasoning_tokens": 0}}}
+        answer = policy_answer(body, items, done, turns, next(ids))
         extra = b""
         if body.get("store"):
             kept[answer["id"]] = (turns, done)
@@ -251,7 +226,8 @@ def measure(
 ) -> dict[str, float]:
     """One tree's agent: its CPU per turn, and with ``profile_to`` its Python calls (cProfile),
     with ``count_to`` its Python bytecodes (counted per function into that JSON file)."""
-    post = load_script("bench_model_turn").post
+    model_turn = load_script("bench_model_turn")
+    post = model_turn.post
     cpu_ns = load_script("bench_request_cpu").cpu_ns
     agent = subprocess.Popen(
         [sys.executable, "-c", AGENT, str(args.turns + 5)],
@@ -300,14 +276,7 @@ def measure(
             )
         process = psutil.Process(agent.pid)
         before, before_ns, started = process.cpu_times(), cpu_ns(agent.pid), time.perf_counter()
-        threads = [
-            threading.Thread(target=worker, args=(args.rollouts // args.threads,))
-            for _ in range(args.threads)
-        ]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        model_turn.run_workers(worker, args.rollouts, args.threads)
         after, after_ns, wall = process.cpu_times(), cpu_ns(agent.pid), time.perf_counter() - started
         for spy in spies:
             spy.send_signal(signal.SIGINT)
@@ -322,11 +291,7 @@ def measure(
             "load": os.getloadavg()[0],
         }
         if profile_to:
-            agent.stdin.write(f"stop {profile_to}\n".encode())
-            agent.stdin.flush()
-            agent.stdout.readline()
-            stats = pstats.Stats(profile_to)
-            result["python_calls_per_turn"] = sum(v[1] for v in stats.stats.values()) / made  # type: ignore[attr-defined]
+            result["python_calls_per_turn"] = model_turn.profiled_calls(agent, profile_to) / made
         if count_to:
             agent.stdin.write(f"counted {count_to}\n".encode())
             agent.stdin.flush()
@@ -393,12 +358,18 @@ def main() -> None:
     )
     parser.add_argument("--py-spy-native", action="store_true", help="with --py-spy: C frames too")
     args = parser.parse_args()
-    rows = load_script("bench_long_horizon").rows_for(
+    long_horizon = load_script("bench_long_horizon")
+    rows = long_horizon.rows_for(
         args.turns,
         (ROOT / "resources_servers/example_single_tool_call/data/example.jsonl").read_bytes().splitlines(),
     )
     peers = subprocess.Popen(
-        [sys.executable, "-c", PEERS, str(args.bytes_per_turn)],
+        [
+            sys.executable,
+            "-c",
+            PEERS_HEAD + long_horizon.POLICY_ANSWER + PEERS_SERVE,
+            str(args.bytes_per_turn),
+        ],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         env={**os.environ, "PYTHONPATH": str(ROOT)},

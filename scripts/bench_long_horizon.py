@@ -58,16 +58,11 @@ from nemo_gym.launch.launcher import free_port, wait_for_port  # noqa: E402
 
 ROLES = ("model", "agent", "resources", "other")
 
-# The instant policy: K get_weather calls (each after a message of B bytes of text), then an answer.
-POLICY_SERVER = textwrap.dedent(
+# What the instant policy answers (source text, also run by bench_agent_turn's model peer): until
+# the row's K get_weather calls are made, a message of PAD bytes of text and a call; then an answer.
+# K is read from ``[turns=K]`` in the user message; the embedding source defines PAD and imports re.
+POLICY_ANSWER = textwrap.dedent(
     """
-    import re, sys, itertools, orjson, uvicorn
-    from starlette.applications import Starlette
-    from starlette.responses import Response
-    from starlette.routing import Route
-
-    ids = itertools.count()
-    PAD = int(sys.argv[2])
     TURNS = re.compile(r"\\[turns=(\\d+)\\]")
 
     def turns_of(items):
@@ -79,15 +74,9 @@ POLICY_SERVER = textwrap.dedent(
                     return int(found.group(1))
         return 1
 
-    async def responses(request):
-        body = orjson.loads(await request.body())
-        items = body.get("input") or []
-        if isinstance(items, str):
-            items = [{"role": "user", "content": items}]
-        done = sum(1 for item in items if item.get("type") == "function_call_output")
-        n = next(ids)
+    def policy_answer(body, items, done, turns, n):
         tools = body.get("tools") or []
-        if done >= turns_of(items) or not tools:
+        if done >= turns or not tools:
             text = "Here is what I found: " + str(items[-1].get("output", ""))[:200]
             output = [{"type": "message", "id": f"msg_{n}", "role": "assistant", "status": "completed",
                        "content": [{"type": "output_text", "text": text, "annotations": []}]}]
@@ -98,19 +87,46 @@ POLICY_SERVER = textwrap.dedent(
                        "content": [{"type": "output_text", "text": pad, "annotations": []}]},
                       {"type": "function_call", "id": f"fc_{n}", "call_id": f"call_{n}", "status": "completed",
                        "name": tools[0]["name"], "arguments": '{"city": "San Francisco"}'}]
-        answer = {"id": f"resp_{n}", "object": "response", "created_at": 0, "model": body.get("model") or "m",
-                  "status": "completed", "output": output, "parallel_tool_calls": True, "tool_choice": "auto",
-                  "tools": tools, "temperature": 1.0, "top_p": 1.0, "error": None, "incomplete_details": None,
-                  "instructions": None, "metadata": {},
-                  "usage": {"input_tokens": 20, "output_tokens": 10, "total_tokens": 30,
-                            "input_tokens_details": {"cached_tokens": 0},
-                            "output_tokens_details": {"reasoning_tokens": 0}}}
-        return Response(orjson.dumps(answer), media_type="application/json")
-
-    app = Starlette(routes=[Route("/v1/responses", responses, methods=["POST"])])
-    uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning", access_log=False,
-                loop="uvloop", http="httptools")
+        return {"id": f"resp_{n}", "object": "response", "created_at": 0, "model": body.get("model") or "m",
+                "status": "completed", "output": output, "parallel_tool_calls": True, "tool_choice": "auto",
+                "tools": tools, "temperature": 1.0, "top_p": 1.0, "error": None, "incomplete_details": None,
+                "instructions": None, "metadata": {},
+                "usage": {"input_tokens": 20, "output_tokens": 10, "total_tokens": 30,
+                          "input_tokens_details": {"cached_tokens": 0},
+                          "output_tokens_details": {"reasoning_tokens": 0}}}
     """
+)
+
+# The instant policy: K get_weather calls (each after a message of B bytes of text), then an answer.
+POLICY_SERVER = (
+    textwrap.dedent(
+        """
+        import re, sys, itertools, orjson, uvicorn
+        from starlette.applications import Starlette
+        from starlette.responses import Response
+        from starlette.routing import Route
+
+        ids = itertools.count()
+        PAD = int(sys.argv[2])
+        """
+    )
+    + POLICY_ANSWER
+    + textwrap.dedent(
+        """
+        async def responses(request):
+            body = orjson.loads(await request.body())
+            items = body.get("input") or []
+            if isinstance(items, str):
+                items = [{"role": "user", "content": items}]
+            done = sum(1 for item in items if item.get("type") == "function_call_output")
+            answer = policy_answer(body, items, done, turns_of(items), next(ids))
+            return Response(orjson.dumps(answer), media_type="application/json")
+
+        app = Starlette(routes=[Route("/v1/responses", responses, methods=["POST"])])
+        uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning", access_log=False,
+                    loop="uvloop", http="httptools")
+        """
+    )
 )
 
 

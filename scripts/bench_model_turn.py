@@ -29,6 +29,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -121,6 +122,26 @@ def rollout(sock: socket.socket, row: dict[str, Any], turns: int, rollout_id: st
     return calls
 
 
+def run_workers(worker: Callable[[int], None], rollouts: int, threads: int) -> None:
+    """``worker(rollouts // threads)`` on each of ``threads`` threads at once; back when all are."""
+    started = [threading.Thread(target=worker, args=(rollouts // threads,)) for _ in range(threads)]
+    for thread in started:
+        thread.start()
+    for thread in started:
+        thread.join()
+
+
+def profiled_calls(process: subprocess.Popen[bytes], profile_to: str) -> int:
+    """Stop the profile a measured process runs on demand (a ``stop PATH`` line on its stdin; it
+    answers a line when the file is written) and count the Python calls it holds."""
+    assert process.stdin is not None and process.stdout is not None
+    process.stdin.write(f"stop {profile_to}\n".encode())
+    process.stdin.flush()
+    process.stdout.readline()
+    stats = pstats.Stats(profile_to)
+    return sum(v[1] for v in stats.stats.values())  # type: ignore[attr-defined]
+
+
 def measure(tree: str, policy_url: str, args: argparse.Namespace, profile_to: str | None) -> dict[str, float]:
     server = subprocess.Popen(
         [sys.executable, "-c", SERVER, policy_url],
@@ -156,14 +177,7 @@ def measure(tree: str, policy_url: str, args: argparse.Namespace, profile_to: st
             time.sleep(0.2)
         process = psutil.Process(server.pid)
         before = process.cpu_times()
-        threads = [
-            threading.Thread(target=worker, args=(args.rollouts // args.threads,))
-            for _ in range(args.threads)
-        ]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        run_workers(worker, args.rollouts, args.threads)
         after = process.cpu_times()
         calls = sum(made)
         result = {
@@ -174,11 +188,7 @@ def measure(tree: str, policy_url: str, args: argparse.Namespace, profile_to: st
             "load": os.getloadavg()[0],
         }
         if profile_to:
-            server.stdin.write(f"stop {profile_to}\n".encode())
-            server.stdin.flush()
-            server.stdout.readline()
-            stats = pstats.Stats(profile_to)
-            result["python_calls_per_call"] = sum(v[1] for v in stats.stats.values()) / calls  # type: ignore[attr-defined]
+            result["python_calls_per_call"] = profiled_calls(server, profile_to) / calls
         return result
     finally:
         server.stdin.close()
