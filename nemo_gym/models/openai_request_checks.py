@@ -102,68 +102,61 @@ def _check_parameters(parameters: Any, where: str) -> None:
         raise _fail(f"{where}.required must be a list of property names, got {_kind(required)}")
 
 
-def _common_fine(body: dict[str, Any]) -> bool:
-    """Whether the fields every request shares are plain values :func:`_check_common` accepts."""
+_NUMBERS = frozenset({int, float})
+
+
+def _responses_fine(body: dict[str, Any]) -> bool:
+    """Whether a Responses request passes every check of :func:`check_responses_request`, seen on
+    plain values only (one function, one pass over the tools: it runs on every model call)."""
     if "stream" in body and body["stream"] is not None and body["stream"].__class__ is not bool:
         return False
     if "model" in body and body["model"] is not None and body["model"].__class__ is not str:
         return False
     if "metadata" in body and body["metadata"] is not None and body["metadata"].__class__ is not dict:
         return False
-    for key in ("temperature", "top_p"):
-        if key in body and body[key] is not None and body[key].__class__ not in _NUMBERS:
+    if (
+        "temperature" in body
+        and body["temperature"] is not None
+        and body["temperature"].__class__ not in _NUMBERS
+    ):
+        return False
+    if "top_p" in body and body["top_p"] is not None and body["top_p"].__class__ not in _NUMBERS:
+        return False
+    if "max_output_tokens" in body:
+        value = body["max_output_tokens"]
+        if value is not None and value.__class__ is not int:
             return False
-    if "tools" in body and body["tools"] is not None:
-        tools = body["tools"]
+    tools = body["tools"] if "tools" in body else None
+    if tools is not None:
         if tools.__class__ is not list:
             return False
         for tool in tools:
             if tool.__class__ is not dict:
                 return False
-    return True
-
-
-_NUMBERS = frozenset({int, float})
-
-
-def _parameters_fine(parameters: Any) -> bool:
-    """Whether a function tool's schema is one :func:`_check_parameters` accepts (plain values)."""
-    if parameters is None:
-        return True
-    if parameters.__class__ is not dict:
-        return False
-    if "properties" in parameters and parameters["properties"] is not None:
-        properties = parameters["properties"]
-        if properties.__class__ is not dict:
-            return False
-        for schema in properties.values():
-            if schema.__class__ is not dict:
+            if "type" in tool and tool["type"] != "function":
+                continue
+            if "name" not in tool or tool["name"].__class__ is not str:
                 return False
-    if "required" in parameters and parameters["required"] is not None:
-        required = parameters["required"]
-        if required.__class__ is not list:
-            return False
-        for name in required:
-            if name.__class__ is not str:
+            # The function's JSON schema (what _check_parameters accepts), written out here.
+            parameters = tool["parameters"] if "parameters" in tool else None
+            if parameters is None:
+                continue
+            if parameters.__class__ is not dict:
                 return False
-    return True
-
-
-def _responses_fine(body: dict[str, Any]) -> bool:
-    """Whether a Responses request (its common fields already fine) passes every check of
-    :func:`check_responses_request`, seen on plain values only."""
-    if "max_output_tokens" in body:
-        value = body["max_output_tokens"]
-        if value is not None and value.__class__ is not int:
-            return False
-    if "tools" in body and body["tools"]:
-        for tool in body["tools"]:
-            if ("type" not in tool or tool["type"] == "function") and (
-                "name" not in tool
-                or tool["name"].__class__ is not str
-                or not _parameters_fine(tool.get("parameters"))
-            ):
-                return False
+            if "properties" in parameters and parameters["properties"] is not None:
+                properties = parameters["properties"]
+                if properties.__class__ is not dict:
+                    return False
+                for schema in properties.values():
+                    if schema.__class__ is not dict:
+                        return False
+            if "required" in parameters and parameters["required"] is not None:
+                required = parameters["required"]
+                if required.__class__ is not list:
+                    return False
+                for name in required:
+                    if name.__class__ is not str:
+                        return False
     items = body["input"] if "input" in body else None
     if items.__class__ is str:
         return True
@@ -214,7 +207,7 @@ def _responses_fine(body: dict[str, Any]) -> bool:
 
 def check_responses_request(body: Any) -> None:
     """Raise ``HTTPError`` 400 naming the field when a Responses create request has the wrong shape."""
-    if body.__class__ is dict and _common_fine(body) and _responses_fine(body):
+    if body.__class__ is dict and _responses_fine(body):
         return
     check_responses_request_fully(body)
 
