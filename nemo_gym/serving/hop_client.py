@@ -82,6 +82,7 @@ _WHOLE_HEAD = re.compile(
 )
 _HEADER_LINE = re.compile(rb"(" + _TOKEN + rb"): (" + _VALUE + rb")\r\n")
 _SET_COOKIE_LINE = re.compile(rb"^set-cookie: (.*)\r$", re.IGNORECASE | re.MULTILINE)
+_new_object = object.__new__
 
 
 class HopError(Exception):
@@ -547,11 +548,15 @@ def parse_whole_answer(data: bytes) -> HopResponse | None:
     match = _WHOLE_HEAD.match(data)
     if match is None:
         return None
-    status, block, length = match.group(1, 2, 3)
     end = match.end()
-    if len(data) - end != int(length):
+    if len(data) - end != int(match[3]):
         return None
-    return HopResponse(int(status), None, data[end:], None, None, None, block)
+    # What HopResponse(status, None, body, block=block) sets, without the call (every hop's answer).
+    response: HopResponse = _new_object(HopResponse)
+    response.status = int(match[1])
+    response._block = match[2]
+    response.body = data[end:]
+    return response
 
 
 def parse_set_cookie(value: str) -> dict[str, str]:

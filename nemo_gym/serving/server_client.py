@@ -115,15 +115,60 @@ class ServerInstanceInfo:
     node_ip: str | None = None
 
 
-@dataclass
 class ServerResponse:
-    """A finished HTTP answer: status, raw body, and the cookies it set."""
+    """A finished HTTP answer: ``status``, raw ``body``, the ``cookies`` it set, the replica that
+    answered (``base_url``) and its header lines (``raw_headers``, name and value bytes)."""
 
-    status: int
-    body: bytes
-    cookies: dict[str, str]
-    base_url: str = ""  # the replica that answered
-    raw_headers: Sequence[tuple[bytes, bytes]] = ()
+    # An answer of the hop client keeps its header lines unparsed until raw_headers is asked for
+    # (most hops never look): _hop is that answer, _raw_headers None until then.
+    _hop: Any = None
+    _raw_headers: Sequence[tuple[bytes, bytes]] | None = ()
+
+    def __init__(
+        self,
+        status: int,
+        body: bytes,
+        cookies: dict[str, str],
+        base_url: str = "",
+        raw_headers: Sequence[tuple[bytes, bytes]] = (),
+    ) -> None:
+        self.status = status
+        self.body = body
+        self.cookies = cookies
+        self.base_url = base_url
+        self._raw_headers = raw_headers
+
+    @property
+    def raw_headers(self) -> Sequence[tuple[bytes, bytes]]:
+        """The answer's header lines as ``(name, value)`` bytes, in order."""
+        found = self._raw_headers
+        if found is None:
+            found = self._raw_headers = self._hop.raw_headers
+        return found
+
+    @raw_headers.setter
+    def raw_headers(self, value: Sequence[tuple[bytes, bytes]]) -> None:
+        self._raw_headers = value
+
+    def __repr__(self) -> str:
+        return (
+            f"ServerResponse(status={self.status!r}, body={self.body!r}, cookies={self.cookies!r}, "
+            f"base_url={self.base_url!r}, raw_headers={self.raw_headers!r})"
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        assert isinstance(other, ServerResponse)
+        return (self.status, self.body, self.cookies, self.base_url, self.raw_headers) == (
+            other.status,
+            other.body,
+            other.cookies,
+            other.base_url,
+            other.raw_headers,
+        )
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, compared by value (as the dataclass was)
 
     def header(self, name: str) -> str | None:
         """The value of the answer's header ``name`` (any case; the last if repeated), else None."""
@@ -143,6 +188,21 @@ class ServerResponse:
         return 200 <= self.status < 300
 
 
+def _hop_answer(hop: hop_client.HopResponse, cookies: dict[str, str], base: str) -> ServerResponse:
+    """The :class:`ServerResponse` of a hop client's answer, its header lines read from ``hop``
+    when first asked for (what ``ServerResponse(hop.status, hop.body, cookies, base,
+    hop.raw_headers)`` holds)."""
+    resp: ServerResponse = _new_object(ServerResponse)
+    resp.status = hop.status
+    resp.body = hop.body
+    resp.cookies = cookies
+    resp.base_url = base
+    resp._hop = hop
+    resp._raw_headers = None
+    return resp
+
+
+_new_object = object.__new__
 _UNKNOWN_TARGET: Any = object()  # a base URL not yet looked up in ServerClient._hop_targets
 
 
@@ -402,8 +462,14 @@ class ServerClient:
                 except hop_client.HopError as exc:
                     first = _FirstTry(exc, target, data, headers, started, deadline)
                     resp = await self._send(method, server_name, base, path, json, cookies, timeout_s, first)
-                else:
-                    resp = ServerResponse(hop.status, hop.body, hop.cookies, base, hop.raw_headers)
+                else:  # _hop_answer's, inline (every hop): the header lines read when asked for
+                    resp = _new_object(ServerResponse)
+                    resp.status = hop.status
+                    resp.body = hop.body
+                    resp.cookies = hop.cookies
+                    resp.base_url = base
+                    resp._hop = hop
+                    resp._raw_headers = None
         except ServerCallError as exc:
             if exc.kind != UNREACHABLE or replica or server_name in self._static or not self.head_url:
                 raise
@@ -595,7 +661,7 @@ class ServerClient:
                     unix_path=unix_path,
                     unix_peer_pid=self._pids.get(base, 0),
                 )
-                return ServerResponse(resp.status, resp.body, resp.cookies, base, resp.raw_headers)
+                return _hop_answer(resp, resp.cookies, base)
             except hop_client.HopConnectError as exc:
                 if unix_path is None:
                     raise NotConnected(exc) from exc
