@@ -69,6 +69,13 @@ def _check(data: bytes) -> bool:
     status, headers, body, keep_alive = reference.messages[0]
     assert keep_alive, data
     assert "raw_headers" not in vars(answer), data  # the header lines are parsed when asked for
+    names = [key.decode("latin-1") for key, _ in headers] + ["Set-Cookie", "absent"]
+    for name in names + ["a b", "x\r\ny", "content-type: application/json\r\nx"]:
+        if name == "a b":  # names that are no header token are looked for in the parsed lines
+            assert "raw_headers" not in vars(answer), data  # the others in the block itself
+        wanted = [value for key, value in headers if key.lower() == name.lower().encode("latin-1")]
+        expected = wanted[-1].decode("latin-1") if wanted else None  # the last one wins
+        assert answer.header(name) == expected == answer.header(name.upper()), (name, data)
     assert answer.cookies == _cookies_of(headers), data  # (the cookies first: from the lines too)
     assert (answer.status, answer.raw_headers, answer.body) == (status, headers, body), data
     assert answer.cookies == _cookies_of(headers), data

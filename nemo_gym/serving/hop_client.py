@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import os
 import re
 import socket
@@ -83,6 +84,7 @@ _WHOLE_HEAD = re.compile(
 _HEADER_LINE = re.compile(rb"(" + _TOKEN + rb"): (" + _VALUE + rb")\r\n")
 _SET_COOKIE_LINE = re.compile(rb"^set-cookie: (.*)\r$", re.IGNORECASE | re.MULTILINE)
 _new_object = object.__new__
+_TOKEN_TEXT = re.compile(_TOKEN.decode())
 
 
 class HopError(Exception):
@@ -198,6 +200,21 @@ class HopResponse:
                 self._set_cookies = set_cookies
             else:
                 self._cookies = {}  # picked out and none there
+
+    def header(self, name: str) -> str | None:
+        """The value of the header ``name`` (any case; the last if repeated), else None. An answer
+        read in one go finds it in its header block, without parsing every line (``raw_headers``)."""
+        block = self._block
+        if block is not None and "raw_headers" not in self.__dict__:
+            pattern = _header_pattern(name)
+            if pattern is not None:
+                values = pattern.findall(block)
+                return values[-1].decode("latin-1") if values else None
+        wanted = name.lower().encode("latin-1")
+        for key, value in reversed(self.raw_headers):  # the last one wins: the first from the end
+            if key.lower() == wanted:
+                return value.decode("latin-1")
+        return None
 
     @property
     def headers(self) -> dict[str, str]:
@@ -557,6 +574,16 @@ def parse_whole_answer(data: bytes) -> HopResponse | None:
     response._block = match[2]
     response.body = data[end:]
     return response
+
+
+@functools.lru_cache(maxsize=256)
+def _header_pattern(name: str) -> re.Pattern[bytes] | None:
+    """The pattern finding the values of header ``name`` in a header block that
+    :func:`parse_whole_answer` read (one ``Name: value\\r\\n`` line each); None for a name that is
+    not a header token (no line can hold it: the lines are looked through instead)."""
+    if _TOKEN_TEXT.fullmatch(name) is None:
+        return None
+    return re.compile(b"^" + re.escape(name.encode()) + b": (.*)\r$", re.IGNORECASE | re.MULTILINE)
 
 
 def parse_set_cookie(value: str) -> dict[str, str]:

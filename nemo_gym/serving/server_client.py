@@ -172,6 +172,9 @@ class ServerResponse:
 
     def header(self, name: str) -> str | None:
         """The value of the answer's header ``name`` (any case; the last if repeated), else None."""
+        if self._raw_headers is None:  # a hop answer's lines, not parsed yet: the hop client finds it
+            found: str | None = self._hop.header(name)
+            return found
         wanted = name.lower().encode("latin-1")
         for key, value in reversed(self.raw_headers):  # the last one wins: the first from the end
             if key.lower() == wanted:
