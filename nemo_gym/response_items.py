@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterable
+from operator import countOf
 from typing import Any
 
 MODEL_ITEM_TYPES = frozenset({"function_call", "reasoning"})
@@ -294,7 +295,7 @@ def _item_shape_fine(item: Any) -> bool:
     kinds = set(map(type, item.values()))
     if kinds <= _STR_OR_NONE:
         return True  # every field a string or null: a call, or a message whose content is text
-    if kinds == _STR_AND_LIST and "content" in item and list(map(type, item.values())).count(list) == 1:
+    if kinds == _STR_AND_LIST and "content" in item and countOf(map(type, item.values()), list) == 1:
         content = item["content"]
         if content.__class__ is list:  # the one list is the content (all other fields strings)
             for part in content:

@@ -143,7 +143,7 @@ async def call_json(
     its own mistake).
     """
     try:
-        resp = await rollout.post(server, path, body, timeout_s=timeout_s or hop_timeout_s())
+        resp = await rollout.post(server, path, body, timeout_s=timeout_s or _HOP_TIMEOUT_S)
     except ServerCallError as exc:
         raise from_call_error(exc) from exc
     parsed = check_status(resp, server, path)
@@ -186,7 +186,7 @@ async def execute_tool_call(
         return f"Error: the arguments of {name!r} are not valid JSON: {exc}"
     path = f"/{name}"
     try:
-        resp = await rollout.post(resources_server, path, arguments, timeout_s=timeout_s or hop_timeout_s())
+        resp = await rollout.post(resources_server, path, arguments, timeout_s=timeout_s or _HOP_TIMEOUT_S)
     except ServerCallError as exc:
         raise from_call_error(exc) from exc
     status = resp.status
