@@ -312,8 +312,13 @@ class SimpleResponsesAPIModel(BaseServer):
         stream = "stream" in body and body["stream"] is True
         keep = not stream and "store" in body and body["store"] is True
         if conversation is None:
+            if stream:  # a streamed answer is not kept: served as without ``store``
+                return await self.responses_stream(body)
             if not keep:
                 return await _captured(self.responses, body, body)  # type: ignore[no-any-return]
+            if not store.max_conversations:  # none is kept: none is built (the full history's request)
+                request = {k: v for k, v in body.items() if k != "previous_response_id" and k != "store"}
+                return await _call(self.responses, request)  # type: ignore[no-any-return]
             conversation = KeptConversation()
         new_items = body["input"]
         if new_items.__class__ is not list and isinstance(new_items, str):
@@ -355,7 +360,11 @@ class SimpleResponsesAPIModel(BaseServer):
         conversation.parsed_output = None
         if not store.put(rollout, answer_id, conversation):
             return answer  # type: ignore[no-any-return]
-        response = JSONAnswer(dumps({**answer, "output": orjson.Fragment(encoded)}))  # json_response's
+        whole = {**answer, "output": orjson.Fragment(encoded)}
+        try:  # json_response's bytes (error_answers.dumps's first try, without its frame)
+            response = JSONAnswer(orjson.dumps(whole))
+        except orjson.JSONEncodeError:
+            response = JSONAnswer(dumps(whole))
         response.raw_headers.append(KEPT_HEADER_LINE)
         return response
 

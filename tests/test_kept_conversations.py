@@ -420,3 +420,46 @@ def test_a_handlers_own_answer_objects_are_kept_as_json_gives_them_back() -> Non
         assert status == 200
     kept = model.inputs[-1][1]
     assert kept == {"type": "message", "role": "assistant", "status": "completed", "content": ["a", "b"]}
+
+
+def test_store_is_served_as_without_it_when_nothing_can_be_kept_or_the_answer_is_streamed() -> None:
+    """``store: true`` on a server keeping no conversations (``kept_conversations_max: 0``) builds
+    none: the handler gets the request without ``store``, outside any conversation, and the answer
+    is not marked kept. With ``stream: true`` the answer is the event stream asked for."""
+    import urllib.request
+
+    from nemo_gym.base_responses_api_model import BaseResponsesAPIModelConfig, SimpleResponsesAPIModel
+    from nemo_gym.models.conversation_store import current_conversation
+
+    class Noting(SimpleResponsesAPIModel):
+        config: BaseResponsesAPIModelConfig
+
+        def model_post_init(self, context: Any) -> None:
+            super().model_post_init(context)
+            object.__setattr__(self, "seen", [])
+
+        async def responses(self, body: dict[str, Any]) -> dict[str, Any]:
+            self.seen.append((sorted(body), current_conversation() is not None))
+            item = {"type": "message", "role": "assistant", "status": "completed", "content": []}
+            return build_response([item], body, model="m")
+
+    def post(url: str, body: dict[str, Any]) -> tuple[str, str | None, bytes]:
+        request = urllib.request.Request(url, orjson.dumps(body), {"content-type": "application/json"})
+        with urllib.request.urlopen(request) as answer:
+            return (
+                answer.headers["content-type"],
+                answer.headers.get("x-nemo-gym-conversation"),
+                answer.read(),
+            )
+
+    body = {"input": [{"role": "user", "content": "hi"}], "store": True, "previous_response_id": None}
+    for kept_max, expected in ((0, False), (8, True)):
+        model = Noting({"name": "m", "kept_conversations_max": kept_max})
+        with running_server(model) as url:
+            kind, kept, _ = post(url + "/ng-rollout/r/v1/responses", body)
+            assert kind.startswith("application/json") and (kept == "kept") is expected
+            status = post(url + "/ng-rollout/r/v1/responses", {**body, "stream": True})
+            assert status[0].startswith("text/event-stream") and status[1] is None
+            assert status[2].startswith(b"event: response.created")
+        assert model.seen[0] == (["input"], expected), model.seen
+        assert model.conversations.stats()["conversations"] == int(expected)
