@@ -13,8 +13,11 @@ from nemo_gym.serving.request_guard import (
     MAX_JSON_DEPTH,
     HTTPError,
     json_nesting_depth,
+    _few_values,
     nesting_over,
+    orjson_depth_cap,
     parse_json_object,
+    parsed_nesting_over,
 )
 
 # Strings full of what confuses a byte scan: brackets, quotes, escaped quotes, backslashes, and an
@@ -96,3 +99,73 @@ def test_a_long_tool_calling_history_is_scanned_exactly() -> None:
         assert nesting_over(raw, depth) is None
         assert nesting_over(raw, depth - 1) == depth
         assert nesting_over(raw, 3) == depth
+
+
+def test_the_parsed_check_agrees_with_the_scan_at_every_limit() -> None:
+    """parsed_nesting_over (a serialization of the parsed value, wrapped to orjson's cap) says
+    exactly what the byte scan says, just under, at and over each value's depth."""
+    rnd = random.Random(11)
+    for _ in range(800):
+        value = random_value(rnd, 0)
+        raw = orjson.dumps(value)
+        depth = reference_depth(value)
+        for limit in {max(depth - 1, 0), depth, depth + 1, 0, MAX_JSON_DEPTH}:
+            assert parsed_nesting_over(value, raw, limit) == nesting_over(raw, limit), (raw, limit)
+
+
+def test_orjsons_depth_cap_is_found_exactly() -> None:
+    cap = orjson_depth_cap()
+    assert cap is not None and cap > MAX_JSON_DEPTH  # the pinned orjson refuses past a few hundred
+    value: Any = 1
+    for _ in range(cap):
+        value = [value]
+    orjson.dumps(value)
+    with pytest.raises(orjson.JSONEncodeError):
+        orjson.dumps([value])
+
+
+def prose_body(turns: int, deep_at: int | None = None, depth: int = 0) -> bytes:
+    """A long history of prose (the parsed check's kind of body), with a nest ``depth`` deep at item
+    ``deep_at`` hidden among strings holding brackets and escaped quotes."""
+    items: list[Any] = []
+    for n in range(turns):
+        items.append(
+            {
+                "type": "message",
+                "content": [{"type": "output_text", "text": f'Turn {n}: a [b] {{c}} \\" d. ' * 40}],
+            }
+        )
+        items.append({"type": "function_call", "arguments": json.dumps({"city": "S[F]", "n": [n]})})
+    if deep_at is None:
+        return json.dumps({"input": items}).encode()
+    items.insert(deep_at, "DEEP")
+    levels = depth - 2  # inside the body and its "input": 2 levels around it
+    deep = '{"noise": "]]}} \\" \\\\", "k": ' * levels + '"x"' + "}" * levels
+    return json.dumps({"input": items}).replace('"DEEP"', deep).encode()
+
+
+@pytest.mark.parametrize("depth", [MAX_JSON_DEPTH, MAX_JSON_DEPTH + 1, 900, 2000])
+def test_a_long_prose_body_is_checked_on_what_was_parsed_and_refused_past_the_limit(depth: int) -> None:
+    raw = prose_body(40, deep_at=33, depth=depth)
+    assert len(raw) >= 16_384 and _few_values(raw)  # the parsed check's path, not the scan's
+    assert json_nesting_depth(raw) == depth
+    if depth <= MAX_JSON_DEPTH:
+        assert len(parse_json_object(raw)["input"]) == 81
+    else:  # 2000 is past orjson's own 1024 too: still named by its depth, not as invalid JSON
+        with pytest.raises(HTTPError) as refused:
+            parse_json_object(raw)
+        assert refused.value.status_code == 400 and f"nests {depth} levels" in refused.value.message
+
+
+def test_a_long_body_of_numbers_goes_to_the_byte_scan_and_bad_json_is_named() -> None:
+    tokens = orjson.dumps({"prompt_token_ids": list(range(20_000)), "logprobs": [-0.25] * 5000})
+    assert not _few_values(tokens)  # serializing this many numbers costs more than the scan
+    assert len(parse_json_object(tokens)["prompt_token_ids"]) == 20_000
+    broken = prose_body(40)[:-1]  # long prose, one bracket short: not JSON, and not too deep
+    assert _few_values(broken)
+    with pytest.raises(HTTPError) as refused:
+        parse_json_object(broken)
+    assert refused.value.status_code == 400 and "is not valid JSON" in refused.value.message
+    with pytest.raises(HTTPError) as refused:
+        parse_json_object(b"[" + prose_body(40) + b"]")
+    assert refused.value.status_code == 422 and "got an array" in refused.value.message

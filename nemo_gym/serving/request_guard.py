@@ -9,7 +9,8 @@
 - JSON bodies are parsed by :func:`parse_json_object`: a body that is not JSON, not an object,
   or nested deeper than :data:`MAX_JSON_DEPTH` is a 400/422 naming the problem (a scan of the
   raw bytes before parsing, at C speed: one pass for a body with few brackets, see
-  :func:`nesting_over`).
+  :func:`nesting_over`; a long body of prose is checked on what was parsed instead,
+  :func:`parsed_nesting_over`).
 - Error answers (status >= 400) have secrets hidden (:mod:`nemo_gym.serving.secrets`) before they leave.
 - An exception no handler caught becomes a JSON 500 naming the server, never a plain-text one,
   and an exception raised after the answer was sent keeps the connection usable.
@@ -21,6 +22,7 @@ app is only called once the headers are complete, so a half-sent header is the p
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import logging
 import operator
@@ -51,6 +53,12 @@ _NOT_BRACKET_OR_QUOTE = bytes(b for b in range(256) if b not in b'[]{}"')
 _STEP = bytes.maketrans(b"[{]}", b"\x02\x02\x00\x00")
 # How many rounds of innermost pairs :func:`_depth_at_most` peels before counting the rest.
 _PEELS = 8
+# From this many bytes, a text of few values has its depth checked on what was parsed
+# (parsed_nesting_over): about 8 ns a value against the byte scan's 0.4-1.2 ns a byte.
+_PARSED_CHECK_FROM = 16_384
+_BYTES_PER_VALUE = 32  # fewer values than one per this many bytes: "few" (_few_values)
+_SAMPLE_STEP = 61
+_CAP_PROBE_MAX = 4096
 
 
 def headers_late_answer(header_timeout_s: float) -> bytes:
@@ -176,19 +184,33 @@ def parse_json_object(raw: bytes, where: str = "request body") -> dict[str, Any]
     """The JSON object in ``raw`` (empty → ``{}``), or :class:`HTTPError` naming the problem.
 
     400: not JSON, or nested deeper than :data:`MAX_JSON_DEPTH`; 422: JSON but not an object.
+    The depth is checked on the bytes before parsing (:func:`nesting_over`), or, for a long text
+    of few values (a conversation's prose: the byte scan's slowest kind of text), on what orjson
+    parsed (:func:`parsed_nesting_over`; orjson itself refuses past 1024 levels).
     """
     if not raw.strip():
         return {}
-    # A text no longer than the limit cannot nest deeper (the check's first step, without a call).
-    depth = nesting_over(raw, MAX_JSON_DEPTH) if len(raw) > MAX_JSON_DEPTH else None
-    if depth is not None:
-        raise HTTPError(
-            400, f"{where} nests {depth} levels deep; at most {MAX_JSON_DEPTH} levels are accepted"
-        )
-    try:
-        data = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise HTTPError(400, f"{where} is not valid JSON: {exc}") from exc
+    if len(raw) >= _PARSED_CHECK_FROM and _few_values(raw):
+        try:
+            data = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            # Past the limit is named by its depth, valid JSON or not (as the scan first would).
+            depth = nesting_over(raw, MAX_JSON_DEPTH)
+            if depth is not None:
+                raise _too_deep(where, depth) from None
+            raise HTTPError(400, f"{where} is not valid JSON: {exc}") from exc
+        depth = parsed_nesting_over(data, raw, MAX_JSON_DEPTH)
+        if depth is not None:
+            raise _too_deep(where, depth)
+    else:
+        # A text no longer than the limit cannot nest deeper (the check's first step, without a call).
+        depth = nesting_over(raw, MAX_JSON_DEPTH) if len(raw) > MAX_JSON_DEPTH else None
+        if depth is not None:
+            raise _too_deep(where, depth)
+        try:
+            data = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            raise HTTPError(400, f"{where} is not valid JSON: {exc}") from exc
     if not isinstance(data, dict):
         raise HTTPError(
             422,
@@ -196,6 +218,66 @@ def parse_json_object(raw: bytes, where: str = "request body") -> dict[str, Any]
             detail=[{"field": "body", "message": f"expected an object, got {_json_type(data)}"}],
         )
     return data
+
+
+def _too_deep(where: str, depth: int) -> HTTPError:
+    return HTTPError(400, f"{where} nests {depth} levels deep; at most {MAX_JSON_DEPTH} levels are accepted")
+
+
+def _few_values(raw: bytes) -> bool:
+    """Whether a long JSON text holds few values for its length (prose, not arrays of token IDs
+    or log-probabilities), judged from the commas of every 61st byte. Only the cost depends on
+    it: both depth checks are exact."""
+    return raw[::_SAMPLE_STEP].count(b",") * _SAMPLE_STEP * _BYTES_PER_VALUE < len(raw)
+
+
+def parsed_nesting_over(data: Any, raw: bytes, limit: int) -> int | None:
+    """What :func:`nesting_over` says of ``raw``, for ``data`` parsed from it: the depth checked
+    in one serialization at C speed, whose cost grows with the values rather than the bytes.
+
+    ``orjson.dumps`` writes at most :func:`orjson_depth_cap` levels and refuses a deeper value,
+    so ``data`` wrapped in ``cap - limit`` arrays is written exactly when ``data`` nests at most
+    ``limit`` levels. A refusal (too deep, or a value orjson cannot write for another reason) is
+    settled by the byte scan, which also names the depth.
+    """
+    cap = orjson_depth_cap()
+    if cap is None or cap <= limit:
+        return nesting_over(raw, limit)
+    wrapped = data
+    for _ in range(cap - limit):
+        wrapped = [wrapped]
+    try:
+        orjson.dumps(wrapped)
+    except orjson.JSONEncodeError:
+        return nesting_over(raw, limit)
+    return None
+
+
+@functools.cache
+def orjson_depth_cap() -> int | None:
+    """The most levels of arrays ``orjson.dumps`` writes (found once by trying, so a release that
+    changes it is followed), or None when it writes :data:`_CAP_PROBE_MAX` levels or more."""
+
+    def writes(levels: int) -> bool:
+        value: Any = None
+        for _ in range(levels):
+            value = [value]
+        try:
+            orjson.dumps(value)
+        except orjson.JSONEncodeError:
+            return False
+        return True
+
+    if writes(_CAP_PROBE_MAX):
+        return None
+    low, high = 0, _CAP_PROBE_MAX  # writes(low) and not writes(high)
+    while high - low > 1:
+        middle = (low + high) // 2
+        if writes(middle):
+            low = middle
+        else:
+            high = middle
+    return low
 
 
 def _json_type(value: Any) -> str:
