@@ -12,8 +12,8 @@ import pytest
 from nemo_gym.serving.request_guard import (
     MAX_JSON_DEPTH,
     HTTPError,
-    json_nesting_depth,
     _few_values,
+    json_nesting_depth,
     nesting_over,
     orjson_depth_cap,
     parse_json_object,
