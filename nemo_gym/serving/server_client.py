@@ -355,16 +355,6 @@ class ServerClient:
             lookup.add_done_callback(lambda _: self._lookups.pop(loop, None))
         return await asyncio.shield(lookup)
 
-    def _known_base(self, server_name: str) -> str | None:
-        """What :meth:`base_url` answers without awaiting anything: the one replica of a server
-        whose address is static or freshly resolved (None: ask :meth:`base_url`)."""
-        urls = self._static.get(server_name)
-        if urls is None:
-            if time.monotonic() - self._resolved_at >= RESOLVE_TTL_S:
-                return None
-            urls = self._resolved.get(server_name)
-        return urls[0] if urls is not None and len(urls) == 1 else None
-
     async def base_url(self, server_name: str, affinity: str | None = None) -> str:
         """One replica's base URL; the same ``affinity`` key picks the same replica.
 
@@ -424,9 +414,16 @@ class ServerClient:
         :meth:`Rollout.keep_session`), and its first try over the hop client is made here, inline:
         on the hot path (a connection that works) a hop is this coroutine over the hop client's,
         and anything else goes on in :meth:`_send`, the same as if it had made that try."""
-        base = (
-            replica or self._known_base(server_name) or await self.base_url(server_name, affinity=rollout_id)
-        )
+        base = replica
+        if not base:
+            # What base_url answers without awaiting anything: the one replica of a server whose
+            # address is static or freshly resolved (inline: a rollout's model calls have no replica).
+            urls = self._static.get(server_name)
+            if urls is None and time.monotonic() - self._resolved_at < RESOLVE_TTL_S:
+                urls = self._resolved.get(server_name)
+            base = urls[0] if urls is not None and len(urls) == 1 else None
+            if not base:
+                base = await self.base_url(server_name, affinity=rollout_id)
         if rollout is None:
             path = self._path(base, url_path, rollout_id, token_capture)
         else:  # the rollout's prefix, built once for all its hops (as _path builds it)
