@@ -62,6 +62,21 @@ def _nothing() -> None:
     return None
 
 
+def session_cookie(header: bytes) -> str | None:
+    """The session id in a ``Cookie`` header: what starlette's ``cookie_parser`` gives for
+    :data:`SESSION_COOKIE`, without its loop for the usual header of that one cookie (a hop's)."""
+    text = header.decode("latin-1")
+    if ";" in text:
+        return cookie_parser(text).get(SESSION_COOKIE)
+    name, equals, value = text.partition("=")
+    if not equals or name.strip() != SESSION_COOKIE:
+        return None  # no name, or another cookie's
+    value = value.strip()
+    if len(value) >= 2 and value[0] == '"' == value[-1]:
+        return cookie_parser(text).get(SESSION_COOKIE)  # quoted: unquoted as it does
+    return value
+
+
 class DirectServer:
     """A server's direct routes served straight from the lean protocol's request cycle.
 
@@ -170,11 +185,7 @@ class DirectServer:
                         return
                     raw = body
                 cookie = headers.get(b"cookie")
-                incoming = (
-                    cookie_parser(cookie.decode("latin-1")).get(SESSION_COOKIE)
-                    if cookie is not None
-                    else None
-                )
+                incoming = None if cookie is None else session_cookie(cookie)
                 protocol._ng_watched = cycle
                 try:
                     response = await answer(raw, incoming, method, path, None, None)
