@@ -61,8 +61,10 @@ _HEADS_KEPT = 1024
 # lines ``Name: value`` (a token, then printable ASCII without surrounding whitespace), exactly
 # one of them ``Content-Length`` (at most 18 digits) and none ``Transfer-Encoding``,
 # ``Connection``, ``Proxy-Connection`` or ``Upgrade``. Anything else goes through httptools.
-_TOKEN = rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+"
-_VALUE = rb"[!-~](?:[ -~]*[!-~])?"
+# (Possessive quantifiers: the same matches without backtracking into a token or value; a value's
+# last character is a non-space, as its first is.)
+_TOKEN = rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]++"
+_VALUE = rb"[!-~][ -~]*+(?<! )"
 _OTHER_LINE = (
     rb"(?!(?i:content-length|transfer-encoding|connection|proxy-connection|upgrade):)"
     + _TOKEN
@@ -71,7 +73,7 @@ _OTHER_LINE = (
     + rb"\r\n"
 )
 _WHOLE_HEAD = re.compile(
-    rb"HTTP/1\.1 ((?!204|304)[2-9][0-9][0-9]) [ -~]*\r\n("
+    rb"HTTP/1\.1 ((?!204|304)[2-9][0-9][0-9]) [ -~]*+\r\n("
     + rb"(?:"
     + _OTHER_LINE
     + rb")*"
@@ -206,10 +208,14 @@ class HopResponse:
         read in one go finds it in its header block, without parsing every line (``raw_headers``)."""
         block = self._block
         if block is not None and "raw_headers" not in self.__dict__:
-            pattern = _header_pattern(name)
-            if pattern is not None:
-                values = pattern.findall(block)
-                return values[-1].decode("latin-1") if values else None
+            line_start = _line_start(name)
+            if line_start is not None:
+                # The last line of that name in the block lower-cased (same offsets, behind a "\n").
+                at = (b"\n" + block.lower()).rfind(line_start)
+                if at < 0:
+                    return None
+                at += len(line_start) - 1
+                return block[at : block.index(b"\r", at)].decode("latin-1")
         wanted = name.lower().encode("latin-1")
         for key, value in reversed(self.raw_headers):  # the last one wins: the first from the end
             if key.lower() == wanted:
@@ -234,7 +240,8 @@ class HopResponse:
             if values is None:
                 block = self._block
                 if block is not None:
-                    values = _SET_COOKIE_LINE.findall(block)
+                    # (A substring search first: the line pattern is slow where it finds nothing.)
+                    values = _SET_COOKIE_LINE.findall(block) if b"set-cookie:" in block.lower() else []
                 else:
                     values = [value for name, value in self.raw_headers if name.lower() == b"set-cookie"]
             cookies = self._cookies = {}
@@ -577,13 +584,13 @@ def parse_whole_answer(data: bytes) -> HopResponse | None:
 
 
 @functools.lru_cache(maxsize=256)
-def _header_pattern(name: str) -> re.Pattern[bytes] | None:
-    """The pattern finding the values of header ``name`` in a header block that
-    :func:`parse_whole_answer` read (one ``Name: value\\r\\n`` line each); None for a name that is
-    not a header token (no line can hold it: the lines are looked through instead)."""
+def _line_start(name: str) -> bytes | None:
+    """``\\n<name>: `` lower-cased: how a line of header ``name`` starts in a header block that
+    :func:`parse_whole_answer` read (``Name: value\\r\\n`` lines), put behind a ``\\n`` and
+    lower-cased; None for a name that is not a header token (then no line can be it)."""
     if _TOKEN_TEXT.fullmatch(name) is None:
         return None
-    return re.compile(b"^" + re.escape(name.encode()) + b": (.*)\r$", re.IGNORECASE | re.MULTILINE)
+    return b"\n" + name.lower().encode() + b": "
 
 
 def parse_set_cookie(value: str) -> dict[str, str]:
