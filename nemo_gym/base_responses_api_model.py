@@ -48,7 +48,11 @@ from nemo_gym.models.fastapi_dispatch import (
     validated,
 )
 from nemo_gym.models.openai_errors import OpenAIErrorBodies
-from nemo_gym.models.openai_request_checks import check_chat_request, check_responses_request
+from nemo_gym.models.openai_request_checks import (
+    check_chat_request,
+    check_responses_request_fully,
+    responses_request_fine,
+)
 from nemo_gym.models.streaming import SSE_KEEPALIVE, stream_chat_completion, stream_responses
 from nemo_gym.serving.error_answers import JSONAnswer, dumps
 from nemo_gym.serving.process_hooks import LIVENESS_METRICS
@@ -274,8 +278,9 @@ class SimpleResponsesAPIModel(BaseServer):
         return await _captured(self.responses, body, body)  # type: ignore[no-any-return]
 
     def _serve_responses(self, body: Any) -> Awaitable[dict[str, Any] | Response]:
-        # The coroutine to await, without a frame of this method's own around it.
-        check_responses_request(body)
+        # The coroutine to await, no frame of its own; check_responses_request's checks, inline.
+        if body.__class__ is not dict or not responses_request_fine(body):
+            check_responses_request_fully(body)
         previous = body.get("previous_response_id")
         if previous is not None or body.get("store") is True:
             return self._serve_kept(body, previous)
@@ -291,9 +296,7 @@ class SimpleResponsesAPIModel(BaseServer):
         fields unchanged, without ``previous_response_id`` and ``store``: exactly the request the
         full history makes. A streamed answer is not kept.
         """
-        store = self.__dict__.get("_ng_conversations")
-        if store is None:
-            store = self.conversations
+        store = self.__dict__.get("_ng_conversations") or self.conversations  # made on first use
         rollout = self.rollout_id
         conversation: KeptConversation | None = None
         if previous is not None:
@@ -326,10 +329,8 @@ class SimpleResponsesAPIModel(BaseServer):
         mark = (len(conversation.items), conversation.nbytes)
         conversation.extend(new_items)
         request = {**body}
-        if "previous_response_id" in request:
-            del request["previous_response_id"]
-        if "store" in request:
-            del request["store"]
+        request.pop("previous_response_id", None)
+        request.pop("store", None)
         if previous is not None:
             request["input"] = list(conversation.items)
         conversation.parsed_output = None  # the handler's to set (see KeptConversation)
@@ -360,9 +361,8 @@ class SimpleResponsesAPIModel(BaseServer):
         conversation.parsed_output = None
         if not store.put(rollout, answer_id, conversation):
             return answer  # type: ignore[no-any-return]
-        whole = {**answer, "output": orjson.Fragment(encoded)}
         try:  # json_response's bytes (error_answers.dumps's first try, without its frame)
-            response = JSONAnswer(orjson.dumps(whole))
+            response = JSONAnswer(orjson.dumps(whole := {**answer, "output": orjson.Fragment(encoded)}))
         except orjson.JSONEncodeError:
             response = JSONAnswer(dumps(whole))
         response.raw_headers.append(KEPT_HEADER_LINE)

@@ -94,10 +94,10 @@ def outcome(check: Any, body: Any) -> str | None:
 
 
 def test_the_rich_request_is_accepted_on_the_fast_path() -> None:
-    from nemo_gym.models.openai_request_checks import _responses_fine
+    from nemo_gym.models.openai_request_checks import responses_request_fine
 
     assert outcome(check_responses_request, REQUEST) is None
-    assert _responses_fine(REQUEST)  # the comparisons below cover it
+    assert responses_request_fine(REQUEST)  # the comparisons below cover it
 
 
 @pytest.mark.parametrize("path", paths(REQUEST), ids=lambda p: ".".join(map(str, p)))

@@ -19,6 +19,7 @@ from typing import Any
 from nemo_gym.serving.server import HTTPError
 
 _TOKEN_ID_LISTS = ("prompt_token_ids", "generation_token_ids", "generation_log_probs")
+_TOKEN_ID_SET = frozenset(_TOKEN_ID_LISTS)
 
 
 def _fail(message: str) -> HTTPError:
@@ -105,7 +106,7 @@ def _check_parameters(parameters: Any, where: str) -> None:
 _NUMBERS = frozenset({int, float})
 
 
-def _responses_fine(body: dict[str, Any]) -> bool:
+def responses_request_fine(body: dict[str, Any]) -> bool:
     """Whether a Responses request passes every check of :func:`check_responses_request`, seen on
     plain values only (one function, one pass over the tools: it runs on every model call)."""
     if "stream" in body and body["stream"] is not None and body["stream"].__class__ is not bool:
@@ -199,15 +200,16 @@ def _responses_fine(body: dict[str, Any]) -> bool:
             return False
         elif kind == "reasoning" and "summary" in item and item["summary"].__class__ is not list:
             return False
-        for key in _TOKEN_ID_LISTS:
-            if key in item and item[key] is not None and item[key].__class__ is not list:
-                return False
+        if not _TOKEN_ID_SET.isdisjoint(item):  # one C call for the usual item, which has none
+            for key in _TOKEN_ID_LISTS:
+                if key in item and item[key] is not None and item[key].__class__ is not list:
+                    return False
     return True
 
 
 def check_responses_request(body: Any) -> None:
     """Raise ``HTTPError`` 400 naming the field when a Responses create request has the wrong shape."""
-    if body.__class__ is dict and _responses_fine(body):
+    if body.__class__ is dict and responses_request_fine(body):
         return
     check_responses_request_fully(body)
 
