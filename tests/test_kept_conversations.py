@@ -463,3 +463,37 @@ def test_store_is_served_as_without_it_when_nothing_can_be_kept_or_the_answer_is
             assert status[2].startswith(b"event: response.created")
         assert model.seen[0] == (["input"], expected), model.seen
         assert model.conversations.stats()["conversations"] == int(expected)
+
+
+def test_a_string_input_reaches_the_upstream_as_sent_whether_or_not_it_is_kept() -> None:
+    """openai_model sends a kept conversation's first turn on as the request the client made (a
+    string ``input`` stays a string, without ``store``), whatever the server keeps; the next turn
+    continues it with the string as the user message it stands for."""
+    raw: list[bytes] = []
+
+    async def responses(request: web.Request) -> web.Response:
+        raw.append(await request.read())
+        item = {"type": "message", "id": "m", "role": "assistant", "status": "completed", "content": []}
+        answer = build_response([item], {"model": "m"}, model="m", usage=usage_dict(1, 1))
+        return web.Response(
+            body=orjson.dumps({**answer, "id": f"resp_{len(raw)}"}), content_type="application/json"
+        )
+
+    with fake_openai_responses(responses) as upstream:
+        for kept_max in (0, 8):
+            model = OpenAIModel(
+                {"name": "model", "openai_base_url": upstream, "kept_conversations_max": kept_max}
+            )
+            with running_server(model) as url, SyncClient() as http:
+                status, answer = http.post(url + "/ng-rollout/r/v1/responses", {"input": "hi", "store": True})
+                assert status == 200, answer
+                assert orjson.loads(raw[-1]) == {"input": "hi"}
+                if kept_max:
+                    follow = {
+                        "input": [{"role": "user", "content": "more"}],
+                        "previous_response_id": answer["id"],
+                    }
+                    status, _ = http.post(url + "/ng-rollout/r/v1/responses", follow)
+                    assert status == 200
+                    history = [{"role": "user", "content": "hi"}, *answer["output"], *follow["input"]]
+                    assert orjson.loads(raw[-1]) == {"input": history}

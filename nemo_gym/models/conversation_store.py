@@ -48,7 +48,7 @@ class KeptConversation:
     upstream's ``input``) reuses these bytes instead of encoding each item again.
     """
 
-    __slots__ = ("items", "nbytes", "derived", "touched", "parsed_output", "_encoded")
+    __slots__ = ("items", "nbytes", "derived", "touched", "parsed_output", "encoded_since")
 
     def __init__(self) -> None:
         self.items: list[Any] = []
@@ -59,14 +59,16 @@ class KeptConversation:
         # JSON itself and holds no reference to (a passthrough's upstream answer): that list is
         # kept as it is, not copied through JSON as a handler's own objects are.
         self.parsed_output: list[Any] | None = None
-        self._encoded: list[tuple[int, bytes]] | None = None
+        # What take_encoded hands out (None until first asked for; a server on its hot path may
+        # take it as take_encoded does: read it, then leave an empty list).
+        self.encoded_since: list[tuple[int, bytes]] | None = None
 
     def take_encoded(self) -> list[tuple[int, bytes]]:
         """The JSON of the items added since the last call (none on the first, which starts
         keeping it), one entry per :meth:`extend`: ``(the number of items after it, their JSON)``,
         the JSON written as it continues an array (a comma, then the items joined by commas)."""
-        taken = self._encoded
-        self._encoded = []
+        taken = self.encoded_since
+        self.encoded_since = []
         return taken or []
 
     def extend(self, items: list[Any], round_trip: bool = False, encoded: bytes | None = None) -> int:
@@ -77,8 +79,8 @@ class KeptConversation:
             return 0
         raw = orjson.dumps(items) if encoded is None else encoded
         self.items.extend(orjson.loads(raw) if round_trip else items)
-        if self._encoded is not None:
-            self._encoded.append((len(self.items), b"," + raw[1:-1]))
+        if self.encoded_since is not None:
+            self.encoded_since.append((len(self.items), b"," + raw[1:-1]))
         size = len(raw)
         self.nbytes += size
         return size
@@ -88,7 +90,7 @@ class KeptConversation:
         del self.items[count:]
         self.nbytes = nbytes
         self.derived.clear()
-        encoded = self._encoded
+        encoded = self.encoded_since
         while encoded and encoded[-1][0] > count:
             encoded.pop()
 

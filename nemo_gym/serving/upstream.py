@@ -241,23 +241,6 @@ class UpstreamHTTP:
         """Close the session and connections of the running loop."""
         await self.connections.close()
 
-    def request(
-        self,
-        method: str,
-        url: str,
-        body: Any = None,
-        *,
-        connect_retries: int | None = None,
-        extra_headers: Mapping[str, str] | None = None,
-    ) -> Coroutine[Any, Any, UpstreamResponse]:
-        """Send one JSON request; return the answer (any status) or raise :class:`UpstreamError`.
-        (A coroutine to await: the call's own, without a frame of this method around it.)
-
-        ``connect_retries`` overrides the configured count for this call (a caller that fails
-        over to another replica wants fewer attempts on the first).
-        """
-        return self._send(method, url, body, connect_retries, extra_headers, stream=False)
-
     def open_stream(
         self,
         method: str,
@@ -273,18 +256,26 @@ class UpstreamHTTP:
         :meth:`UpstreamResponse.close` when done (or when giving up). Retries happen only before
         the answer's status is known; the call's deadline covers the whole body.
         """
-        return self._send(method, url, body, connect_retries, extra_headers, stream=True)
+        return self.request(
+            method, url, body, connect_retries=connect_retries, extra_headers=extra_headers, stream=True
+        )
 
-    async def _send(
+    async def request(
         self,
         method: str,
         url: str,
-        body: Any,
-        connect_retries: int | None,
-        extra_headers: Mapping[str, str] | None,
+        body: Any = None,
         *,
-        stream: bool,
+        connect_retries: int | None = None,
+        extra_headers: Mapping[str, str] | None = None,
+        stream: bool = False,
     ) -> UpstreamResponse:
+        """Send one JSON request; return the answer (any status) or raise :class:`UpstreamError`.
+
+        ``connect_retries`` overrides the configured count for this call (a caller that fails
+        over to another replica wants fewer attempts on the first). ``stream``: as
+        :meth:`open_stream` (what it calls).
+        """
         data: bytes | list[bytes] | None
         if isinstance(body, EncodedJSON):
             data = body.chunks

@@ -218,7 +218,7 @@ class OpenAIModel(SimpleResponsesAPIModel):
         if dropped:
             self._log_dropped(dropped, "responses")
         conversation = current_conversation()
-        if conversation is not None and "input" in request and request["input"] is not None:
+        if conversation is not None and "input" in request and request["input"].__class__ is list:
             # A kept conversation: its input was encoded for the upstream on earlier turns.
             return self._forward("/responses", request, _encoded_items(conversation), conversation)
         return self._forward("/responses", _responses_request(request))
@@ -231,7 +231,7 @@ class OpenAIModel(SimpleResponsesAPIModel):
         """The upstream's Responses event stream, passed on event by event as it arrives."""
         request = self._allowed(body, "responses")
         conversation = current_conversation()
-        if conversation is not None and request.get("input") is not None:
+        if conversation is not None and request.get("input").__class__ is list:
             return await self._forward_stream("/responses", request, _encoded_items(conversation))
         return await self._forward_stream("/responses", _responses_request(request))
 
@@ -282,7 +282,7 @@ class OpenAIModel(SimpleResponsesAPIModel):
                 # _with_encoded_input's pieces, made here (the usual call: no frame of its own).
                 request["input"] = _INPUT_MARK
                 head, _, tail = orjson.dumps(request).partition(b"\x00")
-                body = EncodedJSON([head + b"[", *encoded_input, b"]" + tail])
+                body = EncodedJSON([head, *encoded_input, tail])
                 answer = await self.http.request("POST", url, body)
                 if not 200 <= answer.status < 300:
                     self._result(answer, url)  # raises the error the status means
@@ -457,8 +457,9 @@ def _plain_items(items: list[Any]) -> bool:
         return False
 
 
-# A NUL byte never appears in orjson's output (it escapes it inside strings): it marks the spot.
-_INPUT_MARK = orjson.Fragment(b"\x00")
+# A NUL byte never appears in orjson's output (it escapes it inside strings): it marks the spot,
+# inside the array's brackets (the pieces around it end and start with them: no copy adds them).
+_INPUT_MARK = orjson.Fragment(b"[\x00]")
 
 
 def _with_encoded_input(request: dict[str, Any], chunks: list[bytes]) -> EncodedJSON:
@@ -466,7 +467,7 @@ def _with_encoded_input(request: dict[str, Any], chunks: list[bytes]) -> Encoded
     not copied). ``request`` is the call's own dict: its ``input`` keeps its place, marked."""
     request["input"] = _INPUT_MARK
     head, _, tail = orjson.dumps(request).partition(b"\x00")
-    return EncodedJSON([head + b"[", *chunks, b"]" + tail])
+    return EncodedJSON([head, *chunks, tail])
 
 
 class _EncodedInput:
@@ -500,17 +501,22 @@ def _encoded_items(conversation: KeptConversation) -> list[bytes]:
         conversation.derived[_ENCODED_INPUT] = _EncodedInput(chunks, len(items))
         return chunks
     chunks = done.chunks
-    taken = conversation.take_encoded()
+    taken = conversation.encoded_since  # take_encoded's, without its frame
     if not taken:
         return chunks
+    conversation.encoded_since = []
     # The entries follow each other (each extend's items after the one before; a turn undone
     # drops its own): together they are the JSON of every item added since, one piece.
     end = taken[-1][0]
     added = items[done.items : end]
-    if not _plain_items(added):  # one holds nemo_gym's fields: encoded again without them
-        piece = b"," + orjson.dumps(_stripped(added))[1:-1]
-    else:
+    try:  # _plain_items's check, without its frame
+        plain = all(map(_NEMO_GYM_ITEM_FIELD_SET.isdisjoint, added))
+    except TypeError:
+        plain = False
+    if plain:
         piece = b"".join(map(_JSON_OF_ENTRY, taken))
+    else:  # one holds nemo_gym's fields: encoded again without them
+        piece = b"," + orjson.dumps(_stripped(added))[1:-1]
     done.items = end
     if not chunks:
         chunks.append(piece[1:])
