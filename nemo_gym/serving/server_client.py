@@ -68,7 +68,7 @@ DEFAULT_CONNECT_RETRIES = 4
 # How long a name's replica list is reused before the head server is asked again: replicas
 # started later (more workers, a restart on another node) get new rollouts within this time.
 RESOLVE_TTL_S = 2.0
-# How many encoded Cookie header lines a client remembers (about one per rollout in flight).
+# How many header blocks with a Cookie line a client remembers (about one per rollout in flight).
 _COOKIE_LINES_KEPT = 1024
 
 
@@ -261,7 +261,7 @@ class ServerClient:
         self._hop_targets: dict[str, tuple[str, int, str, str | None] | None] = {}
         self._use_hop_client = hop_client_enabled()
         self._hop_headers = hop_client.encode_headers(self._headers.items())
-        self._cookie_lines: dict[tuple[tuple[str, str], ...], bytes] = {}
+        self._cookie_headers: dict[tuple[Any, ...], bytes] = {}
         self._hop_json_headers = hop_client.encode_headers(
             [*self._headers.items(), ("Content-Type", "application/json")]
         )
@@ -440,7 +440,7 @@ class ServerClient:
                 data = orjson.dumps(json) if json is not None else None
                 headers = self._hop_headers if data is None else self._hop_json_headers
                 if cookies:
-                    headers += self._cookie_line(cookies)
+                    headers = self._with_cookies(headers, cookies)
                 started = time.monotonic()
                 pool = self.connections.pool()
                 deadline = pool.loop.time() + timeout_s
@@ -543,7 +543,7 @@ class ServerClient:
                     )
                 headers = self._hop_headers if data is None else self._hop_json_headers
                 if cookies:
-                    headers += self._cookie_line(cookies)
+                    headers = self._with_cookies(headers, cookies)
                 return await self._hop_try(timeout_s, method, base, target, path, data, headers, timeout_s)
             except NotConnected as failed:
                 if target is not None:
@@ -560,17 +560,19 @@ class ServerClient:
                 failure.__cause__ or failure
             )
 
-    def _cookie_line(self, cookies: Mapping[str, str]) -> bytes:
-        """The encoded ``Cookie`` header line for ``cookies`` (a rollout's jar sends the same one
-        on each of its calls: remembered, a bounded number of them)."""
-        key = tuple(cookies.items())
-        line = self._cookie_lines.get(key)
-        if line is None:
-            line = hop_client.encode_headers([("Cookie", "; ".join(f"{k}={v}" for k, v in key))])
-            if len(self._cookie_lines) >= _COOKIE_LINES_KEPT:
-                self._cookie_lines.clear()
-            self._cookie_lines[key] = line
-        return line
+    def _with_cookies(self, headers: bytes, cookies: Mapping[str, str]) -> bytes:
+        """``headers`` followed by the encoded ``Cookie`` line for ``cookies``. A rollout's jar sends
+        the same one on each of its calls: remembered (a bounded number of them), the same bytes
+        object each time (the hop client's request heads are looked up by it: hashed once)."""
+        key = (headers, *cookies.items())
+        found = self._cookie_headers.get(key)
+        if found is None:
+            line = "; ".join(f"{k}={v}" for k, v in cookies.items())
+            found = headers + hop_client.encode_headers([("Cookie", line)])
+            if len(self._cookie_headers) >= _COOKIE_LINES_KEPT:
+                self._cookie_headers.clear()
+            self._cookie_headers[key] = found
+        return found
 
     def _aiohttp_attempt(
         self,
