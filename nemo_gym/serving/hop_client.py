@@ -207,7 +207,7 @@ class HopResponse:
         """The value of the header ``name`` (any case; the last if repeated), else None. An answer
         read in one go finds it in its header block, without parsing every line (``raw_headers``)."""
         block = self._block
-        if block is not None and "raw_headers" not in self.__dict__:
+        if block is not None:  # (the block is kept once parsed too: no look at __dict__, which makes one)
             line_start = _line_start(name)
             if line_start is not None:
                 # The last line of that name in the block lower-cased (same offsets, behind a "\n").
