@@ -149,7 +149,7 @@ class SimpleAgent(SimpleResponsesAPIAgent):
         tool outputs, token-ID fields untouched) and the usage summed over all model calls.
         """
         items = list(input_items(params))  # the whole conversation, only ever appended to
-        produced: list[dict[str, Any]] = []
+        start = len(items)  # what the rollout produced: items[start:]
         usage = UsageSum()
         last: dict[str, Any] = {}
         tools = callable_tools(offered_tools(params, self.config.allowed_tools))  # checked once
@@ -166,16 +166,14 @@ class SimpleAgent(SimpleResponsesAPIAgent):
                 steps += 1
                 last = await conversation.call(params, items)
                 output = last.get("output") or []
-                produced.extend(output)
                 items.extend(output)
                 usage.add(last.get("usage"))
                 calls = function_calls(output)
                 if not calls or last.get("status") == "incomplete" or not execute:
                     break
                 outputs = await self.run_tool_calls(rollout, calls, toolbox, tools)
-                produced.extend(outputs)
                 items.extend(outputs)
-        return {**last, "output": produced, "usage": usage.total()}
+        return {**last, "output": items[start:], "usage": usage.total()}
 
     async def run_tool_calls(
         self,
