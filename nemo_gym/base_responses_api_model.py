@@ -278,8 +278,7 @@ class SimpleResponsesAPIModel(BaseServer):
         return await _captured(self.responses, body, body)  # type: ignore[no-any-return]
 
     def _serve_responses(self, body: Any) -> Awaitable[dict[str, Any] | Response]:
-        # The coroutine to await, no frame of its own; check_responses_request's checks, inline.
-        if body.__class__ is not dict or not responses_request_fine(body):
+        if body.__class__ is not dict or not responses_request_fine(body):  # check_responses_request
             check_responses_request_fully(body)
         previous = body.get("previous_response_id")
         if previous is not None or body.get("store") is True:
@@ -296,7 +295,8 @@ class SimpleResponsesAPIModel(BaseServer):
         fields unchanged, without ``previous_response_id`` and ``store``: exactly the request the
         full history makes. A streamed answer is not kept.
         """
-        store = self.__dict__.get("_ng_conversations") or self.conversations  # made on first use
+        if (store := self.__dict__.get("_ng_conversations")) is None:
+            store = self.conversations  # made on first use
         rollout = self.rollout_id
         conversation: KeptConversation | None = None
         if previous is not None:
