@@ -380,8 +380,15 @@ class _HopConnection(asyncio.Protocol):
             response = parse_whole_answer(data)
             if response is not None:
                 self.waiter = self.deadline = None  # the rest of the state is as _reset leaves it
-                if not self.closed:
-                    self.pool.release(self)
+                if not self.closed:  # HopPool.release's work, inline (every hop): back to idle
+                    pool = self.pool
+                    if pool.closed:
+                        self._close()
+                    else:
+                        self.idle_since = self.loop.time()
+                        self.idle.append(self)
+                        if pool._waiters:
+                            pool._wake_one()
                 if not waiter.done():
                     waiter.set_result(response)
                 return
