@@ -30,6 +30,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from nemo_gym.serving import local_socket
 from nemo_gym.serving.access_guard import AccessGuard
 from nemo_gym.serving.answered_errors import AnswerThenRaise, KeepAnsweredErrors
+from nemo_gym.serving.cpu_scheduling import batch_scheduling_for_serving
 from nemo_gym.serving.direct_routes import DirectRoutes, read_body, session_cookie
 
 # The pieces of a server that live in their own modules are re-exported here: servers, tests and
@@ -547,6 +548,7 @@ class BaseServer(BaseModel):
                 sys.stderr.write(f"config error: {name}: {where + ': ' if where else ''}{message}\n")
             sys.exit(2)
         tune_gc_for_serving()  # this process is the server: start-up objects frozen, fewer collections
+        batch_scheduling_for_serving()  # a hop's answer does not preempt the server that sent it
         with asyncio.Runner(loop_factory=loop_factory()) as runner:
             runner.run(server.serve())
 
