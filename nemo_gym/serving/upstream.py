@@ -192,6 +192,8 @@ class UpstreamHTTP:
         # retry policy, and the header lines of a call without extra headers, with and without
         # a body.
         self._policy = self._retry_policy(connect_retries)
+        # The statuses a first answer is retried for (none when no status is retried): one look.
+        self._retried_statuses = self.retry_statuses if max_status_retries > 0 else frozenset()
         self._encoded_headers: tuple[bytes, bytes] | None = None
         try:
             self._encoded_headers = (
@@ -207,6 +209,12 @@ class UpstreamHTTP:
         if has_body:
             headers["Content-Type"] = "application/json"
         return headers
+
+    def _policy_for(self, connect_retries: int | None) -> RetryPolicy:
+        """The retry policy of a call (``connect_retries``: the call's own count, if it has one)."""
+        if connect_retries is None or connect_retries == self.connect_retries:
+            return self._policy
+        return self._retry_policy(connect_retries)
 
     def _retry_policy(self, connect_retries: int) -> RetryPolicy:
         return RetryPolicy(
@@ -281,11 +289,6 @@ class UpstreamHTTP:
             data = body.chunks
         else:
             data = orjson.dumps(body) if body is not None else None
-        policy = (
-            self._policy
-            if connect_retries is None or connect_retries == self.connect_retries
-            else self._retry_policy(connect_retries)
-        )
         target = self._hop_targets.get(url, _UNSEEN)
         if target is _UNSEEN:
             target = self._hop_target(url)
@@ -294,7 +297,9 @@ class UpstreamHTTP:
                 method, url, data, self._call_headers(extra_headers, data is not None), stream
             )
             try:
-                return await send_with_retries(send, policy, self.request_timeout_s)
+                return await send_with_retries(
+                    send, self._policy_for(connect_retries), self.request_timeout_s
+                )
             except TransportFailure as failure:
                 raise UpstreamError(failure.kind, url, failure.describe()) from (failure.__cause__ or failure)
         host, port, path, heads = target
@@ -343,13 +348,13 @@ class UpstreamHTTP:
                 fault.__cause__ = exc  # as raised from the hop's error, for the retry loop
                 first_failure = fault
             else:
-                if policy.max_status_retries <= 0 or answer.status not in policy.retry_statuses:
+                if answer.status not in self._retried_statuses:
                     return answer
                 first_answer = answer
             send = self._hop_attempt(method, url, target, data, encoded, head, stream)
             return await send_with_retries(
                 send,
-                policy,
+                self._policy_for(connect_retries),
                 self.request_timeout_s,
                 started=started,
                 first_failure=first_failure,
