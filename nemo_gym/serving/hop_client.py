@@ -204,8 +204,9 @@ class HopResponse:
                 self._cookies = {}  # picked out and none there
 
     def header(self, name: str) -> str | None:
-        """The value of the header ``name`` (any case; the last if repeated), else None. An answer
-        read in one go finds it in its header block, without parsing every line (``raw_headers``)."""
+        """The value of the header ``name`` as the answer carried it (any case; the last if
+        repeated), else None. An answer read in one go finds it in its header block, without
+        parsing every line (``raw_headers``)."""
         block = self._block
         if block is not None:  # (the block is kept once parsed too: no look at __dict__, which makes one)
             line_start = _line_start(name)
