@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import urllib.request
 from pathlib import Path
 
@@ -69,3 +71,28 @@ def test_every_thread_of_a_server_is_batch_scheduled_and_the_launcher_is_not(tmp
 def test_the_environment_variable_keeps_the_default_policy(tmp_path: Path) -> None:
     policies, _ = server_thread_policies(tmp_path, "0")
     assert set(policies) == {os.SCHED_OTHER}, policies
+
+
+CHILD_PROBE = """
+import os, subprocess, sys
+from nemo_gym.serving.cpu_scheduling import batch_scheduling_for_serving
+from responses_api_models.local_vllm_model.app import _die_with_parent
+
+assert batch_scheduling_for_serving()
+probe = [sys.executable, "-c", "import os; print(os.sched_getscheduler(0))"]
+inherited = subprocess.run(probe, capture_output=True, text=True, check=True).stdout.strip()
+engine = subprocess.run(probe, capture_output=True, text=True, check=True, preexec_fn=_die_with_parent).stdout.strip()
+print(inherited, engine)
+"""
+
+
+def test_children_inherit_batch_but_the_local_vllm_engine_gets_the_default_policy() -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("NEMO_GYM_SCHED_BATCH", None)
+    result = subprocess.run(
+        [sys.executable, "-c", CHILD_PROBE], env=env, cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    inherited, engine = (int(v) for v in result.stdout.split())
+    assert inherited == os.SCHED_BATCH  # sandboxed code and harness programs: batch work too
+    assert engine == os.SCHED_OTHER  # the inference engine local_vllm_model starts is not

@@ -52,3 +52,15 @@ def batch_scheduling_for_serving() -> bool:
     if not done:
         logger.debug("SCHED_BATCH refused for this server process; the default policy stays")
     return done
+
+
+def default_scheduling() -> None:
+    """The default policy back for a program a server starts whose latency matters more than the
+    server's batching (an inference engine): a ``preexec_fn``, run in the child before it execs.
+    Children otherwise inherit ``SCHED_BATCH`` (sandboxed code and harness programs: batch work)."""
+    set_policy = getattr(os, "sched_setscheduler", None)
+    other = getattr(os, "SCHED_OTHER", None)
+    if set_policy is None or other is None:
+        return
+    with contextlib.suppress(OSError):
+        set_policy(0, other, os.sched_param(0))

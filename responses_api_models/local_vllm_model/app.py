@@ -25,6 +25,7 @@ from pydantic import Field, model_validator
 
 from nemo_gym.base_responses_api_model import vllm_compat
 from nemo_gym.global_config import find_open_port
+from nemo_gym.serving.cpu_scheduling import default_scheduling
 from responses_api_models.vllm_model.app import VLLMModel, VLLMModelConfig, check_on_policy_settings
 
 logger = logging.getLogger(__name__)
@@ -38,6 +39,8 @@ def _die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     except OSError:
         pass
+    # The engine is scheduled as any process is, not under this server's SCHED_BATCH.
+    default_scheduling()
 
 
 class LocalVLLMModelConfig(VLLMModelConfig):
