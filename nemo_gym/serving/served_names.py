@@ -33,6 +33,7 @@ SERVED_TO_ENVIRONMENTS: dict[str, dict[str, str]] = {
     "nemo_gym.server_utils": {
         "nemo_gym.serving": "local_socket",
         "nemo_gym.serving.access_guard": "AccessGuard",
+        "nemo_gym.serving.cpu_scheduling": "default_scheduling",
         "nemo_gym.serving.server": (
             "RequestGuard bind_socket json_error_handlers make_uvicorn_server parse_json_object"
         ),

@@ -25,7 +25,7 @@ from pydantic import Field, model_validator
 
 from nemo_gym.base_responses_api_model import vllm_compat
 from nemo_gym.global_config import find_open_port
-from nemo_gym.serving.cpu_scheduling import default_scheduling
+from nemo_gym.server_utils import default_scheduling
 from responses_api_models.vllm_model.app import VLLMModel, VLLMModelConfig, check_on_policy_settings
 
 logger = logging.getLogger(__name__)
