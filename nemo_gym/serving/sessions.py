@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
+import itertools
 import os
+import re
 import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 _ID_BYTES = 16
 _IDS_PER_DRAW = 256
+# One session id: 128 bits as 32 hex digits.
+_ID_DIGITS = re.compile(f"[0-9a-f]{{{2 * _ID_BYTES}}}")
+
+
+def _drawn_ids() -> Iterator[list[str]]:
+    """Fresh session ids, :data:`_IDS_PER_DRAW` at a time: one ``getrandom`` call and one C-level
+    split of its hex digits per batch."""
+    while True:
+        yield _ID_DIGITS.findall(os.urandom(_ID_BYTES * _IDS_PER_DRAW).hex())
 
 
 class SessionStore:
@@ -15,6 +27,10 @@ class SessionStore:
 
     Entries expire ``ttl_s`` after their last use; the oldest are evicted past ``max_sessions``
     so an agent that never calls verify cannot grow memory without bound.
+
+    ``new_id()`` gives a fresh session id: 128 bits from the OS's CSPRNG as 32 hex digits. Every
+    request that brings no session gets one (a handler may open state), so the ids are drawn
+    256 at a time and handed out by a C-level iterator: no Python frame per request.
     """
 
     def __init__(self, ttl_s: float = 3600.0, max_sessions: int = 1_000_000) -> None:
@@ -22,22 +38,9 @@ class SessionStore:
         self.max_sessions = max_sessions
         self._data: dict[str, tuple[float, dict[str, Any]]] = {}
         self._last_sweep = time.monotonic()
-        self._random = b""
-        self._used = 0
+        self.new_id: Callable[[], str] = itertools.chain.from_iterable(_drawn_ids()).__next__
         # Whether a session id has state (``id in store``, as one C call).
         self.holds = self._data.__contains__
-
-    def new_id(self) -> str:
-        """A fresh session id: 128 bits from the OS's CSPRNG as 32 hex digits.
-
-        Every request that brings no session gets one (a handler may open state), so the random
-        bytes are drawn 256 ids at a time: one ``getrandom`` call instead of one per request.
-        """
-        if self._used + _ID_BYTES > len(self._random):
-            self._random, self._used = os.urandom(_ID_BYTES * _IDS_PER_DRAW), 0
-        start = self._used
-        self._used = start + _ID_BYTES
-        return self._random[start : start + _ID_BYTES].hex()
 
     def get(self, session_id: str, create: bool = True) -> dict[str, Any] | None:
         """The state dict of a session, created empty when ``create`` and absent or expired."""
