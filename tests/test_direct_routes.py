@@ -184,6 +184,10 @@ REQUESTS: list[bytes | tuple[bytes, int]] = [
     _chunked("/add", b'{"amount": 3}'),
     _chunked("/add", b'{"amount": 3}' + b" " * 5000),  # over the limit, no length declared
     _post("/add", b'{"amount": 4}', b"expect: 100-continue\r\n"),
+    _post("/add", b'{"amount": 4}', b"Expect: 100-Continue\r\n"),
+    _post("/add", b'{"amount": 4}', b"expect: other\r\nexpect: 100-continue\r\n"),  # any of them
+    _post("/add", b'{"amount": 4}', b"expect: other\r\n"),
+    _post("/add", b'{"amount": 2}', b"Cookie: session_id=abc\r\nContent-Type: text/plain\r\n"),
     _post("/add", b'{"amount": 1}', kind=b"text/plain"),  # not JSON: refused
     _post("/add", b'{"amount": 1}', kind=b""),
     _post("/add", b"{}").replace(b"host: 127.0.0.1", b"host: rebound.example"),
@@ -234,6 +238,10 @@ def test_direct_answers_are_the_answers_starlette_gives(monkeypatch: pytest.Monk
         b"HTTP/1.1 200 OK",
         b"HTTP/1.1 413 Request Entity Too Large",
         b"HTTP/1.1 100 Continue",
+        b"HTTP/1.1 100 Continue",
+        b"HTTP/1.1 100 Continue",
+        b"HTTP/1.1 200 OK",
+        b"HTTP/1.1 200 OK",  # the first Content-Type counts
         b"HTTP/1.1 415 Unsupported Media Type",
         b"HTTP/1.1 415 Unsupported Media Type",
         b"HTTP/1.1 400 Bad Request",

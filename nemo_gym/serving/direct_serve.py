@@ -19,7 +19,8 @@ as :func:`~nemo_gym.serving.disconnect.until_disconnect` does for ASGI routes. A
 not a whole body (an event stream, a background task) is sent through ASGI as before.
 
 The contract with the protocol's request cycle (:class:`~nemo_gym.serving.http_cycle.HopCycle`):
-its ``direct`` (what :meth:`DirectServer.find` gave), ``scope``, ``task``, ``client_gone``,
+its ``direct`` (what :meth:`DirectServer.find` gave), ``scope``, ``first_values`` (each request
+header's first value), ``task``, ``client_gone``,
 the body as it arrived (``body_chunks``, ``more_body``), ``receive``/``send``,
 ``answer_whole`` and ``app_failed``; and its protocol's ``flow`` and ``_ng_watched``.
 """
@@ -133,7 +134,7 @@ class DirectServer:
         protocol = cycle.protocol
         guard = self.guard
         try:
-            headers = dict(reversed(scope["headers"]))
+            headers = cycle.first_values
             problem = self.access.problem(method, headers)
             if problem is not None:
                 await self._write(cycle, *self.access.refusal(problem), hidden=True)

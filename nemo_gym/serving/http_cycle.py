@@ -43,53 +43,37 @@ class HopCycle:
     ``wait`` over a flag, with a future only while ``receive`` waits (no second object per request).
     """
 
-    __slots__ = (
-        "body_chunks",
-        "body_size",
-        "chunked_encoding",
-        "client_gone",
-        "direct",
-        "disconnected",
-        "expected_content_length",
-        "flag",
-        "head",
-        "keep_alive",
-        "more_body",
-        "on_response",
-        "protocol",
-        "response_complete",
-        "response_started",
-        "scope",
-        "task",
-        "transport",
-        "waiter",
-        "waiting_for_100_continue",
-    )
+    # What every request starts with, as class attributes: a cycle writes only the few that
+    # differ from request to request (and those that change while it runs, on the instance).
+    flag = False
+    waiter: asyncio.Future[None] | None = None
+    disconnected = False
+    body_size = 0
+    more_body = True
+    response_started = False
+    response_complete = False
+    chunked_encoding: bool | None = None
+    expected_content_length = 0
+    head: bytes | None = None
+    # A direct route's target (what the app's ``ng_direct.find`` gave), served by its
+    # ``serve(cycle)`` instead of the ASGI app; the task serving the request; whether the
+    # connection was lost while that route's handler ran (the task was cancelled for it).
+    direct: Any = None
+    task: asyncio.Task[None] | None = None
+    client_gone = False
 
-    def __init__(self, protocol: Any, scope: dict[str, Any], keep_alive: bool) -> None:
+    def __init__(
+        self, protocol: Any, scope: dict[str, Any], keep_alive: bool, first_values: dict[bytes, bytes]
+    ) -> None:
         self.protocol = protocol
         self.scope = scope
+        # The first value of each request header by its lower-cased name.
+        self.first_values = first_values
         self.transport = protocol.transport
-        self.flag = False
-        self.waiter: asyncio.Future[None] | None = None
         self.on_response = protocol.on_response_complete
-        self.disconnected = False
         self.keep_alive = keep_alive
         self.waiting_for_100_continue = protocol.expect_100_continue
         self.body_chunks: list[bytes] = []
-        self.body_size = 0
-        self.more_body = True
-        self.response_started = False
-        self.response_complete = False
-        self.chunked_encoding: bool | None = None
-        self.expected_content_length = 0
-        self.head: bytes | None = None
-        # A direct route's target (what the app's ``ng_direct.find`` gave), served by its
-        # ``serve(cycle)`` instead of the ASGI app; the task serving the request; whether the
-        # connection was lost while that route's handler ran (the task was cancelled for it).
-        self.direct: Any = None
-        self.task: asyncio.Task[None] | None = None
-        self.client_gone = False
 
     # ---- ``message_event``: a request body's part or the answer's end came --------------------
     @property

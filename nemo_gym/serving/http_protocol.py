@@ -126,15 +126,27 @@ class HopHttpProtocol(HttpToolsProtocol):
         self.url = b""
         self.expect_100_continue = False
         self.headers = []
-        scope = self._ng_scope.copy()
-        scope["headers"] = self.headers
-        scope["state"] = self.app_state.copy()
-        self.scope = scope  # type: ignore[assignment]
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        # uvicorn's, less its Expect check (made once per request in on_headers_complete).
+        self.headers.append((name.lower(), value))
 
     def on_headers_complete(self) -> None:
         parser = self.parser
-        scope: dict[str, Any] = self.scope  # type: ignore[assignment]
-        scope["method"] = parser.get_method().decode("ascii")
+        headers = self.headers
+        # The first value of each header (what the access checks and a direct route read).
+        first = dict(reversed(headers))
+        if b"expect" in first:  # uvicorn's rule: any Expect header of 100-continue
+            self.expect_100_continue = any(
+                name == b"expect" and value.lower() == b"100-continue" for name, value in headers
+            )
+        scope: dict[str, Any] = {
+            **self._ng_scope,
+            "headers": headers,
+            "state": self.app_state.copy(),
+            "method": parser.get_method().decode("ascii"),
+        }
+        self.scope = scope  # type: ignore[assignment]
         http_version = parser.get_http_version()
         if http_version != "1.1":
             scope["http_version"] = http_version
@@ -161,7 +173,7 @@ class HopHttpProtocol(HttpToolsProtocol):
         scope["path"] = path
         scope["raw_path"] = raw_path
         scope["query_string"] = query
-        cycle = HopCycle(self, scope, http_version != "1.0" and parser.should_keep_alive())
+        cycle = HopCycle(self, scope, http_version != "1.0" and parser.should_keep_alive(), first)
         app: Any
         limit = self.limit_concurrency
         if limit is not None and (len(self.connections) >= limit or len(self.tasks) >= limit):
