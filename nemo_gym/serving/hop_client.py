@@ -488,8 +488,7 @@ class _HopConnection(asyncio.Protocol):
     ) -> asyncio.Future[HopResponse]:
         """Write one request; the future resolves with the answer (at its headers when ``stream``)."""
         self.requests += 1
-        loop = self.loop
-        self.waiter = waiter = loop.create_future()
+        self.waiter = waiter = self.loop.create_future()
         self.want_stream = stream
         self.max_bytes = max_bytes
         self.deadline = deadline
@@ -497,7 +496,7 @@ class _HopConnection(asyncio.Protocol):
         if timer is None or self.timer_at > deadline:
             if timer is not None:
                 timer.cancel()
-            self.timer = loop.call_at(deadline, self._on_deadline)
+            self.timer = self.loop.call_at(deadline, self._on_deadline)
             self.timer_at = deadline
         # A connection is handed out only once connected: its transport is set.
         if request.__class__ is bytes:  # what build_request makes: bytes, or a list of them
@@ -862,10 +861,10 @@ async def request(
         data = [b"%sContent-Length: %d\r\n\r\n" % (head, sum(map(len, body))), *body]  # type: ignore[arg-type]
     else:
         data = build_request(method, host, port, path, headers, body, head)
+    # An idle connection without the acquire coroutine (what acquire hands out first anyway).
+    conn = pool.take_idle((host, port) if unix_path is None else (unix_path, 0))
     fresh = False
     while True:
-        # An idle connection without the acquire coroutine (what acquire hands out first anyway).
-        conn = None if fresh else pool.take_idle((host, port) if unix_path is None else (unix_path, 0))
         if conn is None:
             conn = await pool.acquire(
                 host, port, deadline, connect_timeout_s, fresh, unix_path, unix_peer_pid
@@ -878,6 +877,7 @@ async def request(
             if fresh or not exc.reused or exc.received:
                 raise
             fresh = True
+            conn = None  # a new connection, never an idle one, for the second try
         except asyncio.CancelledError:
             if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
                 waiter.result().close()  # a stream opened just before the cancel

@@ -791,10 +791,8 @@ class Rollout:
         **kwargs: Any,
     ) -> Coroutine[Any, Any, ServerResponse]:
         """POST with this rollout's cookies (``await`` it; it is :meth:`request`'s coroutine)."""
-        if kwargs:
+        if kwargs or not self._post_direct:
             return self.request("POST", server_name, url_path, json, timeout_s=timeout_s, **kwargs)
-        if not self._post_direct:
-            return self.request("POST", server_name, url_path, json, timeout_s=timeout_s)
         # request's direct path, inline (one call less per hop): the client's own coroutine.
         jar = self.cookies.get(server_name)
         if jar is None:
