@@ -122,7 +122,7 @@ class ServerResponse:
     # An answer of the hop client keeps its header lines unparsed until raw_headers is asked for
     # (most hops never look): _hop is that answer, _raw_headers None until then.
     _hop: Any = None
-    _raw_headers: Sequence[tuple[bytes, bytes]] | None = ()
+    _raw_headers: Sequence[tuple[bytes, bytes]] | None = None
 
     def __init__(
         self,
@@ -200,13 +200,11 @@ def _hop_answer(hop: hop_client.HopResponse, cookies: dict[str, str], base: str)
     resp.body = hop.body
     resp.cookies = cookies
     resp.base_url = base
-    resp._hop = hop
-    resp._raw_headers = None
+    resp._hop = hop  # (_raw_headers: the class's None)
     return resp
 
 
 _new_object = object.__new__
-_UNKNOWN_TARGET: Any = object()  # a base URL not yet looked up in ServerClient._hop_targets
 
 
 @dataclass(frozen=True)
@@ -431,8 +429,9 @@ class ServerClient:
             path = url_path if prefix is None or base in self._external else prefix + url_path
         timeout_s = timeout_s or self.timeout_s
         try:
-            target = self._hop_targets.get(base, _UNKNOWN_TARGET)
-            if target is _UNKNOWN_TARGET:
+            try:
+                target = self._hop_targets[base]
+            except KeyError:
                 target = self._hop_target(base)
             if target is None:
                 resp = await self._send(method, server_name, base, path, json, cookies, timeout_s)
@@ -468,8 +467,7 @@ class ServerClient:
                     resp.body = hop.body
                     resp.cookies = hop.cookies
                     resp.base_url = base
-                    resp._hop = hop
-                    resp._raw_headers = None
+                    resp._hop = hop  # (_raw_headers: the class's None)
         except ServerCallError as exc:
             if exc.kind != UNREACHABLE or replica or server_name in self._static or not self.head_url:
                 raise
