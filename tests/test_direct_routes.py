@@ -321,6 +321,14 @@ def test_a_resources_servers_hops_are_direct() -> None:
     assert direct.find("POST", "/ng-rollout/r-1/training-token-capture/add")[1:] == ("/add", "r-1")
     assert direct.find("POST", "/add")[1:] == ("/add", None)
     assert direct.find("GET", "/add") is None and direct.find("POST", "/nowhere") is None
+    # Found again from memory: the same answers, each target's own rollout id, a bounded memory.
+    for _ in range(2):
+        assert direct.find("POST", "/ng-rollout/r-1/training-token-capture/add")[1:] == ("/add", "r-1")
+        assert direct.find("POST", "/ng-rollout/r-2/add")[1:] == ("/add", "r-2")
+        assert direct.find("GET", "/add") is None and direct.find("GET", "/ng-rollout/r-1/add") is None
+    for rollout in range(3000):
+        assert direct.find("POST", f"/ng-rollout/many-{rollout}/add")[1:] == ("/add", f"many-{rollout}")
+    assert len(direct._found) <= 1024
     model = ScriptedModel({"name": "scripted", "scripts": []}).build_app()
     assert model.ng_direct.find("POST", "/v1/responses") is not None  # type: ignore[attr-defined]
     # After DELETE /v1/responses/{response_id}, which cannot match it.

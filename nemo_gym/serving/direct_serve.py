@@ -57,6 +57,10 @@ Shape = Callable[[int, Headers, bytes], tuple[Headers, bytes]]
 # Answers whose whole body is at hand: written at once (anything else is sent through ASGI).
 _WHOLE = frozenset({JSONAnswer, AnswerThenRaise, Response})
 _PREFIX_LENGTH = len(ROLLOUT_PREFIX)
+# How many request targets a direct server remembers what it found for (a rollout sends the same
+# ``/ng-rollout/<id>/...`` path turn after turn); past it the memory starts over.
+_FOUND_KEPT = 1024
+_UNSEEN: Any = object()
 
 
 def _nothing() -> None:
@@ -99,6 +103,7 @@ class DirectServer:
         self.memory = memory
         self.guard = guard
         self.shape = shape
+        self._found: dict[tuple[str, str], tuple[Any, str, str | None] | None] = {}
 
     def shaped_by(self, shape: Shape) -> DirectServer:
         """The same routes with every error answer finished by ``shape`` (after the secrets are
@@ -114,7 +119,19 @@ class DirectServer:
 
     def find(self, method: str, path: str) -> tuple[Any, str, str | None] | None:
         """``(answer, route path, rollout id)`` when ``method path`` (a ``/ng-rollout/<id>``
-        prefix and its capture segment stripped) is a direct route, else None."""
+        prefix and its capture segment stripped) is a direct route, else None (remembered per
+        ``method path``: the answer depends on nothing else)."""
+        key = (method, path)
+        found = self._found.get(key, _UNSEEN)
+        if found is _UNSEEN:
+            found = self._look_up(method, path)
+            if len(self._found) >= _FOUND_KEPT:
+                self._found.clear()  # many distinct targets: bounded, never grows
+            self._found[key] = found
+        return found  # type: ignore[no-any-return]
+
+    def _look_up(self, method: str, path: str) -> tuple[Any, str, str | None] | None:
+        """What :meth:`find` gives, worked out."""
         if path.startswith(ROLLOUT_PREFIX):
             rollout_id, _, rest = path[_PREFIX_LENGTH:].partition("/")
             capture, _, after = rest.partition("/")
@@ -142,7 +159,9 @@ class DirectServer:
             memory = self.memory
             if memory is not None:
                 memory.enter()
-            token = _current_rollout_id.set(rollout_id) if rollout_id is not None else None
+            if rollout_id is not None:
+                # Not reset after: this coroutine is its task's whole work, the context its own.
+                _current_rollout_id.set(rollout_id)
             try:
                 limits = guard.path_limits
                 limit = limits.get(path, guard.max_body_bytes) if limits else guard.max_body_bytes
@@ -166,8 +185,7 @@ class DirectServer:
                     and (not expects_body or declared is not None)
                 ):
                     # The whole body is here (the usual hop): no count, no deadline.
-                    chunks = cycle.body_chunks
-                    raw = (chunks[0] if len(chunks) == 1 else b"".join(chunks)) if chunks else b""
+                    raw = b"".join(cycle.body_chunks)  # one chunk: that very object
                     cycle.body_chunks = []
                     cycle.body_size = 0
                     if protocol.flow.read_paused:
@@ -211,8 +229,6 @@ class DirectServer:
                 else:
                     await response(scope, cycle.receive, self._finishing_send(cycle.send))
             finally:
-                if token is not None:
-                    _current_rollout_id.reset(token)
                 if memory is not None:
                     memory.leave()
         except BaseException as exc:

@@ -351,8 +351,7 @@ class HopCycle:
             self.flag = False
         if self.disconnected or self.response_complete:
             return {"type": "http.disconnect"}
-        chunks = self.body_chunks
-        body = (chunks[0] if len(chunks) == 1 else b"".join(chunks)) if chunks else b""
+        body = b"".join(self.body_chunks)  # one chunk: that very object
         self.body_chunks = []
         self.body_size = 0
         return {"type": "http.request", "body": body, "more_body": self.more_body}

@@ -183,8 +183,8 @@ class HopHttpProtocol(HttpToolsProtocol):
             app = self.app
             direct = self._ng_direct
             if direct is not None and not root_path:
-                cycle.direct = direct.find(scope["method"], path)
-                if cycle.direct is not None:
+                found = cycle.direct = direct.find(scope["method"], path)
+                if found is not None:
                     app = direct
         existing = self.cycle
         self.cycle = cycle
