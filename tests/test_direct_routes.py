@@ -75,6 +75,10 @@ class CounterServer(SimpleResourcesServer):
         return {"count": self.session["count"]}
 
     @tool
+    async def big(self, body: dict) -> dict:
+        return {"text": "x" * 70_000}  # an answer past the size written with its head in one join
+
+    @tool
     async def explode(self, body: dict) -> dict:
         raise RuntimeError("boom")
 
@@ -193,6 +197,7 @@ REQUESTS: list[bytes | tuple[bytes, int]] = [
     _post("/add", b"{}").replace(b"host: 127.0.0.1", b"host: rebound.example"),
     _post("/add", b"{}").replace(b"host: 127.0.0.1", b"host: 127.0.0.1\r\norigin: http://evil.example"),
     _post("/add", b'{"amount": 1}').replace(b"HTTP/1.1", b"HTTP/1.0"),
+    _post("/big", b"{}"),
     (_post("/add", b'{"amount": 1}') + _post("/explode", b"{}") + _post("/add", b'{"amount": 5}'), 3),
 ]
 
@@ -248,7 +253,9 @@ def test_direct_answers_are_the_answers_starlette_gives(monkeypatch: pytest.Monk
         b"HTTP/1.1 403 Forbidden",
         b"HTTP/1.1 200 OK",
         b"HTTP/1.1 200 OK",
+        b"HTTP/1.1 200 OK",
     ]
+    assert len(fused[-2][0][2]) > 70_000
     assert b"sk-abcdefghijklmnop" not in fused[9][0][2] and b"REDACTED" in fused[9][0][2]
     assert [status for status, _, _ in fused[-1]] == [
         b"HTTP/1.1 200 OK",

@@ -194,10 +194,13 @@ class HopCycle:
         ):
             self._body(body, False)  # framed otherwise, or a length that does not match: as send does
             return
-        head = self.head
+        head: bytes = self.head  # type: ignore[assignment]
         self.head = None
         self.expected_content_length = 0
-        self._write(head, body)
+        if len(body) < _JOIN_BELOW:  # what _write does with a head
+            self.transport.write(head + body)
+        else:
+            self.transport.writelines((head, body))
         self._complete()
 
     def _begin(self, status_code: int, app_headers: Any) -> None:

@@ -33,10 +33,9 @@ class PlainBodies:
     request: a fresh one is set for each.
     """
 
-    __slots__ = ("checked",)
-
-    def __init__(self) -> None:
-        self.checked: list[tuple[Any, Any, Any, int]] = []
+    # What was checked: none until the first record (a class attribute, so that building a
+    # record per request runs no Python ``__init__``).
+    checked: tuple[tuple[Any, Any, Any, int], ...] = ()
 
     def already_checked(self, check: Any, value: dict[str, Any], walked: Any) -> bool:
         """Whether ``check`` passed ``value`` in this request and its ``walked`` list is unchanged."""
@@ -47,7 +46,7 @@ class PlainBodies:
 
     def record(self, check: Any, value: dict[str, Any], walked: Any) -> None:
         """Note that ``check`` passed ``value`` (with ``walked``, the list it walks) in this request."""
-        self.checked.append((check, value, walked, 0 if walked is None else len(walked)))
+        self.checked += ((check, value, walked, 0 if walked is None else len(walked)),)
 
 
 _current_rollout_id: contextvars.ContextVar[str | None] = contextvars.ContextVar(

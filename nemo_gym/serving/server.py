@@ -416,8 +416,9 @@ class BaseServer(BaseModel):
                     response.set_cookie(SESSION_COOKIE, session_id, httponly=True, samesite="strict")
                 return response
             finally:
-                plain_bodies_in_effect.reset(plain_token)
-                _current_session_id.reset(token)
+                if receive is not None:  # a direct route's context (receive None) ends with its task
+                    plain_bodies_in_effect.reset(plain_token)
+                    _current_session_id.reset(token)
 
         async def run(request: Request) -> Response:
             # The body limit and deadline are enforced while reading by RequestGuard.
