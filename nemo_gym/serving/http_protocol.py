@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import re
 from typing import Any
 
 import httptools
@@ -41,6 +42,9 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from nemo_gym.serving.disconnect import CONNECTION_GONE_SCOPE_KEY
 from nemo_gym.serving.http_cycle import HopCycle, default_header_lines
 from nemo_gym.serving.request_guard import headers_late_answer
+
+# A request target that is a plain path: no query, fragment or escapes (nothing to parse).
+_PLAIN_PATH = re.compile(rb"/[^?%#]*")
 
 
 class HopHttpProtocol(HttpToolsProtocol):
@@ -73,6 +77,7 @@ class HopHttpProtocol(HttpToolsProtocol):
         # Whether the request being read is a WebSocket handshake (set when its headers are complete).
         self._ng_upgrading = False
         self._ng_fresh_context = bool(getattr(self.config, "reset_contextvars", False))
+        self._ng_task_done = self.tasks.discard  # what takes a request's finished task off the set
         # The server's default headers (uvicorn's date and server; a new list each second) and
         # their lines as sent, checked once (None: they need the general handling).
         self._ng_defaults: Any = None
@@ -155,7 +160,7 @@ class HopHttpProtocol(HttpToolsProtocol):
             return
         self._ng_upgrading = False
         url = self.url
-        if url[:1] == b"/" and b"?" not in url and b"%" not in url and b"#" not in url:
+        if _PLAIN_PATH.fullmatch(url) is not None:
             raw_path, query = url, b""
             path = url.decode("ascii")
         else:
@@ -202,14 +207,14 @@ class HopHttpProtocol(HttpToolsProtocol):
         else:
             task = self.loop.create_task(coroutine)
         cycle.task = task
-        task.add_done_callback(self.tasks.discard)
+        task.add_done_callback(self._ng_task_done)
         self.tasks.add(task)
 
     def on_body(self, body: bytes) -> None:
-        # An upgrade first: a WebSocket handshake has no cycle (what on_headers_complete found).
-        if self._ng_upgrading or self.cycle.response_complete:
-            return
         cycle = self.cycle
+        # An upgrade first: a WebSocket handshake has no cycle (what on_headers_complete found).
+        if self._ng_upgrading or cycle.response_complete:
+            return
         cycle.body_chunks.append(body)
         cycle.body_size += len(body)
         if cycle.body_size > HIGH_WATER_LIMIT:
@@ -220,10 +225,10 @@ class HopHttpProtocol(HttpToolsProtocol):
             cycle.set()
 
     def on_message_complete(self) -> None:
-        # An upgrade first: a WebSocket handshake has no cycle (what on_headers_complete found).
-        if self._ng_upgrading or self.cycle.response_complete:
-            return
         cycle = self.cycle
+        # An upgrade first: a WebSocket handshake has no cycle (what on_headers_complete found).
+        if self._ng_upgrading or cycle.response_complete:
+            return
         cycle.more_body = False
         if cycle.waiter is None:  # the cycle is its own message_event
             cycle.flag = True
