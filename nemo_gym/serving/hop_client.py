@@ -237,12 +237,12 @@ class HopResponse:
         """The cookies the answer set (``Set-Cookie`` headers), parsed on first use."""
         cookies = self._cookies
         if cookies is None:
-            values = self._set_cookies
+            values: list[bytes] | tuple[()] | None = self._set_cookies
             if values is None:
                 block = self._block
                 if block is not None:
                     # (A substring search first: the line pattern is slow where it finds nothing.)
-                    values = _SET_COOKIE_LINE.findall(block) if b"set-cookie:" in block.lower() else []
+                    values = _SET_COOKIE_LINE.findall(block) if b"set-cookie:" in block.lower() else ()
                 else:
                     values = [value for name, value in self.raw_headers if name.lower() == b"set-cookie"]
             cookies = self._cookies = {}
