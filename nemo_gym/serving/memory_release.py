@@ -99,15 +99,15 @@ class ReleaseMemoryAfterBurst:
 
     def enter(self) -> None:
         """An HTTP request came in (what ``__call__`` does before the app; the fused gate calls it)."""
-        self._in_flight += 1
+        in_flight = self._in_flight = self._in_flight + 1
         self._served += 1
-        if self._in_flight > self._peak:
-            self._peak = self._in_flight
+        if in_flight > self._peak:
+            self._peak = in_flight
 
     def leave(self) -> None:
         """An HTTP request is done."""
-        self._in_flight -= 1
-        if self._in_flight == 0 and (self._peak >= self.burst or self._served >= self.work):
+        in_flight = self._in_flight = self._in_flight - 1
+        if not in_flight and (self._peak >= self.burst or self._served >= self.work):
             # One timer at a time, whatever the request rate: it checks the idle time itself.
             self._idle_since = time.monotonic()
             if self._timer is None or self._next:
