@@ -194,6 +194,8 @@ REQUESTS: list[bytes | tuple[bytes, int]] = [
     _post("/add", b'{"amount": 2}', b"Cookie: session_id=abc\r\nContent-Type: text/plain\r\n"),
     _post("/add", b'{"amount": 1}', kind=b"text/plain"),  # not JSON: refused
     _post("/add", b'{"amount": 1}', kind=b""),
+    _post("/add", b"", kind=b"text/plain"),  # no body: its type is not looked at (then no amount: 500)
+    _post("/add", b'{"amount": 1}', kind=b"application/vnd.example+json; charset=utf-8"),
     _post("/add", b"{}").replace(b"host: 127.0.0.1", b"host: rebound.example"),
     _post("/add", b"{}").replace(b"host: 127.0.0.1", b"host: 127.0.0.1\r\norigin: http://evil.example"),
     _post("/add", b'{"amount": 1}').replace(b"HTTP/1.1", b"HTTP/1.0"),
@@ -252,6 +254,8 @@ def test_direct_answers_are_the_answers_starlette_gives(monkeypatch: pytest.Monk
         b"HTTP/1.1 200 OK",  # the first Content-Type counts
         b"HTTP/1.1 415 Unsupported Media Type",
         b"HTTP/1.1 415 Unsupported Media Type",
+        b"HTTP/1.1 500 Internal Server Error",
+        b"HTTP/1.1 200 OK",
         b"HTTP/1.1 400 Bad Request",
         b"HTTP/1.1 403 Forbidden",
         b"HTTP/1.1 200 OK",

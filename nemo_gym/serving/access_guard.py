@@ -198,18 +198,19 @@ class AccessGuard:
                 return 401, "missing or wrong auth token (set NEMO_GYM_AUTH_TOKEN on the caller)"
         if not (self.json_only and method in _BODY_METHODS):
             return None
+        content_type = headers.get(b"content-type")
+        if content_type == b"application/json":
+            return None  # JSON whether a body comes or not (the usual call: no length to read)
         length = headers.get(b"content-length")
         has_body = (
             length.strip() not in (b"0", b"") if length is not None else b"transfer-encoding" in headers
         )
-        if has_body:
-            content_type = headers.get(b"content-type")
-            if content_type != b"application/json" and not is_json_content_type(content_type):
-                shown = content_type.decode("latin-1") if content_type is not None else "none"
-                return (
-                    415,
-                    f"request body must be JSON (Content-Type: application/json), got Content-Type {shown}",
-                )
+        if has_body and not is_json_content_type(content_type):
+            shown = content_type.decode("latin-1") if content_type is not None else "none"
+            return (
+                415,
+                f"request body must be JSON (Content-Type: application/json), got Content-Type {shown}",
+            )
         return None
 
     def _site_problem(self, host_header: bytes | None, origin_header: bytes | None) -> tuple[int, str] | None:
