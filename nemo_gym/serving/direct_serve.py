@@ -166,7 +166,12 @@ class DirectServer:
                 limits = guard.path_limits
                 limit = limits.get(path, guard.max_body_bytes) if limits else guard.max_body_bytes
                 length = headers.get(b"content-length")
-                if length is not None:
+                declared: int | None
+                if length is not None and length.isdigit():
+                    # Plain digits (the usual header): a length, whose body the reading needs no
+                    # more about (whether one is expected matters only without a length).
+                    declared, expects_body = int(length), True
+                elif length is not None:
                     length = length.strip()
                     declared = int(length) if length.isdigit() else None
                     expects_body = length not in (b"0", b"")

@@ -6,6 +6,9 @@ everything but one request's ordinary path: the connection set and graceful shut
 control, pipelining, 400s for malformed requests, WebSocket upgrades, ``limit_concurrency``.
 :class:`HopHttpProtocol` replaces, per request:
 
+- the header callback, which only lower-cases the name and keeps the pair: the ``Expect`` check
+  and each header's first value (what the access checks and a direct route read, on the cycle
+  as ``first_values``) are made once per request when the headers are complete;
 - the scope, copied from one built per connection (uvicorn builds every key again), carrying the
   connection's "gone" future (:data:`~nemo_gym.serving.disconnect.CONNECTION_GONE_SCOPE_KEY`,
   resolved when the connection is lost) without a wrapper around the app;
