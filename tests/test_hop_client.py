@@ -14,6 +14,7 @@ import pytest
 from nemo_gym.launch.launcher import free_port
 from nemo_gym.serving import hop_client
 from nemo_gym.serving.server_client import ServerCallError, ServerClient
+from nemo_gym.testing.raw_http import read_request
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -54,12 +55,7 @@ class ScriptedServer:
         self.most_open = max(self.most_open, self.open_now)
         try:
             while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = 0
-                for line in head.split(b"\r\n"):
-                    if line.lower().startswith(b"content-length:"):
-                        length = int(line.split(b":")[1])
-                await reader.readexactly(length)
+                head, _ = await read_request(reader)
                 self.requests += 1
                 if not await self.handler(reader, writer, self.requests):
                     break

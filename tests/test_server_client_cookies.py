@@ -9,6 +9,7 @@ import asyncio
 import pytest
 
 from nemo_gym.serving.server_client import ServerClient
+from nemo_gym.testing.raw_http import read_request
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -21,12 +22,7 @@ async def _recording_server(set_cookies: dict[str, list[bytes]]) -> tuple[asynci
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = 0
-                for line in head.split(b"\r\n"):
-                    if line.lower().startswith(b"content-length:"):
-                        length = int(line.split(b":", 1)[1])
-                await reader.readexactly(length)
+                head, _ = await read_request(reader)
                 heads.append(head)
                 path = head.split(b" ", 2)[1].decode()
                 extra = b"".join(

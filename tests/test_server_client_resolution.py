@@ -11,6 +11,7 @@ import pytest
 
 from nemo_gym.serving import server_client
 from nemo_gym.serving.server_client import ServerClient
+from nemo_gym.testing.raw_http import read_request
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -22,13 +23,8 @@ async def _http_server(answer_for: object) -> tuple[asyncio.Server, str, list[st
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             while True:
-                head = await reader.readuntil(b"\r\n\r\n")
+                head, _ = await read_request(reader)
                 path = head.split(b" ", 2)[1].decode()
-                length = 0
-                for line in head.split(b"\r\n"):
-                    if line.lower().startswith(b"content-length:"):
-                        length = int(line.split(b":", 1)[1])
-                await reader.readexactly(length)
                 seen.append(path)
                 body = orjson.dumps(answer_for(path))  # type: ignore[operator]
                 writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body))

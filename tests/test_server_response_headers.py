@@ -10,6 +10,7 @@ import asyncio
 import pytest
 
 from nemo_gym.serving.server_client import ServerClient, ServerResponse
+from nemo_gym.testing.raw_http import read_request
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -29,12 +30,7 @@ async def _serve(answer: bytes) -> tuple[asyncio.Server, str]:
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = 0
-                for line in head.split(b"\r\n"):
-                    if line.lower().startswith(b"content-length:"):
-                        length = int(line.split(b":", 1)[1])
-                await reader.readexactly(length)
+                head, _ = await read_request(reader)
                 writer.write(answer)
                 await writer.drain()
         except (asyncio.IncompleteReadError, ConnectionError):

@@ -20,6 +20,7 @@ import pytest
 
 from nemo_gym.serving.server_client import ServerClient
 from nemo_gym.testing import SyncClient, running_server
+from nemo_gym.testing.raw_http import read_request
 from resources_servers.example_single_tool_call.app import ExampleSingleToolCallServer
 from responses_api_agents.simple_agent.app import SimpleAgent
 from responses_api_models.openai_model.app import OpenAIModel
@@ -54,13 +55,7 @@ class HostileUpstream:
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = 0
-                for line in head.split(b"\r\n"):
-                    name, _, value = line.partition(b":")
-                    if name.strip().lower() == b"content-length":
-                        length = int(value)
-                await reader.readexactly(length)
+                head, _ = await read_request(reader)
                 self.requests += 1
                 if not await self.answer(writer):
                     return
