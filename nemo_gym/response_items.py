@@ -295,23 +295,22 @@ def _item_shape_fine(item: Any) -> bool:
     kinds = set(map(type, item.values()))
     if kinds <= _STR_OR_NONE:
         return True  # every field a string or null: a call, or a message whose content is text
-    if kinds == _STR_AND_LIST and "content" in item and countOf(map(type, item.values()), list) == 1:
-        content = item["content"]
-        if content.__class__ is list:  # the one list is the content (all other fields strings)
-            for part in content:
-                if part.__class__ is not dict:
-                    return False
-                if "text" in part and part["text"] is not None and part["text"].__class__ is not str:
-                    return False
+    if (
+        kinds == _STR_AND_LIST
+        and "content" in item
+        and item["content"].__class__ is list
+        and countOf(map(type, item.values()), list) == 1
+    ):
+        content: Any = item["content"]  # the one list is the content: every other field a string
+    else:
+        for key in ("type", "role", "name", "arguments", "call_id"):
+            if key in item and item[key] is not None and item[key].__class__ is not str:
+                return False
+        content = item["content"] if "content" in item else None
+        if content is None or content.__class__ is str:
             return True
-    for key in ("type", "role", "name", "arguments", "call_id"):
-        if key in item and item[key] is not None and item[key].__class__ is not str:
+        if content.__class__ is not list:
             return False
-    content = item["content"] if "content" in item else None
-    if content is None or content.__class__ is str:
-        return True
-    if content.__class__ is not list:
-        return False
     for part in content:
         if part.__class__ is not dict:
             return False
