@@ -25,16 +25,17 @@ import contextlib
 import logging
 import os
 
+from nemo_gym.serving.protocol import switched_on
+
 logger = logging.getLogger("nemo_gym")
 
 ENV_SCHED_BATCH = "NEMO_GYM_SCHED_BATCH"
-_OFF = ("0", "false", "no", "off")
 
 
 def batch_scheduling_for_serving() -> bool:
     """Put every thread of this process under ``SCHED_BATCH`` (see the module docstring); returns
     whether it did (not when ``NEMO_GYM_SCHED_BATCH=0``, or the system has no such policy)."""
-    if os.environ.get(ENV_SCHED_BATCH, "").strip().lower() in _OFF:
+    if not switched_on(ENV_SCHED_BATCH):
         return False
     set_policy = getattr(os, "sched_setscheduler", None)
     batch = getattr(os, "SCHED_BATCH", None)

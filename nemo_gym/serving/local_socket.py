@@ -23,6 +23,8 @@ import stat
 import tempfile
 from dataclasses import dataclass
 
+from nemo_gym.serving.protocol import switched_on
+
 ENV_UNIX_SOCKETS = "NEMO_GYM_UNIX_SOCKETS"
 # Loopback names a client may be given for a server on this machine; "localhost" is looked up
 # under the address servers bind.
@@ -31,7 +33,7 @@ _LOOPBACK = {"127.0.0.1": "127.0.0.1", "localhost": "127.0.0.1", "::1": "::1"}
 
 def enabled() -> bool:
     """Whether servers bind, and clients use, Unix sockets for same-host hops."""
-    return os.environ.get(ENV_UNIX_SOCKETS, "1").strip().lower() not in ("0", "false", "no", "off")
+    return switched_on(ENV_UNIX_SOCKETS)
 
 
 def socket_dir() -> str | None:

@@ -19,12 +19,13 @@ import asyncio
 import ctypes
 import ctypes.util
 import gc
-import os
 import time
 from collections.abc import Callable
 from typing import Any
 
 from starlette.types import ASGIApp, Receive, Scope, Send
+
+from nemo_gym.serving.protocol import switched_on
 
 ENV_RELEASE_MEMORY = "NEMO_GYM_RELEASE_MEMORY_AFTER_BURST"
 DEFAULT_BURST = 256
@@ -55,7 +56,7 @@ def release_memory() -> None:
 
 def release_enabled() -> bool:
     """Whether servers release memory after bursts (``NEMO_GYM_RELEASE_MEMORY_AFTER_BURST``)."""
-    return os.environ.get(ENV_RELEASE_MEMORY, "1").strip().lower() not in ("0", "false", "no", "off")
+    return switched_on(ENV_RELEASE_MEMORY)
 
 
 class ReleaseMemoryAfterBurst:

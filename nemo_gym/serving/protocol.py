@@ -1,7 +1,7 @@
-"""Names every hop between nemo_gym processes shares, and the two process settings they need.
+"""Names every hop between nemo_gym processes shares, and the process settings they need.
 
 The environment variables a launched server reads, the session cookie, the rollout path prefix,
-the auth header, and the open-file limit. Both the server base (``nemo_gym.serving.server``) and the
+the auth header, the open-file limit, and how an on-by-default switch is read from the environment. Both the server base (``nemo_gym.serving.server``) and the
 client (``nemo_gym.serving.server_client``) build on these, so neither has to import the other's
 internals: the server uses the client, never the reverse.
 """
@@ -135,3 +135,9 @@ def raise_fd_limit() -> int:
         except (ValueError, OSError):
             pass
     return soft
+
+
+def switched_on(name: str) -> bool:
+    """Whether the on-by-default switch in environment variable ``name`` is on: unset or anything
+    but ``0``, ``false``, ``no`` or ``off`` (in any case, spaces around ignored)."""
+    return os.environ.get(name, "1").strip().lower() not in ("0", "false", "no", "off")

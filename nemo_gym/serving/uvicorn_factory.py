@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 from collections.abc import Callable
 from typing import Any
 
@@ -12,6 +11,7 @@ from starlette.types import ASGIApp
 
 from nemo_gym.serving.disconnect import connection_gone_protocol
 from nemo_gym.serving.process_hooks import SHUTDOWN_CLEANUPS
+from nemo_gym.serving.protocol import switched_on
 from nemo_gym.serving.request_guard import DEFAULT_HEADER_TIMEOUT_S, header_timeout_protocol
 from nemo_gym.serving.write_coalescing import coalescing_protocol
 
@@ -85,7 +85,7 @@ def lean_protocol_enabled() -> bool:
     """Whether servers speak :mod:`nemo_gym.serving.http_protocol` (the default) rather than
     uvicorn's own httptools protocol with this project's layers around it
     (``NEMO_GYM_LEAN_HTTP=0``: for comparing the two, and a way back should a client need it)."""
-    return os.environ.get("NEMO_GYM_LEAN_HTTP", "1").strip().lower() not in ("0", "false", "no", "off")
+    return switched_on("NEMO_GYM_LEAN_HTTP")
 
 
 def _has(module: str) -> bool:
